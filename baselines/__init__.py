@@ -1,0 +1,1 @@
+"""The agents: thin compositions of core parts (installed as ``crl_bench.baselines``)."""

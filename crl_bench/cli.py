@@ -1,0 +1,198 @@
+"""The ``crl-bench`` command line.
+
+Every subcommand lives in a module whose top level imports nothing heavy; the work (torch, NLE,
+TextWorld, ...) is imported inside the function that runs it, so ``crl-bench --help`` and
+``crl-bench list`` answer at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from typing import Callable, Sequence
+
+# name -> "module:configure"; configure(subparser) adds arguments and sets ``func``.
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "list": ("crl_bench.cli:_configure_list", "list registered envs, agents or task mixes"),
+    "check-env": ("crl_bench.cli:_configure_check_env", "check a text env against the contract"),
+    "play": ("crl_bench.cli:_configure_play", "play a text env yourself in the terminal"),
+    "run": ("crl_bench.runner.cli:configure", "train and evaluate an agent on a task set"),
+    "report": ("crl_bench.report.cli:configure_report", "write tables and plots from run directories"),
+    "reproduce": ("crl_bench.report.cli:configure_reproduce",
+                  "run a whole suite (agents x tasks x seeds), then the report"),
+    "bank": ("crl_bench.experience.cli:configure", "inspect an experience bank"),
+}
+
+
+def _load(target: str) -> Callable[..., object]:
+    module, _, attr = target.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="crl-bench",
+        description="Complementary RL for LLM agents: text envs, agents, training and reports.",
+        epilog="Main job: crl-bench run --agent comp_rl --tasks 3mix")
+    from crl_bench import __version__
+
+    parser.add_argument("--version", action="version", version=f"crl-bench {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (target, help_text) in SUBCOMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        try:
+            _load(target)(p)
+        except ModuleNotFoundError as exc:  # a part of the suite that is not installed / built yet
+            p.set_defaults(func=_unavailable(name, exc))
+    return parser
+
+
+def _unavailable(name: str, exc: Exception) -> Callable[[argparse.Namespace], int]:
+    def run(_args: argparse.Namespace) -> int:
+        print(f"crl-bench {name}: not available in this installation ({exc}).", file=sys.stderr)
+        return 2
+    return run
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 0
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        print("\ninterrupted", file=sys.stderr)
+        return 130
+    except (KeyError, ValueError, FileNotFoundError, RuntimeError) as exc:
+        if getattr(args, "debug", False):
+            raise
+        print(f"crl-bench {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+# ---------------------------------------------------------------------------------------------
+# list / check-env / play
+# ---------------------------------------------------------------------------------------------
+
+def _configure_list(p: argparse.ArgumentParser) -> None:
+    p.add_argument("what", choices=["envs", "agents", "mixes"], help="what to list")
+    p.add_argument("--family", help="only envs of this family (minihack, webshop, ...)")
+    p.set_defaults(func=_cmd_list)
+
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    from crl_bench.registry import AGENTS, ENVS, MIXES
+
+    if args.what == "envs":
+        rows = [(e.name, e.load().family, e.source, e.load().description)
+                for e in ENVS.entries() if not args.family or e.load().family == args.family]
+        width = max((len(r[0]) for r in rows), default=10)
+        for name, family, source, desc in rows:
+            src = "" if source == "builtin" else f" [{source}]"
+            print(f"{name:<{width}}  {family:<9} {desc}{src}")
+    elif args.what == "agents":
+        for e in AGENTS.entries():
+            src = "" if e.source == "builtin" else f" [{e.source}]"
+            print(f"{e.name:<22} {e.metadata.get('description', '')}{src}")
+    else:
+        for e in MIXES.entries():
+            tasks = e.load()
+            print(f"{e.name:<10} " + ", ".join(f"{t.name} ({t.env_id})" for t in tasks))
+    return 0
+
+
+def _configure_check_env(p: argparse.ArgumentParser) -> None:
+    p.add_argument("env_id", help="registered env id, e.g. crl/MiniHack-Room-5x5-v0")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="env constructor keyword (repeatable), e.g. --set max_steps=50")
+    p.add_argument("--debug", action="store_true", help="show tracebacks")
+    p.set_defaults(func=_cmd_check_env)
+
+
+def parse_overrides(pairs: Sequence[str]) -> dict[str, object]:
+    """``["a=1", "b=x"]`` -> ``{"a": 1, "b": "x"}`` (values parsed as JSON when they can be)."""
+    import json
+
+    out: dict[str, object] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ValueError(f"override {pair!r} must look like KEY=VALUE")
+        try:
+            out[key] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key] = value
+    return out
+
+
+def _cmd_check_env(args: argparse.Namespace) -> int:
+    from crl_bench.env_check import TextEnvCheckError, check_text_env
+
+    try:
+        report = check_text_env(args.env_id, seed=args.seed,
+                                make_kwargs=parse_overrides(args.overrides),
+                                progress=lambda m: print(f"  checking: {m}", flush=True))
+    except TextEnvCheckError as exc:
+        print(f"FAIL {args.env_id}: {exc}", file=sys.stderr)
+        return 1
+    for line in report.checks:
+        print(f"  ok  {line}")
+    print(f"PASS {args.env_id}")
+    return 0
+
+
+def _configure_play(p: argparse.ArgumentParser) -> None:
+    p.add_argument("env_id", help="registered env id, e.g. crl/MiniHack-Room-5x5-v0")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--task-id", help="a specific task instance (options={'task_id': ...})")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="env constructor keyword (repeatable)")
+    p.add_argument("--debug", action="store_true", help="show tracebacks")
+    p.set_defaults(func=_cmd_play)
+
+
+def _cmd_play(args: argparse.Namespace) -> int:
+    import gymnasium
+
+    from crl_bench.registry import ENVS
+
+    ENVS.entry(args.env_id)
+    env = gymnasium.make(args.env_id, **parse_overrides(args.overrides))
+    options = {"task_id": args.task_id} if args.task_id else None
+    obs, info = env.reset(seed=args.seed, options=options)
+    total = 0.0
+    print(f"GOAL: {info['goal']}\n")
+    steps = 0
+    while True:
+        print(obs)
+        if info["admissible_actions"] is not None:
+            print("\nactions: " + " | ".join(info["admissible_actions"]))
+        try:
+            action = input("\n> ")
+        except EOFError:
+            print()
+            break
+        if action.strip() in {":q", ":quit"}:
+            break
+        obs, reward, terminated, truncated, info = env.step(action)
+        steps += 1
+        total += reward
+        valid = "" if info["action_valid"] else "  (invalid action)"
+        print(f"\nreward {reward:+.2f}  total {total:+.2f}  score {info['score']:.2f}  "
+              f"step {steps}{valid}\n")
+        if terminated or truncated:
+            print(obs)
+            why = "solved" if info["success"] else ("time limit" if truncated else "episode over")
+            print(f"\n=== {why}: success={info['success']} score={info['score']:.2f} "
+                  f"return={total:+.2f} steps={steps}")
+            break
+    env.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""crl_bench.llm"""

@@ -1,0 +1,216 @@
+"""Name -> object registries with lazy ``"module:attr"`` entries and entry-point plugins.
+
+A :class:`Registry` maps names to either an object or a lazy import string. Lazy entries keep
+``import crl_bench`` and ``crl-bench list`` cheap: nothing heavy (torch, NLE, TextWorld) is
+imported until an entry is actually loaded.
+
+Plugins register through the entry-point groups ``crl_bench.envs`` and ``crl_bench.agents``.
+They are discovered on demand (the first time a registry is listed or queried for an unknown
+name), never at import time. A plugin that fails to load is reported by name with the error
+(:class:`PluginError`); it is never silently skipped.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Any, Callable, Generic, Iterator, TypeVar
+
+T = TypeVar("T")
+
+
+class RegistryError(KeyError):
+    """Unknown or duplicate name. ``str()`` gives the whole message (KeyError quotes it)."""
+
+    def __str__(self) -> str:  # KeyError's repr-quoting makes messages unreadable
+        return str(self.args[0]) if self.args else ""
+
+
+class PluginError(RuntimeError):
+    """An entry-point plugin could not be loaded; the message names the plugin."""
+
+
+def load_import_string(target: str) -> Any:
+    """Import ``"package.module:attr.sub"`` and return the attribute."""
+    if ":" not in target:
+        raise ValueError(f"Import string {target!r} must look like 'package.module:attribute'.")
+    module_name, _, attr_path = target.partition(":")
+    obj: Any = importlib.import_module(module_name)
+    for part in attr_path.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+@dataclass
+class Entry(Generic[T]):
+    """One registry entry: an object or a lazy import string, plus free-form metadata."""
+
+    name: str
+    target: T | str
+    metadata: dict[str, Any] = field(default_factory=dict)
+    source: str = "builtin"  # "builtin" or "entry-point:<dist>"
+
+    def load(self) -> T:
+        if isinstance(self.target, str):
+            self.target = load_import_string(self.target)
+        return self.target  # type: ignore[return-value]
+
+
+class Registry(Generic[T]):
+    """A named collection of things (agents, task mixes, algorithm functions, ...).
+
+    Args:
+        kind: what is registered ("agent", "env", "advantage estimator"), used in messages.
+        entry_point_group: optional ``importlib.metadata`` group scanned on demand for plugins.
+            Each entry point's value is loaded; it must be a callable taking this registry
+            (``def register(registry): registry.register(...)``) or the object to register under
+            the entry point's name.
+    """
+
+    def __init__(self, kind: str, entry_point_group: str | None = None,
+                 on_plugin: Callable[[str, Any], None] | None = None) -> None:
+        self.kind = kind
+        self.entry_point_group = entry_point_group
+        self._entries: dict[str, Entry[T]] = {}
+        self._plugins_loaded = entry_point_group is None
+        self._on_plugin = on_plugin
+
+    # -- writing -------------------------------------------------------------------------------
+    def register(self, name: str, target: T | str | None = None, *, source: str = "builtin",
+                 **metadata: Any) -> Any:
+        """Register ``target`` under ``name``; usable as a decorator when ``target`` is omitted.
+
+        Raises:
+            RegistryError: the name is already taken.
+        """
+        if target is None:
+            def decorator(obj: T) -> T:
+                self.register(name, obj, source=source, **metadata)
+                return obj
+            return decorator
+        if name in self._entries:
+            other = self._entries[name].source
+            raise RegistryError(
+                f"Duplicate {self.kind} name {name!r}: already registered by {other}. "
+                f"Pick another name, or unregister the old one first.")
+        self._entries[name] = Entry(name, target, dict(metadata), source)
+        return target
+
+    def unregister(self, name: str) -> None:
+        self._entries.pop(name, None)
+
+    # -- reading -------------------------------------------------------------------------------
+    def _ensure_plugins(self) -> None:
+        if self._plugins_loaded:
+            return
+        self._plugins_loaded = True
+        from importlib.metadata import entry_points
+
+        for ep in entry_points(group=self.entry_point_group):
+            dist = getattr(getattr(ep, "dist", None), "name", "?")
+            try:
+                obj = ep.load()
+                if self._on_plugin is not None:
+                    self._on_plugin(ep.name, obj)
+                elif callable(obj) and getattr(obj, "__crl_register__", False):
+                    obj(self)
+                else:
+                    self.register(ep.name, obj, source=f"entry-point:{dist}")
+            except RegistryError:
+                raise
+            except Exception as exc:  # report, never skip silently
+                raise PluginError(
+                    f"Plugin {ep.name!r} (entry point {ep.value!r} in group "
+                    f"{self.entry_point_group!r}, distribution {dist!r}) failed to load: "
+                    f"{type(exc).__name__}: {exc}. Fix or uninstall that package.") from exc
+
+    def names(self) -> list[str]:
+        self._ensure_plugins()
+        return sorted(self._entries)
+
+    def entries(self) -> Iterator[Entry[T]]:
+        self._ensure_plugins()
+        for name in sorted(self._entries):
+            yield self._entries[name]
+
+    def entry(self, name: str) -> Entry[T]:
+        if name not in self._entries:
+            self._ensure_plugins()
+        try:
+            return self._entries[name]
+        except KeyError:
+            known = ", ".join(sorted(self._entries)) or "(none)"
+            raise RegistryError(f"Unknown {self.kind} {name!r}. Available: {known}.") from None
+
+    def get(self, name: str) -> T:
+        return self.entry(name).load()
+
+    def __contains__(self, name: object) -> bool:
+        self._ensure_plugins()
+        return name in self._entries
+
+    def __len__(self) -> int:
+        self._ensure_plugins()
+        return len(self._entries)
+
+
+def plugin_registrar(func: Callable[[Registry[Any]], None]) -> Callable[[Registry[Any]], None]:
+    """Mark a function as a plugin hook that registers several things into a registry."""
+    func.__crl_register__ = True  # type: ignore[attr-defined]
+    return func
+
+
+# ---------------------------------------------------------------------------------------------
+# The project's registries. Envs are also registered with gymnasium (see ``register_env``).
+# ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class EnvEntry:
+    """What ``crl-bench list envs`` shows and ``gymnasium.make`` needs for one text env."""
+
+    id: str                      # "crl/MiniHack-Room-5x5-v0"
+    entry_point: str             # "crl_bench.envs.minihack.env:MiniHackTextEnv"
+    family: str                  # "minihack" | "webshop" | "alfworld" | "swe" | plugin's own
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    description: str = ""
+    extra: str | None = None     # pip extra that provides the dependencies, e.g. "minihack"
+
+
+def _register_env_plugin(name: str, hook: Any) -> None:
+    if not callable(hook):
+        raise TypeError(f"env plugin {name!r} must point to a zero-argument function that calls "
+                        f"crl_bench.register_env(...); got {type(hook).__name__}")
+    hook()
+
+
+ENVS: Registry[EnvEntry] = Registry("env", "crl_bench.envs", on_plugin=_register_env_plugin)
+AGENTS: Registry[Any] = Registry("agent", "crl_bench.agents")
+MIXES: Registry[Any] = Registry("task mix")
+
+
+def register_env(id: str, entry_point: str, *, family: str, kwargs: dict[str, Any] | None = None,
+                 description: str = "", extra: str | None = None, source: str = "builtin") -> EnvEntry:
+    """Register a text env with crl-bench *and* gymnasium (lazily: nothing is imported).
+
+    ``id`` must live in the ``crl/`` namespace (``"crl/MyEnv-v0"``) so that our envs never collide
+    with other gymnasium registrations.
+    """
+    if not id.startswith("crl/"):
+        raise ValueError(f"Env id {id!r} must start with 'crl/' (e.g. 'crl/{id}').")
+    import gymnasium
+
+    entry = EnvEntry(id=id, entry_point=entry_point, family=family, kwargs=dict(kwargs or {}),
+                     description=description, extra=extra)
+    ENVS.register(id, entry, source=source)
+    if id not in gymnasium.registry:
+        gymnasium.register(id=id, entry_point=entry_point, kwargs=dict(kwargs or {}),
+                           disable_env_checker=False, order_enforce=True)
+    return entry
+
+
+def make_env(id: str, **kwargs: Any) -> Any:
+    """``gymnasium.make`` with our error message for unknown ids (lists the known ones)."""
+    import gymnasium
+
+    entry = ENVS.entry(id)  # raises with the list of known envs
+    return gymnasium.make(entry.id, **kwargs)

@@ -1,0 +1,1 @@
+"""The alfworld text-env family."""

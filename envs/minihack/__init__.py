@@ -1,0 +1,1 @@
+"""The minihack text-env family."""

@@ -1,0 +1,1 @@
+"""The swe text-env family."""

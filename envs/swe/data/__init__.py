@@ -1,0 +1,1 @@
+"""Task data for the SWE env (the `mini` task set)."""

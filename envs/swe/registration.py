@@ -1,0 +1,7 @@
+"""Registration of the swe envs (cheap: nothing heavy is imported here)."""
+
+from __future__ import annotations
+
+
+def register() -> None:
+    """Register this family's envs with crl-bench and gymnasium."""

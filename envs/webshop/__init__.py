@@ -1,0 +1,1 @@
+"""The webshop text-env family."""
