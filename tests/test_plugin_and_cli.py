@@ -1,0 +1,68 @@
+"""The CLI, and an out-of-tree plugin (tests/plugin_example) installed for real through pip."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None, input: str | None = None,
+            timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(BIN / "crl-bench"), *args], capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, input=input, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def plugin_path(tmp_path_factory) -> str:
+    """Build and install the example plugin into a private folder (not into the venv)."""
+    target = tmp_path_factory.mktemp("plugin_site")
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+                    "--disable-pip-version-check", "--target", str(target),
+                    str(ROOT / "tests" / "plugin_example")], check=True, timeout=300)
+    return str(target)
+
+
+def test_help_answers_without_heavy_imports():
+    code = ("import sys; from crl_bench.cli import main; "
+            "import contextlib, io\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            "    main(['list', 'envs'])\n"
+            "heavy = [m for m in ('torch', 'nle', 'minihack', 'textworld', 'transformers', 'spacy', 'pandas', 'matplotlib') if m in sys.modules]\n"
+            "print(heavy)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def test_cli_help_and_list_mixes():
+    assert "crl-bench run --agent comp_rl --tasks 3mix" in run_cli("--help").stdout
+    out = run_cli("list", "mixes")
+    assert out.returncode == 0
+    assert "3mix" in out.stdout and "6mix" in out.stdout
+
+
+def test_plugin_env_listed_checked_and_played(plugin_path):
+    env = {"PYTHONPATH": plugin_path}
+    listed = run_cli("list", "envs", env=env)
+    assert listed.returncode == 0, listed.stderr
+    assert "crl/Echo-v0" in listed.stdout and "entry-point:crl-echo-plugin" in listed.stdout
+    agents = run_cli("list", "agents", env=env)
+    assert "echo_agent" in agents.stdout
+    checked = run_cli("check-env", "crl/Echo-v0", env=env)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "PASS crl/Echo-v0" in checked.stdout
+    played = run_cli("play", "crl/Echo-v0", "--task-id", "river", env=env, input="say apple\nsay river\n")
+    assert played.returncode == 0, played.stderr
+    assert "Wrong word." in played.stdout and "solved: success=True" in played.stdout
+
+
+def test_unknown_env_names_the_known_ones():
+    out = run_cli("check-env", "crl/Nope-v0")
+    assert out.returncode == 2
+    assert "Unknown env 'crl/Nope-v0'. Available:" in out.stderr

@@ -1,0 +1,79 @@
+"""Registry behaviour: lazy entries, duplicates, unknown names, broken plugins."""
+
+from __future__ import annotations
+
+import sys
+import types
+
+import pytest
+
+from crl_bench.registry import PluginError, Registry, RegistryError
+
+
+def test_lazy_entry_is_imported_only_when_loaded(tmp_path, monkeypatch):
+    mod = types.ModuleType("crl_lazy_probe")
+    mod.THING = object()
+    registry: Registry[object] = Registry("thing")
+    registry.register("probe", "crl_lazy_probe:THING")
+    assert "crl_lazy_probe" not in sys.modules
+    monkeypatch.setitem(sys.modules, "crl_lazy_probe", mod)
+    assert registry.get("probe") is mod.THING
+
+
+def test_duplicate_name_is_rejected():
+    registry: Registry[int] = Registry("number")
+    registry.register("one", 1)
+    with pytest.raises(RegistryError, match="Duplicate number name 'one'"):
+        registry.register("one", 2)
+
+
+def test_unknown_name_lists_known_ones():
+    registry: Registry[int] = Registry("number")
+    registry.register("one", 1)
+    registry.register("two", 2)
+    with pytest.raises(RegistryError) as err:
+        registry.get("three")
+    assert str(err.value) == "Unknown number 'three'. Available: one, two."
+
+
+def test_decorator_registration():
+    registry: Registry[object] = Registry("fn")
+
+    @registry.register("double")
+    def double(x):
+        return 2 * x
+
+    assert registry.get("double")(4) == 8
+
+
+def test_broken_plugin_is_reported_by_name(monkeypatch):
+    from importlib import metadata
+
+    class BrokenEP:
+        name = "broken_one"
+        value = "no_such_module_xyz:thing"
+        group = "crl_test.group"
+        dist = None
+
+        def load(self):
+            raise ImportError("No module named 'no_such_module_xyz'")
+
+    monkeypatch.setattr(metadata, "entry_points", lambda group=None: [BrokenEP()] if group == "crl_test.group" else [])
+    registry: Registry[object] = Registry("widget", "crl_test.group")
+    with pytest.raises(PluginError, match="Plugin 'broken_one'.*no_such_module_xyz"):
+        registry.names()
+
+
+def test_env_ids_must_use_crl_namespace():
+    from crl_bench.registry import register_env
+
+    with pytest.raises(ValueError, match="must start with 'crl/'"):
+        register_env("Foo-v0", "x:y", family="x")
+
+
+def test_resolve_tasks_unknown_mix_lists_known():
+    from crl_bench.mixes import resolve_tasks
+
+    with pytest.raises(RegistryError, match="Unknown task mix 'nope'. Available: .*3mix"):
+        resolve_tasks("nope")
+    assert [t.name for t in resolve_tasks("3mix")] == ["MiniHack Room", "WebShop", "ALFWorld"]
