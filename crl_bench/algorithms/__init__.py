@@ -1,1 +1,36 @@
-"""crl_bench.algorithms"""
+"""The method's formulas as pure tensor functions, registered by name.
+
+- :mod:`crl_bench.algorithms.advantages` — episode outcome -> advantage inside task groups, with
+  the paper's with/without-experience split; broadcast to completion tokens.
+- :mod:`crl_bench.algorithms.losses` — PPO clipped surrogate, CISPO, k3 KL, entropy, and the
+  token aggregation modes.
+- :mod:`crl_bench.algorithms.credit` — extractor reward from the trajectories that used its
+  output, extractor advantage, count-aware reweighting.
+
+The two registries below are what configs name (``advantage="mean"``, ``loss="cispo"``). Their
+entries are lazy import strings, so listing or validating names never imports torch; the
+function modules themselves import torch at their top.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from crl_bench.registry import Registry
+
+ADVANTAGES: Registry[Callable[..., Any]] = Registry("advantage estimator")
+"""name -> ``fn(scores[B], keys[B], *, eps) -> advantages[B]`` (see ``group_advantages``)."""
+
+LOSSES: Registry[Callable[..., Any]] = Registry("policy loss")
+"""name -> ``fn(logprobs, old_logprobs, advantages, mask, **options) -> (loss, metrics)``."""
+
+ADVANTAGES.register("mean", "crl_bench.algorithms.advantages:mean_advantages",
+                    description="subtract the group mean (the official code's choice)")
+ADVANTAGES.register("mean_std", "crl_bench.algorithms.advantages:mean_std_advantages",
+                    description="subtract the group mean, divide by the group std (GRPO paper)")
+LOSSES.register("ppo_clip", "crl_bench.algorithms.losses:ppo_clip_loss",
+                description="PPO clipped surrogate, optional asymmetric and dual clip")
+LOSSES.register("cispo", "crl_bench.algorithms.losses:cispo_loss",
+                description="clipped stop-gradient IS weight x advantage x log-prob")
+
+__all__ = ["ADVANTAGES", "LOSSES"]

@@ -1,0 +1,323 @@
+"""Typed run configuration, presets and ``--set key=value`` overrides.
+
+A run is described by one :class:`RunConfig` (nested dataclasses). Presets give whole
+configurations:
+
+* ``tiny`` — a tiny random model with SmolLM2's tokenizer; for tests and CI (a run takes
+  well under a minute or two on 2 CPU cores). Numbers from it mean nothing.
+* ``cpu`` — the embedded SmolLM2-135M-Instruct and MiniLM embedder, small groups and short
+  episodes, so that a whole run finishes in well under an hour on 2 CPU cores.
+* ``paper`` — the paper's configuration for GPUs (Qwen2.5-7B-Instruct actor, Qwen3-4B-Thinking
+  extractor, K=8, 16 task groups, 512 steps, lr 1e-6, clip 0.2, CISPO 0.1/0.1, ...). It needs
+  CUDA and the models from the hub and fails early, with the reason, where they are missing.
+
+``--set section.field=value`` overrides any field (``--set actor.lr=2e-5``); values are parsed as
+JSON where possible. ``__post_init__`` checks reject bad combinations with the fix.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot work; the message says what to change."""
+
+
+@dataclass
+class ModelConfig:
+    actor: str = "smollm2-135m"
+    """Model name for the actor: a short name (smollm2-135m, tiny-random), a hub id or a path."""
+    extractor: str | None = None
+    """Separate base model for the extractor (None: the extractor is a LoRA adapter on the actor's
+    base model — separate parameters, one copy of the base in memory)."""
+    backend: str = "hf"
+    """Generation backend: "hf" (transformers; CPU or GPU) or "vllm" (GPU)."""
+    dtype: str = "auto"
+    device: str = "auto"
+    lora_r: int = 16
+    lora_alpha: int = 32
+
+
+@dataclass
+class RolloutConfig:
+    groups: int = 2
+    """Task groups per step (G). Each group is one task instance played K times."""
+    group_size: int = 4
+    """K rollouts per group. With the split on, K/2 use experience and K/2 do not."""
+    temperature: float = 0.99
+    top_p: float = 0.99
+    max_new_tokens: int = 64
+    """Tokens per actor turn."""
+    history: int = 2
+    """Turns of history in the prompt (-1: the whole episode)."""
+    think: bool = False
+    """Ask for <think>...</think> before the answer."""
+    max_episode_tokens: int = 4096
+    format_penalty: float = 0.0
+    env_max_steps: dict[str, int] = field(default_factory=dict)
+    """Per-family env action caps overriding the env defaults, e.g. {"minihack": 10}."""
+
+
+@dataclass
+class OptimConfig:
+    lr: float = 1e-5
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+    warmup_steps: int = 0
+    schedule: str = "constant"
+    """"constant" or "cosine" (after warm-up)."""
+    micro_batch_size: int = 4
+    """Turn samples per forward/backward; gradients are accumulated over the whole batch."""
+    max_samples_per_update: int = 0
+    """If > 0, train on a uniform random subset of this many turn samples per update (bounds CPU
+    time; the subset is an unbiased sample of the batch). 0 uses every sample."""
+
+
+@dataclass
+class ActorConfig(OptimConfig):
+    loss: str = "ppo_clip"
+    clip_eps: float = 0.2
+    advantage: str = "mean"
+    """"mean" (subtract the subgroup mean: the official code) or "mean_std"."""
+    agg: str = "token-mean"
+    kl_coef: float = 0.0
+    entropy_coef: float = 0.0
+
+
+@dataclass
+class ExtractorConfig(OptimConfig):
+    loss: str = "cispo"
+    eps_low: float = 0.1
+    eps_high: float = 0.1
+    agg: str = "token-mean"
+    buffer_size: int = 8
+    """Train the extractor whenever this many credited samples are waiting (paper: 64)."""
+    temperature: float = 0.99
+    top_p: float = 0.99
+    max_new_tokens: int = 192
+    max_ops: int = 3
+    count_power: float = 0.5
+    cooldown: int = 1
+    max_reuse: int = 3
+    """A credited sample is trained at most this many times (count-aware weights shrink it)."""
+    credit_horizon: int = 4
+    """Actor steps after which an extractor sample whose entries were never used is dropped."""
+    asynchronous: bool = True
+    """Run the extractor track in a background thread (False: inline, for debugging)."""
+
+
+@dataclass
+class ExperienceConfig:
+    embedder: str = "all-MiniLM-L6-v2"
+    k: int = 1
+    oversample: int = 16
+    diversify: bool = True
+    lam: float = 0.4
+    recent_s: float = 300.0
+    drop_recent_top1_p: float = 0.5
+    capacity: int = 20_000
+    merge_every: int = 5
+    merge_chunk: int = 5
+    search_ask: bool = True
+    max_asks: int = 2
+    warmup_steps: int = 1
+    """First steps only fill the bank; the actor is not trained (paper: 5)."""
+
+
+@dataclass
+class EvalConfig:
+    every: int = 5
+    """Evaluate every N steps (and always at the end). 0: only at the end."""
+    episodes_per_task: int = 8
+    """Held-out episodes per task, each played with and without experience."""
+    at_start: bool = True
+
+
+@dataclass
+class RunConfig:
+    agent: str = "comp_rl"
+    tasks: str = "minihack"
+    preset: str = "cpu"
+    seed: int = 0
+    steps: int = 10
+    model: ModelConfig = field(default_factory=ModelConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    actor: ActorConfig = field(default_factory=ActorConfig)
+    extractor: ExtractorConfig = field(default_factory=ExtractorConfig)
+    experience: ExperienceConfig = field(default_factory=ExperienceConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    checkpoint_every: int = 1
+    threads: int = 0
+    """torch CPU threads (0: leave torch's default)."""
+
+    def validate(self, *, split: bool | None = None) -> None:
+        """Reject configurations that cannot work, naming the fix."""
+        r = self.rollout
+        if r.groups < 1 or r.group_size < 1:
+            raise ConfigError("rollout.groups and rollout.group_size must be >= 1.")
+        if split and r.group_size % 2:
+            raise ConfigError(
+                f"rollout.group_size={r.group_size} is odd but the experience split is on: half of "
+                "each group uses experience and half does not. Use an even K (e.g. --set "
+                f"rollout.group_size={r.group_size + 1}) or switch the split off.")
+        if split and r.group_size < 4:
+            raise ConfigError("with the split on each half needs >= 2 rollouts for a non-zero "
+                              "advantage: use rollout.group_size >= 4.")
+        if self.steps < 1:
+            raise ConfigError("steps must be >= 1.")
+        if self.actor.advantage not in ("mean", "mean_std"):
+            raise ConfigError(f"actor.advantage must be 'mean' or 'mean_std', got {self.actor.advantage!r}.")
+        if self.model.backend not in ("hf", "vllm"):
+            raise ConfigError(f"model.backend must be 'hf' or 'vllm', got {self.model.backend!r}.")
+        for name, opt in (("actor", self.actor), ("extractor", self.extractor)):
+            if opt.lr <= 0:
+                raise ConfigError(f"{name}.lr must be positive.")
+            if opt.micro_batch_size < 1:
+                raise ConfigError(f"{name}.micro_batch_size must be >= 1.")
+        if self.experience.k < 1:
+            raise ConfigError("experience.k must be >= 1.")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# ---------------------------------------------------------------------------------------------
+# presets
+# ---------------------------------------------------------------------------------------------
+
+def _tiny() -> RunConfig:
+    return RunConfig(
+        preset="tiny", steps=3,
+        model=ModelConfig(actor="tiny-random", lora_r=4, lora_alpha=8),
+        rollout=RolloutConfig(groups=1, group_size=4, max_new_tokens=12, history=1,
+                              max_episode_tokens=2048,
+                              env_max_steps={"minihack": 4, "webshop": 4, "alfworld": 4, "swe": 3}),
+        actor=ActorConfig(lr=1e-4, micro_batch_size=8),
+        extractor=ExtractorConfig(lr=1e-4, buffer_size=2, max_new_tokens=32, micro_batch_size=4,
+                                  credit_horizon=2),
+        experience=ExperienceConfig(warmup_steps=1, merge_every=2, max_asks=1),
+        eval=EvalConfig(every=2, episodes_per_task=2),
+    )
+
+
+def _cpu() -> RunConfig:
+    return RunConfig(
+        preset="cpu", steps=12,
+        model=ModelConfig(actor="smollm2-135m", lora_r=16, lora_alpha=32),
+        rollout=RolloutConfig(groups=2, group_size=4, max_new_tokens=40, history=1,
+                              env_max_steps={"minihack": 12, "webshop": 8, "alfworld": 15, "swe": 10}),
+        actor=ActorConfig(lr=5e-5, micro_batch_size=8, max_samples_per_update=48),
+        extractor=ExtractorConfig(lr=5e-5, buffer_size=8, max_new_tokens=160, micro_batch_size=4,
+                                  max_samples_per_update=16),
+        experience=ExperienceConfig(warmup_steps=1, merge_every=5),
+        eval=EvalConfig(every=6, episodes_per_task=8),
+    )
+
+
+def _paper() -> RunConfig:
+    """The official MiniHack single-task hyper-parameters (DESIGN §1)."""
+    return RunConfig(
+        preset="paper", steps=512,
+        model=ModelConfig(actor="Qwen/Qwen2.5-7B-Instruct", extractor="Qwen/Qwen3-4B-Thinking-2507",
+                          backend="vllm", dtype="bfloat16", device="cuda", lora_r=64, lora_alpha=128),
+        rollout=RolloutConfig(groups=16, group_size=8, temperature=0.99, top_p=0.99,
+                              max_new_tokens=512, history=2, think=True, max_episode_tokens=32768,
+                              env_max_steps={"minihack": 30, "webshop": 15, "alfworld": 50, "swe": 50}),
+        actor=ActorConfig(lr=1e-6, clip_eps=0.2, micro_batch_size=8, advantage="mean",
+                          kl_coef=0.0, entropy_coef=0.0),
+        extractor=ExtractorConfig(lr=1e-6, eps_low=0.1, eps_high=0.1, buffer_size=64,
+                                  max_new_tokens=2048, micro_batch_size=4),
+        experience=ExperienceConfig(embedder="Qwen/Qwen3-Embedding-0.6B", k=1, oversample=16, lam=0.4,
+                                    recent_s=300.0, drop_recent_top1_p=0.5, capacity=20_000,
+                                    merge_every=5, merge_chunk=5, max_asks=2, warmup_steps=5),
+        eval=EvalConfig(every=32, episodes_per_task=128),
+    )
+
+
+PRESETS = {"tiny": _tiny, "cpu": _cpu, "paper": _paper}
+
+
+def default_preset() -> str:
+    """``cpu`` when no CUDA device is present, else ``paper``."""
+    try:
+        import torch
+
+        return "paper" if torch.cuda.is_available() else "cpu"
+    except ImportError:
+        return "cpu"
+
+
+def _coerce(value: Any, current: Any, key: str) -> Any:
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            pass
+    if isinstance(current, bool) and not isinstance(value, bool):
+        raise ConfigError(f"--set {key}: expected true/false, got {value!r}")
+    if isinstance(current, float) and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if isinstance(current, int) and not isinstance(current, bool) and isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if current is not None and not isinstance(current, (dict, list)) and type(value) is not type(current):
+        raise ConfigError(f"--set {key}: expected {type(current).__name__}, got {value!r}")
+    return value
+
+
+def apply_overrides(cfg: RunConfig, overrides: dict[str, Any]) -> RunConfig:
+    """Apply ``{"actor.lr": 2e-5, "steps": 4}``; unknown keys list the valid ones."""
+    for key, value in overrides.items():
+        obj: Any = cfg
+        parts = key.split(".")
+        for part in parts[:-1]:
+            if not dataclasses.is_dataclass(obj) or part not in {f.name for f in fields(obj)}:
+                raise ConfigError(f"--set {key}: unknown section {part!r}. Sections: "
+                                  + ", ".join(f.name for f in fields(cfg) if dataclasses.is_dataclass(getattr(cfg, f.name))))
+            obj = getattr(obj, part)
+        names = {f.name for f in fields(obj)}
+        if parts[-1] not in names:
+            raise ConfigError(f"--set {key}: unknown field {parts[-1]!r}. Fields here: {', '.join(sorted(names))}")
+        setattr(obj, parts[-1], _coerce(value, getattr(obj, parts[-1]), key))
+    return cfg
+
+
+def build_config(*, agent: str, tasks: str, preset: str | None, seed: int = 0, steps: int | None = None,
+                 overrides: dict[str, Any] | None = None) -> RunConfig:
+    """Preset -> overrides -> validation (checks that a GPU preset has a GPU)."""
+    preset = preset or default_preset()
+    if preset not in PRESETS:
+        raise ConfigError(f"Unknown preset {preset!r}. Available: {', '.join(PRESETS)}.")
+    cfg = PRESETS[preset]()
+    cfg.agent, cfg.tasks, cfg.seed = agent, tasks, seed
+    if steps is not None:
+        cfg.steps = steps
+    apply_overrides(cfg, overrides or {})
+    if cfg.model.device == "cuda" or cfg.model.backend == "vllm":
+        try:
+            import torch
+
+            has_gpu = torch.cuda.is_available()
+        except ImportError:
+            has_gpu = False
+        if not has_gpu:
+            raise ConfigError(
+                f"preset {preset!r} needs a CUDA GPU (model.device={cfg.model.device!r}, "
+                f"backend={cfg.model.backend!r}) and none is visible. On a CPU use --preset cpu "
+                "(embedded SmolLM2) or --preset tiny, or override --set model.device=cpu "
+                "--set model.backend=hf.")
+    return cfg
+
+
+def config_from_dict(data: dict[str, Any]) -> RunConfig:
+    """Rebuild a :class:`RunConfig` from ``config.json`` (used by ``--resume``)."""
+    sections = {"model": ModelConfig, "rollout": RolloutConfig, "actor": ActorConfig,
+                "extractor": ExtractorConfig, "experience": ExperienceConfig, "eval": EvalConfig}
+    kwargs = dict(data)
+    for name, cls in sections.items():
+        if name in kwargs:
+            kwargs[name] = cls(**kwargs[name])
+    return RunConfig(**kwargs)
