@@ -1,0 +1,101 @@
+"""Extractor credit and count-aware reweighting against numbers worked out by hand."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from crl_bench.algorithms.credit import (count_aware_weights, entry_outcome, extractor_advantages,
+                                         extractor_rewards)
+
+
+def test_entry_outcome():
+    assert entry_outcome(1.0) == 1.0
+    assert entry_outcome(0.0) == -1.0
+    assert entry_outcome(0.4) == 0.4           # WebShop partial purchase keeps its credit
+    assert entry_outcome(-0.2) == -1.0
+    with pytest.raises(ValueError, match="leave it out"):
+        entry_outcome(float("nan"))
+
+
+def test_extractor_rewards_by_hand():
+    usage = [
+        [1.0, 0.0, 1.0],     # (1 - 1 + 1) / 3 = 1/3
+        [0.5, 0.7],          # WebShop: (0.5 + 0.7) / 2 = 0.6
+        [],                  # nobody used it yet -> NaN
+        [1.0],               # malformed -> -1 whatever the usage
+        [0.0, 0.0],          # -1
+    ]
+    malformed = [False, False, False, True, False]
+    r = extractor_rewards(usage, malformed)
+    assert r.dtype == torch.float32 and r.shape == (5,)
+    torch.testing.assert_close(r[[0, 1, 3, 4]], torch.tensor([1 / 3, 0.6, -1.0, -1.0]))
+    assert math.isnan(r[2].item())
+    with pytest.raises(ValueError, match="one entry per extractor sample"):
+        extractor_rewards(usage, malformed[:2])
+
+
+def test_extractor_advantages_by_hand():
+    r = torch.tensor([1 / 3, 0.6, float("nan"), -1.0, -1.0])
+    adv = extractor_advantages(r)
+    # baseline over the 4 resolved: (1/3 + 0.6 - 2) / 4 = -0.266666...
+    b = (1 / 3 + 0.6 - 2) / 4
+    torch.testing.assert_close(adv, torch.tensor([1 / 3 - b, 0.6 - b, 0.0, -1 - b, -1 - b]))
+    torch.testing.assert_close(extractor_advantages(torch.full((3,), float("nan"))),
+                               torch.zeros(3))
+
+
+def test_count_aware_weights_by_hand():
+    times = torch.tensor([0, 3, 8, 1, 2, 0])
+    last = torch.tensor([-1, 5, 2, 9, 10, -1])
+    w = count_aware_weights(times, last, step=10, power=0.5, cooldown=1)
+    # (1+0)^-.5 = 1; (1+3)^-.5 = .5; (1+8)^-.5 = 1/3; trained at step 9 -> cooldown 0;
+    # trained at 10 (this step) -> 0; never trained -> 1
+    torch.testing.assert_close(w, torch.tensor([1.0, 0.5, 1 / 3, 0.0, 0.0, 1.0]))
+    w2 = count_aware_weights(times, last, step=10, power=1.0, cooldown=0)
+    # cooldown 0 only blocks the current step; power 1: 1/(1+n)
+    torch.testing.assert_close(w2, torch.tensor([1.0, 0.25, 1 / 9, 0.5, 0.0, 1.0]))
+    w3 = count_aware_weights(times, last, step=10, power=0.5, cooldown=5)
+    # 10 - 5 = 5 <= 5 -> 0 as well; 10 - 2 = 8 > 5 -> 1/3
+    torch.testing.assert_close(w3, torch.tensor([1.0, 0.0, 1 / 3, 0.0, 0.0, 1.0]))
+
+
+def test_count_aware_weights_bad_inputs():
+    t = torch.tensor([0, 1])
+    with pytest.raises(ValueError, match="same clock"):
+        count_aware_weights(t, torch.tensor([-1, 11]), step=10)
+    with pytest.raises(ValueError, match="power must be >= 0"):
+        count_aware_weights(t, torch.tensor([-1, -1]), step=0, power=-1)
+    with pytest.raises(TypeError, match="integer"):
+        count_aware_weights(t.float(), torch.tensor([-1, -1]), step=0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 10_000), st.integers(-1, 50)), min_size=1, max_size=30),
+       st.integers(50, 60), st.floats(0, 8), st.integers(0, 5))
+def test_weights_are_in_unit_interval_and_zero_only_in_cooldown(rows, step, power, cooldown):
+    times = torch.tensor([n for n, _ in rows])
+    last = torch.tensor([s for _, s in rows])
+    w = count_aware_weights(times, last, step, power=power, cooldown=cooldown)
+    for (n, s), wi in zip(rows, w.tolist()):
+        cooling = s >= 0 and step - s <= cooldown
+        if cooling:
+            assert wi == 0.0
+        else:
+            assert 0.0 < wi <= 1.0
+            assert wi == pytest.approx((1 + n) ** -power, rel=1e-5, abs=1e-37)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.one_of(st.floats(-1, 1), st.just(float("nan"))), min_size=1, max_size=30))
+def test_extractor_advantages_center_the_resolved_samples(values):
+    r = torch.tensor(values, dtype=torch.float64)
+    adv = extractor_advantages(r)
+    valid = ~torch.isnan(r)
+    assert not torch.isnan(adv).any()
+    assert abs(float(adv[valid].sum())) < 1e-9
+    assert (adv[~valid] == 0).all()

@@ -1,0 +1,236 @@
+"""PPO-clip and CISPO losses, aggregation, k3 KL and entropy against numbers worked out by hand."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from crl_bench.algorithms import LOSSES
+from crl_bench.algorithms.losses import (aggregate, cispo_loss, entropy_from_logits, kl_k3,
+                                         ppo_clip_loss)
+from crl_bench.registry import RegistryError
+
+LN = math.log
+
+
+def _lp(ratios: list[list[float]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(logprobs leaf with grad, old_logprobs = 0) so that exp(logprobs - old) = ratios."""
+    logprobs = torch.tensor([[LN(r) for r in row] for row in ratios], requires_grad=True)
+    return logprobs, torch.zeros_like(logprobs)
+
+
+# ---------------------------------------------------------------------------------------------
+# aggregation
+# ---------------------------------------------------------------------------------------------
+
+VALUES = torch.tensor([[1.0, 2.0, 3.0], [4.0, 9.0, 9.0], [7.0, 7.0, 7.0]])
+MASK = torch.tensor([[1, 1, 1], [1, 0, 0], [0, 0, 0]], dtype=torch.bool)
+
+
+@pytest.mark.parametrize("mode, expected", [
+    ("token-mean", (1 + 2 + 3 + 4) / 4),         # 2.5
+    ("seq-mean-token-mean", (2.0 + 4.0) / 2),    # row means 2 and 4; the empty row is left out
+    ("seq-mean-token-sum", (6.0 + 4.0) / 2),     # row sums 6 and 4
+])
+def test_aggregate_by_hand(mode, expected):
+    assert aggregate(VALUES, MASK, mode).item() == pytest.approx(expected)
+
+
+def test_aggregate_ignores_nan_padding_and_empty_mask_is_zero_with_graph():
+    values = VALUES.clone()
+    values[2] = float("nan")
+    assert aggregate(values, MASK, "token-mean").item() == pytest.approx(2.5)
+    x = torch.ones(2, 3, requires_grad=True)
+    out = aggregate(x, torch.zeros(2, 3, dtype=torch.bool), "seq-mean-token-sum")
+    assert out.item() == 0.0
+    out.backward()
+    assert torch.equal(x.grad, torch.zeros(2, 3))
+
+
+def test_aggregate_bad_mode_and_shapes():
+    with pytest.raises(ValueError, match="Available: token-mean, seq-mean-token-mean"):
+        aggregate(VALUES, MASK, "sum")
+    with pytest.raises(ValueError, match="same"):
+        aggregate(VALUES, MASK[:, :2])
+
+
+# ---------------------------------------------------------------------------------------------
+# PPO clip
+# ---------------------------------------------------------------------------------------------
+
+def test_ppo_clip_per_token_values_and_gradients_by_hand():
+    # four tokens, eps 0.2 (clip range [0.8, 1.2]):
+    #  r=1.5, A=+1: max(-1.5, -1.2) = -1.2  clipped -> no gradient
+    #  r=0.5, A=+1: max(-0.5, -0.8) = -0.5  unclipped -> d/dlogp = -A r = -0.5
+    #  r=0.5, A=-1: max( 0.5,  0.8) =  0.8  clipped -> no gradient
+    #  r=1.5, A=-1: max( 1.5,  1.2) =  1.5  unclipped -> d/dlogp = -A r = +1.5
+    logprobs, old = _lp([[1.5, 0.5, 0.5, 1.5]])
+    adv = torch.tensor([[1.0, 1.0, -1.0, -1.0]])
+    mask = torch.ones(1, 4, dtype=torch.bool)
+    loss, metrics = ppo_clip_loss(logprobs, old, adv, mask, clip_eps=0.2)
+    assert loss.item() == pytest.approx((-1.2 - 0.5 + 0.8 + 1.5) / 4)
+    loss.backward()
+    torch.testing.assert_close(logprobs.grad, torch.tensor([[0.0, -0.5, 0.0, 1.5]]) / 4)
+    assert metrics["clip_frac"] == pytest.approx(0.5)
+    assert metrics["clip_frac_low"] == pytest.approx(0.5)
+    assert metrics["clip_frac_high"] == pytest.approx(0.5)
+    assert metrics["ratio_mean"] == pytest.approx(1.0)
+    assert metrics["ratio_max"] == pytest.approx(1.5)
+    # k3 of KL(old || new) per token: (r - 1) - ln r
+    k3 = [(r - 1) - LN(r) for r in (1.5, 0.5, 0.5, 1.5)]
+    assert metrics["approx_kl"] == pytest.approx(sum(k3) / 4, rel=1e-5)
+    assert metrics["n_tokens"] == 4
+
+
+def test_ppo_asymmetric_clip_higher():
+    # eps 0.2 low, 0.28 high: r=1.25 with A=+1 lies inside [0.8, 1.28] -> unclipped, -1.25
+    logprobs, old = _lp([[1.25]])
+    adv, mask = torch.ones(1, 1), torch.ones(1, 1)
+    loss, m = ppo_clip_loss(logprobs, old, adv, mask, clip_eps=0.2, clip_eps_high=0.28)
+    assert loss.item() == pytest.approx(-1.25)
+    assert m["clip_frac"] == 0.0
+    loss_sym, m_sym = ppo_clip_loss(logprobs, old, adv, mask, clip_eps=0.2)
+    assert loss_sym.item() == pytest.approx(-1.2) and m_sym["clip_frac"] == 1.0
+
+
+def test_ppo_dual_clip_caps_negative_advantage_tokens():
+    # r=4, A=-1: standard max(4, 1.2) = 4; dual clip c=3 caps it at -A*c = 3 (no gradient)
+    # r=4, A=+1: max(-4, -1.2) = -1.2; dual clip leaves positive advantages alone
+    logprobs, old = _lp([[4.0, 4.0]])
+    adv = torch.tensor([[-1.0, 1.0]])
+    mask = torch.ones(1, 2)
+    loss, m = ppo_clip_loss(logprobs, old, adv, mask, dual_clip=3.0)
+    assert loss.item() == pytest.approx((3.0 - 1.2) / 2)
+    loss.backward()
+    torch.testing.assert_close(logprobs.grad, torch.zeros(1, 2))
+    assert m["dual_clip_frac"] == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="dual_clip must be > 1"):
+        ppo_clip_loss(logprobs, old, adv, mask, dual_clip=0.5)
+
+
+def test_ppo_on_policy_gradient_is_minus_advantage():
+    # ratio 1 everywhere: gradient of the surrogate is -A per token (the policy-gradient theorem)
+    logprobs = torch.zeros(2, 3, requires_grad=True)
+    adv = torch.tensor([[0.5, 0.5, 0.5], [-2.0, -2.0, -2.0]])
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0]])
+    loss, m = ppo_clip_loss(logprobs, logprobs.detach(), adv, mask)
+    loss.backward()
+    torch.testing.assert_close(logprobs.grad, torch.tensor([[-0.5, -0.5, 0], [2.0, 0, 0]]) / 3)
+    assert m["clip_frac"] == 0.0 and m["approx_kl"] == 0.0
+
+
+# ---------------------------------------------------------------------------------------------
+# CISPO
+# ---------------------------------------------------------------------------------------------
+
+def test_cispo_values_by_hand():
+    # eps 0.1 both sides: weights clip(1.5)=1.1, clip(0.5)=0.9, clip(1.05)=1.05
+    ratios = [1.5, 0.5, 1.05]
+    logprobs, old = _lp([ratios])
+    adv = torch.tensor([[2.0, -1.0, 1.0]])
+    mask = torch.ones(1, 3)
+    loss, m = cispo_loss(logprobs, old, adv, mask)
+    # per token -w * A * logp
+    expected = (-1.1 * 2.0 * LN(1.5) + (-0.9) * (-1.0) * LN(0.5) - 1.05 * 1.0 * LN(1.05)) / 3
+    assert loss.item() == pytest.approx(expected, rel=1e-5)
+    loss.backward()
+    torch.testing.assert_close(logprobs.grad, torch.tensor([[-1.1 * 2.0, 0.9, -1.05]]) / 3)
+    assert m["clip_frac"] == pytest.approx(2 / 3)
+    assert m["clip_frac_low"] == pytest.approx(1 / 3)
+    assert m["weight_mean"] == pytest.approx((1.1 + 0.9 + 1.05) / 3, rel=1e-5)
+
+
+def test_cispo_one_sided_caps_only_from_above():
+    logprobs, old = _lp([[1.5, 0.5]])
+    adv, mask = torch.ones(1, 2), torch.ones(1, 2)
+    loss, m = cispo_loss(logprobs, old, adv, mask, eps_high=0.1, one_sided=True)
+    loss.backward()
+    # weights: min(1.5, 1.1) = 1.1 and 0.5 (no floor)
+    torch.testing.assert_close(logprobs.grad, torch.tensor([[-1.1, -0.5]]) / 2)
+    assert m["clip_frac_low"] == 0.0 and m["clip_frac_high"] == pytest.approx(0.5)
+
+
+def test_outside_clip_range_cispo_keeps_the_gradient_ppo_drops_it():
+    """The property the paper relies on, with log-probs coming from a real parameter.
+
+    A tiny softmax policy over 4 tokens: logits = W x. For tokens whose ratio lies outside
+    [1 - eps, 1 + eps] on the side their advantage pushes, PPO's gradient w.r.t. W is exactly 0
+    while CISPO's is clip(ratio) * A * grad log pi (divided by the token count, token-mean).
+    """
+    torch.manual_seed(0)
+    x = torch.randn(3, 5)
+    tokens = torch.tensor([0, 2, 3])
+    W = torch.randn(4, 5, requires_grad=True)
+
+    def logprobs_of(weight: torch.Tensor) -> torch.Tensor:
+        return torch.log_softmax(x @ weight.T, dim=-1).gather(1, tokens[:, None]).T  # [1, 3]
+
+    current = logprobs_of(W)
+    # old log-probs chosen so the ratios are 1.6, 1.3 (A > 0: above 1 + eps) and 0.5 (A < 0:
+    # below 1 - eps) -- all outside [0.9, 1.1] / [0.8, 1.2] in the direction of their advantage
+    ratios = torch.tensor([[1.6, 1.3, 0.5]])
+    old = current.detach() - torch.log(ratios)
+    adv = torch.tensor([[1.0, 0.5, -2.0]])
+    mask = torch.ones(1, 3)
+
+    ppo, _ = ppo_clip_loss(current, old, adv, mask, clip_eps=0.2)
+    (ppo_grad,) = torch.autograd.grad(ppo, W)
+    assert torch.count_nonzero(ppo_grad) == 0
+
+    cispo, _ = cispo_loss(logprobs_of(W), old, adv, mask, eps_low=0.1, eps_high=0.1)
+    (cispo_grad,) = torch.autograd.grad(cispo, W)
+    clipped = ratios.clamp(0.9, 1.1)
+    expected = torch.zeros_like(W)
+    for i in range(3):
+        (g_logp,) = torch.autograd.grad(logprobs_of(W)[0, i], W)
+        expected -= clipped[0, i] * adv[0, i] * g_logp / 3   # loss = -objective
+    torch.testing.assert_close(cispo_grad, expected)
+    assert torch.count_nonzero(cispo_grad) > 0
+
+
+def test_losses_are_registered_by_name():
+    assert set(LOSSES.names()) >= {"ppo_clip", "cispo"}
+    assert LOSSES.get("cispo") is cispo_loss and LOSSES.get("ppo_clip") is ppo_clip_loss
+    with pytest.raises(RegistryError, match="Available: cispo, ppo_clip"):
+        LOSSES.get("reinforce")
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.floats(-3, 3), st.floats(-3, 3), st.floats(-5, 5)),
+                min_size=1, max_size=16),
+       st.sampled_from(["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"]))
+def test_on_policy_ppo_and_cispo_share_the_policy_gradient(rows, agg):
+    """At ratio 1 (one update per batch, first epoch) PPO and CISPO give the same gradient."""
+    logp = torch.tensor([[r[0] for r in rows]], dtype=torch.float64)
+    adv = torch.tensor([[r[2] for r in rows]], dtype=torch.float64)
+    mask = torch.tensor([[r[1] > -1 for r in rows]])
+    a = logp.clone().requires_grad_(True)
+    b = logp.clone().requires_grad_(True)
+    ppo_clip_loss(a, logp, adv, mask, agg=agg)[0].backward()
+    cispo_loss(b, logp, adv, mask, agg=agg)[0].backward()
+    torch.testing.assert_close(a.grad, b.grad)
+
+
+# ---------------------------------------------------------------------------------------------
+# KL and entropy
+# ---------------------------------------------------------------------------------------------
+
+def test_kl_k3_by_hand_and_nonnegative():
+    logp = torch.tensor([LN(0.5), LN(0.2), LN(0.4)])
+    ref = torch.tensor([LN(0.25), LN(0.2), LN(0.8)])
+    # k3 = p_ref/p - ln(p_ref/p) - 1: ratios 0.5, 1, 2
+    expected = torch.tensor([0.5 - LN(0.5) - 1, 0.0, 2 - LN(2) - 1])
+    torch.testing.assert_close(kl_k3(logp, ref), expected)
+    assert (kl_k3(torch.randn(50), torch.randn(50)) >= 0).all()
+
+
+def test_entropy_from_logits_by_hand():
+    logits = torch.tensor([[0.0, 0.0, 0.0, 0.0], [0.0, -1e9, -1e9, -1e9]])
+    torch.testing.assert_close(entropy_from_logits(logits), torch.tensor([LN(4), 0.0]))
+    # p = (0.5, 0.25, 0.25): H = 0.5 ln 2 + 2 * 0.25 ln 4 = 1.5 ln 2
+    h = entropy_from_logits(torch.log(torch.tensor([0.5, 0.25, 0.25])))
+    assert h.item() == pytest.approx(1.5 * LN(2), rel=1e-6)
