@@ -1,0 +1,224 @@
+"""``MiniHackTextEnv``: a MiniHack task on the real NLE, played through words.
+
+Observation: the language description of :mod:`crl_bench.envs.minihack.language` (features with
+distance words and compass directions, open directions, health, the game message, optionally a
+cropped ASCII map), followed by an ``Outcome:`` line when the episode ends.
+
+Actions: the words of :mod:`crl_bench.envs.minihack.actions` (``north`` ... ``northwest`` and the
+task's other actions); ``info["admissible_actions"]`` lists them. Case and extra spaces are
+ignored. Anything else is *feedback*: the observation says the action was not understood and
+repeats the current description, ``info["action_valid"]`` is False, the reward is 0 and NetHack
+is not stepped, but the action still counts towards ``max_steps`` (an agent that keeps writing
+nonsense uses up its episode, as it would in the paper's 30-turn budget).
+
+Reward: MiniHack's own, summed over the NLE key presses of the action: +1 when the task is
+solved (``reward_win``), 0 on death (``reward_lose``), and -0.01 for an action that did not
+advance the game clock (e.g. walking into solid rock; NLE's ``penalty_step``). ``success`` is
+MiniHack's end status ``TASK_SUCCESSFUL``; ``score`` is 1.0 on success, else 0.0.
+
+Episode end: ``terminated`` when MiniHack ends the game (solved or died); ``truncated`` when
+``max_steps`` actions have been taken (or MiniHack's own step limit, set above ours by default,
+was hit).
+
+Seeding and task ids: a task id is a *level seed*, the decimal string of NetHack's level-generator
+seed (NLE's ``lgen``), so the same task id always gives the same level layout.
+``reset(seed=s)`` uses level seed ``s`` (disjoint seed ranges are therefore disjoint level sets)
+and draws NetHack's ``core`` and ``disp`` seeds from the env's seeded ``np_random``;
+``options={"task_id": "123"}`` picks the level explicitly; with neither, the level seed is drawn
+from ``np_random``. NetHack's reseeding is off and the moon phase is fixed, so the same seed and
+actions give identical observations and rewards.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from crl_bench.envs.minihack.actions import ActionWord, build_action_words, normalise_action
+from crl_bench.envs.minihack.language import describe
+from crl_bench.envs.minihack.tasks import PAPER_MAX_STEPS, goal_for
+from crl_bench.text_env import TextEnv, coerce_action
+
+LEVEL_SEED_LIMIT = 2**63  # NLE seeds are C unsigned longs; we keep them in int64 range
+_NEEDED_KEYS = ("glyphs", "chars", "blstats", "message")
+_DIRECTION_PROMPT = b"In what direction?"
+_SHOWN_ACTION_CHARS = 40
+
+
+def parse_task_id(task_id: Any) -> int:
+    """A MiniHack task id (level seed) as an int.
+
+    Raises:
+        ValueError: not a non-negative integer (or its decimal string) below 2**63.
+    """
+    if isinstance(task_id, (bool, float)) or not isinstance(task_id, (int, str, np.integer)):
+        raise ValueError(f"options['task_id'] must be a level seed, a non-negative integer or its "
+                         f"decimal string (e.g. '42'); got {task_id!r}.")
+    text = str(task_id).strip()
+    if not text.isdigit() or int(text) >= LEVEL_SEED_LIMIT:
+        raise ValueError(f"options['task_id'] must be a level seed, a non-negative integer below "
+                         f"2**63 or its decimal string (e.g. '42'); got {task_id!r}.")
+    return int(text)
+
+
+class MiniHackTextEnv(TextEnv):
+    """A MiniHack task as a text env (see the module docstring for the full contract).
+
+    Args:
+        task: a MiniHack gymnasium id, e.g. ``"MiniHack-Room-Ultimate-5x5-v0"``.
+        max_steps: actions per episode before ``truncated`` (the paper uses 30).
+        show_map: append a cropped ASCII map (11 x 21 squares around the agent).
+        render_mode: ``"ansi"`` (``render()`` returns the last observation) or None.
+        **minihack_kwargs: passed to the MiniHack env (e.g. ``reward_win``, ``penalty_step``,
+            ``max_episode_steps``, ``actions``). Defaults set here: ``fix_moon_phase=True`` and
+            ``max_episode_steps = 3 * max_steps + 10`` (so our cap, not MiniHack's, ends episodes).
+    """
+
+    family = "minihack"
+    metadata: dict[str, Any] = {"render_modes": ["ansi"]}
+
+    def __init__(self, task: str = "MiniHack-Room-5x5-v0", max_steps: int = PAPER_MAX_STEPS,
+                 show_map: bool = False, render_mode: str | None = None,
+                 **minihack_kwargs: Any) -> None:
+        super().__init__(max_steps=max_steps, render_mode=render_mode)
+        self.task = task
+        self.show_map = bool(show_map)
+        self.goal = goal_for(task)
+        self._nle = _make_minihack(task, max_steps, minihack_kwargs)
+        self._words: tuple[ActionWord, ...] = build_action_words(self._nle.actions)
+        self._word_by_text = {w.text: w for w in self._words}
+        self.admissible_actions: list[str] = [w.text for w in self._words]
+        self._steps = 0
+        self._task_id = ""
+        self._description = ""
+        self._done: tuple[bool, bool] | None = None  # (terminated, truncated) once over
+        self._success = False
+        self._end_status = "RUNNING"
+        self._started = False
+
+    @property
+    def nle_env(self) -> Any:
+        """The wrapped MiniHack env (for benchmarks and debugging, not for agents)."""
+        return self._nle
+
+    # -- gymnasium API ---------------------------------------------------------------------------
+    def reset(self, *, seed: int | None = None,
+              options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+        super().reset(seed=seed)
+        options = dict(options or {})
+        if options.get("task_id") is not None:
+            level_seed = parse_task_id(options["task_id"])
+        elif seed is not None:
+            level_seed = int(seed) % LEVEL_SEED_LIMIT
+        else:
+            level_seed = int(self.np_random.integers(0, 2**31))
+        core, disp = (int(v) for v in self.np_random.integers(0, LEVEL_SEED_LIMIT - 1, size=2))
+        self._nle.seed(core, disp, reseed=False, lgen=level_seed)
+        nle_obs, _nle_info = self._nle.reset()
+        self._task_id = str(level_seed)
+        self._steps = 0
+        self._done = None
+        self._success = False
+        self._end_status = "RUNNING"
+        self._started = True
+        self._description = self._describe(nle_obs)
+        self._last_observation = self._description
+        return self._description, self._info(action_valid=True)
+
+    def step(self, action: Any) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        if not self._started:
+            raise RuntimeError("Call reset() before step() on MiniHackTextEnv.")
+        text = coerce_action(action)
+        if self._done is not None:
+            obs = (f"{self._description}\nThe episode is over; call reset() to start a new one "
+                   f"(action {_shown(text)} ignored).")
+            return obs, 0.0, self._done[0], self._done[1], self._info(action_valid=False)
+        self._steps += 1
+        word = self._word_by_text.get(normalise_action(text))
+        if word is None:
+            obs = (f"Unknown action {_shown(text)}: nothing happened. Valid actions: "
+                   f"{', '.join(self.admissible_actions)}.\n{self._description}")
+            truncated = self._steps >= self.max_steps
+            if truncated:
+                obs += f"\n{self._outcome(truncated_by_cap=True)}"
+                self._done = (False, True)
+            self._last_observation = obs
+            return obs, 0.0, False, truncated, self._info(action_valid=False)
+
+        reward, terminated, nle_truncated = 0.0, False, False
+        nle_obs: dict[str, np.ndarray] | None = None
+        for i, index in enumerate(word.steps):
+            if i > 0 and _DIRECTION_PROMPT not in nle_obs["message"].tobytes():  # type: ignore[index]
+                break  # the command did not ask for a direction (e.g. nothing to open)
+            nle_obs, r, done, nle_truncated, nle_info = self._nle.step(index)
+            reward += float(r)
+            if done:
+                status = nle_info["end_status"]
+                self._end_status = status.name
+                self._success = status == self._nle.StepStatus.TASK_SUCCESSFUL
+                terminated = not nle_truncated
+                break
+        assert nle_obs is not None
+        truncated = nle_truncated or (not terminated and self._steps >= self.max_steps)
+        self._description = self._describe(nle_obs)
+        obs = self._description
+        if terminated or truncated:
+            self._done = (terminated, truncated)
+            obs += "\n" + self._outcome(truncated_by_cap=truncated and not nle_truncated)
+        self._last_observation = obs
+        return obs, reward, terminated, truncated, self._info(action_valid=True)
+
+    def close(self) -> None:
+        nle = getattr(self, "_nle", None)
+        if nle is not None:
+            nle.close()
+            self._nle = None
+        super().close()
+
+    # -- helpers ---------------------------------------------------------------------------------
+    def _describe(self, nle_obs: dict[str, np.ndarray]) -> str:
+        return describe(nle_obs["glyphs"], nle_obs["blstats"], nle_obs["message"],
+                        nle_obs["chars"], show_map=self.show_map)
+
+    def _outcome(self, truncated_by_cap: bool) -> str:
+        if self._success:
+            return "Outcome: you reached the goal. Task complete."
+        if self._end_status == "DEATH":
+            return "Outcome: you died. Task failed."
+        if truncated_by_cap:
+            return f"Outcome: you used all {self.max_steps} actions. Task failed."
+        return "Outcome: the game's own step limit was reached. Task failed."
+
+    def _info(self, action_valid: bool) -> dict[str, Any]:
+        return self.make_info(goal=self.goal, admissible_actions=self.admissible_actions,
+                              success=self._success, score=1.0 if self._success else 0.0,
+                              action_valid=action_valid, task_id=self._task_id,
+                              end_status=self._end_status, steps=self._steps)
+
+
+def _shown(text: str) -> str:
+    short = text[:_SHOWN_ACTION_CHARS]
+    return repr(short) + ("..." if len(text) > _SHOWN_ACTION_CHARS else "")
+
+
+def _make_minihack(task: str, max_steps: int, minihack_kwargs: dict[str, Any]) -> Any:
+    """Instantiate MiniHack's class for ``task`` directly (no gymnasium wrappers around it)."""
+    from crl_bench.envs.minihack._nle_import import import_minihack
+
+    import_minihack()
+    import gymnasium
+    from gymnasium.envs.registration import load_env_creator
+
+    known = sorted(k for k in gymnasium.registry if k.startswith("MiniHack-"))
+    if task not in known:
+        raise ValueError(f"Unknown MiniHack task {task!r}. Use a MiniHack gymnasium id, e.g. "
+                         f"'MiniHack-Room-5x5-v0'; MiniHack registers: {', '.join(known)}.")
+    spec = gymnasium.spec(task)
+    kwargs = dict(spec.kwargs)
+    kwargs.update(minihack_kwargs)
+    kwargs.setdefault("fix_moon_phase", True)
+    kwargs.setdefault("max_episode_steps", 3 * max_steps + 10)
+    keys = list(kwargs.pop("observation_keys", ()))
+    kwargs["observation_keys"] = keys + [k for k in _NEEDED_KEYS if k not in keys]
+    return load_env_creator(spec.entry_point)(**kwargs)

@@ -1,0 +1,104 @@
+"""The MiniHack tasks crl-bench registers, with their goal sentences (pure data, no NLE import).
+
+Each :class:`MiniHackTask` names a MiniHack gymnasium id (``MiniHack-Room-5x5-v0``) and says how
+the text env presents it: the goal sentence shown in ``info["goal"]`` and the default episode
+cap. The registration module turns every entry into ``crl/<minihack id>``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Paper setting: 30 actions per MiniHack Room episode.
+PAPER_MAX_STEPS = 30
+
+
+@dataclass(frozen=True)
+class MiniHackTask:
+    """One MiniHack task as crl-bench exposes it.
+
+    Attributes:
+        minihack_id: the gymnasium id MiniHack registers (``"MiniHack-Room-5x5-v0"``).
+        goal: the goal sentence given to the agent in ``info["goal"]``.
+        max_steps: default episode cap in actions (``truncated`` when reached).
+        description: one line for ``crl-bench list envs``.
+    """
+
+    minihack_id: str
+    goal: str
+    max_steps: int = PAPER_MAX_STEPS
+    description: str = ""
+
+    @property
+    def env_id(self) -> str:
+        return f"crl/{self.minihack_id}"
+
+
+_ROOM_GOAL = "Reach the staircase down (>) in this room."
+_DARK = " The room is dark: you only see the squares next to you, so explore to find the stairs."
+_MONSTER = " A hostile monster roams the room; avoid it or fight past it."
+_MONSTERS = " Hostile monsters roam the room; avoid them or fight past them."
+_TRAP = " A trap is hidden somewhere on the floor; stepping on it can hurt you."
+_TRAPS = " Many traps are hidden on the floor; stepping on them can hurt you."
+
+
+def _room_tasks() -> list[MiniHackTask]:
+    tasks: list[MiniHackTask] = []
+    for size in (5, 15):
+        many = size == 15
+        monster = _MONSTERS if many else _MONSTER
+        trap = _TRAPS if many else _TRAP
+        variants = [
+            ("", _ROOM_GOAL + " You start in the top-left corner; the stairs are in the "
+                 "bottom-right corner.", "fixed start and stairs, lit room"),
+            ("Random-", _ROOM_GOAL, "random start and stairs, lit room"),
+            ("Dark-", _ROOM_GOAL + _DARK, "random start and stairs, unlit room"),
+            ("Monster-", _ROOM_GOAL + monster, "lit room with "
+             + ("3 monsters" if many else "1 monster")),
+            ("Trap-", _ROOM_GOAL + trap, "lit room with " + ("15 traps" if many else "1 trap")),
+            ("Ultimate-", _ROOM_GOAL + _DARK + monster + trap,
+             "unlit room with " + ("3 monsters and 15 traps" if many else "1 monster and 1 trap")),
+        ]
+        for prefix, goal, what in variants:
+            tasks.append(MiniHackTask(
+                f"MiniHack-Room-{prefix}{size}x{size}-v0", goal,
+                description=f"MiniHack Room {size}x{size}: {what}"
+                            + (" (the paper's task)" if prefix == "Ultimate-" and size == 5 else "")))
+    return tasks
+
+
+_CORRIDOR_GOAL = ("Find the staircase down (>). It is in another room; the rooms are joined by "
+                  "corridors (#) that start at doorways.")
+_MAZE_GOAL = "Find your way through the maze to the staircase down (>)."
+_MAZE_MAPPED_GOAL = ("Find your way through the maze to the staircase down (>); the maze's layout "
+                     "is already on your map.")
+
+# Longer tasks get longer caps: an optimal Corridor-R3 path alone is often over 30 moves. The
+# values keep the tasks solvable by a competent text agent without making episodes costly.
+TASKS: tuple[MiniHackTask, ...] = (
+    *_room_tasks(),
+    MiniHackTask("MiniHack-Corridor-R2-v0", _CORRIDOR_GOAL, 100,
+                 "MiniHack Corridor: 2 random rooms joined by corridors"),
+    MiniHackTask("MiniHack-Corridor-R3-v0", _CORRIDOR_GOAL, 100,
+                 "MiniHack Corridor: 3 random rooms joined by corridors"),
+    MiniHackTask("MiniHack-Corridor-R5-v0", _CORRIDOR_GOAL, 200,
+                 "MiniHack Corridor: 5 random rooms joined by corridors"),
+    MiniHackTask("MiniHack-MazeWalk-9x9-v0", _MAZE_GOAL, 100,
+                 "MiniHack MazeWalk: random 9x9 maze, unmapped"),
+    MiniHackTask("MiniHack-MazeWalk-Mapped-9x9-v0", _MAZE_MAPPED_GOAL, 50,
+                 "MiniHack MazeWalk: random 9x9 maze, layout shown"),
+    MiniHackTask("MiniHack-MazeWalk-15x15-v0", _MAZE_GOAL, 200,
+                 "MiniHack MazeWalk: random 15x15 maze, unmapped"),
+    MiniHackTask("MiniHack-MazeWalk-Mapped-15x15-v0", _MAZE_MAPPED_GOAL, 100,
+                 "MiniHack MazeWalk: random 15x15 maze, layout shown"),
+)
+
+TASKS_BY_ID: dict[str, MiniHackTask] = {t.minihack_id: t for t in TASKS}
+
+GENERIC_GOAL = "Complete the MiniHack task {task}: usually, reach the staircase down (>)."
+
+
+def goal_for(minihack_id: str) -> str:
+    """The goal sentence of a task (a generic one for MiniHack tasks we do not register)."""
+    task = TASKS_BY_ID.get(minihack_id)
+    return task.goal if task else GENERIC_GOAL.format(task=minihack_id)
