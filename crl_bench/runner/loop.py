@@ -1,0 +1,541 @@
+"""The co-training loop (DESIGN §1): actor loop in front, extractor track behind.
+
+Per actor step:
+
+1. pick G task groups (tasks of the mix in turn, a fresh seed each) and play each K times:
+   the first ``K * with_experience_fraction`` rollouts get experience retrieved at episode
+   start, the others none — all G*K episodes run concurrently, one batched model call per turn;
+2. record the episodes; credit the bank entries (and the extractor samples that wrote them)
+   with the outcomes;
+3. advantages inside (group, with/without) subgroups (split GRPO) -> actor update
+   (skipped during bank warm-up, and for agents whose actor is frozen);
+4. hand the trajectories to the extractor track (background thread) and go on without waiting;
+5. evaluate every ``eval.every`` steps on held-out tasks, with and without experience;
+6. checkpoint (adapters, optimisers, RNG, loop and extractor-track state).
+
+The generation backend is shared by both tracks; a lock serialises model calls, and the time the
+actor loop spent waiting for that lock while the extractor track held it is logged as
+``timing_s/extractor_wait``.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from crl_bench.agent_spec import AgentSpec
+from crl_bench.mixes import MixTask, resolve_tasks
+from crl_bench.runner.config import ConfigError, RunConfig
+from crl_bench.runner.extractor_track import ExtractorSample, ExtractorTrack
+from crl_bench.runner.records import RunDir, write_json_atomic
+from crl_bench.runner.trainer import RoleTrainer, TrainSample, timed
+
+
+class WaitTimingLock:
+    """An RLock that adds the time each thread spent blocked on it to ``waits[thread name]``."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self.waits: dict[str, float] = {}
+        self._meta = threading.Lock()
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        if self._lock.acquire(blocking=False):
+            return True
+        start = time.perf_counter()
+        ok = self._lock.acquire(blocking, timeout)
+        waited = time.perf_counter() - start
+        name = threading.current_thread().name
+        with self._meta:
+            self.waits[name] = self.waits.get(name, 0.0) + waited
+        return ok
+
+    def release(self) -> None:
+        self._lock.release()
+
+    def __enter__(self) -> "WaitTimingLock":
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
+
+    def take_wait(self, name: str) -> float:
+        with self._meta:
+            return self.waits.pop(name, 0.0)
+
+
+class LockedBackend:
+    """Proxy that holds the model lock around every call into the backend."""
+
+    def __init__(self, backend: Any, lock: WaitTimingLock) -> None:
+        self._backend = backend
+        self._lock = lock
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._backend, name)
+        if not callable(attr):
+            return attr
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            with self._lock:
+                return attr(*args, **kwargs)
+        return call
+
+
+def check_family_available(task: MixTask, make_kwargs: dict[str, Any]) -> None:
+    """Make one env of ``task``; on failure say which family is missing and how to get it."""
+    import gymnasium
+
+    from crl_bench.registry import ENVS
+
+    if task.env_id not in ENVS:
+        raise ConfigError(
+            f"Task {task.name!r} needs env {task.env_id!r} (family {task.family!r}), which is not "
+            f"registered in this installation. Install the family's extra "
+            f"(pip install -e '.[{task.family}]') or pick another task set; `crl-bench list envs` "
+            "shows what is available.")
+    try:
+        env = gymnasium.make(task.env_id, **make_kwargs)
+        env.close()
+    except Exception as exc:
+        raise ConfigError(f"Task {task.name!r} ({task.env_id}) cannot start: {type(exc).__name__}: "
+                          f"{exc}") from exc
+
+
+class CoTrainer:
+    """Builds the parts an agent needs and runs the loop. See the module docstring."""
+
+    def __init__(self, cfg: RunConfig, spec: AgentSpec, run_dir: RunDir, *, progress: bool = True) -> None:
+        cfg.validate(split=spec.needs_split)
+        self.cfg = cfg
+        self.spec = spec
+        self.run = run_dir
+        self.progress = progress
+        self.tasks = resolve_tasks(cfg.tasks)
+        self._envs: dict[tuple[str, str], list[Any]] = {}
+        self.step = 0
+        self.tb = None
+
+    # -- construction --------------------------------------------------------------------------
+    def _env_kwargs(self, task: MixTask, phase: str) -> dict[str, Any]:
+        kwargs = dict(task.train_kwargs if phase == "train" else task.eval_kwargs)
+        cap = self.cfg.rollout.env_max_steps.get(task.family)
+        if cap:
+            kwargs.setdefault("max_steps", cap)
+        return kwargs
+
+    def envs_for(self, task: MixTask, phase: str, n: int) -> list[Any]:
+        import gymnasium
+
+        pool = self._envs.setdefault((task.env_id, phase), [])
+        while len(pool) < n:
+            pool.append(gymnasium.make(task.env_id, **self._env_kwargs(task, phase)))
+        return pool[:n]
+
+    def setup(self) -> None:
+        cfg, spec = self.cfg, self.spec
+        import numpy as np
+        import torch
+
+        if cfg.threads:
+            torch.set_num_threads(cfg.threads)
+        random.seed(cfg.seed)
+        np.random.seed(cfg.seed)
+        torch.manual_seed(cfg.seed)
+        for task in self.tasks:
+            check_family_available(task, self._env_kwargs(task, "train"))
+
+        from crl_bench.llm.hf_backend import HFBackend
+        from crl_bench.llm.types import SamplingParams
+
+        self.lock = WaitTimingLock()
+        raw = self._make_backend(HFBackend)
+        self.raw_backend = raw
+        self.backend = LockedBackend(raw, self.lock)
+        r = cfg.rollout
+        self.actor_sampling = SamplingParams(temperature=r.temperature, top_p=r.top_p,
+                                             max_new_tokens=r.max_new_tokens)
+        e = cfg.extractor
+        self.extractor_sampling = SamplingParams(temperature=e.temperature, top_p=e.top_p,
+                                                 max_new_tokens=e.max_new_tokens)
+        self.actor_trainer = (RoleTrainer(raw, "actor", cfg.actor, total_steps=cfg.steps, lock=self.lock,
+                                          seed=cfg.seed) if spec.train_actor else None)
+        self.manager = None
+        self.track = None
+        if spec.use_bank:
+            from crl_bench.experience.bank import ExperienceBank
+            from crl_bench.experience.embedder import load_embedder
+            from crl_bench.experience.manager import ExperienceManager, RetrievalConfig
+
+            x = cfg.experience
+            embedder = load_embedder(x.embedder)
+            bank = ExperienceBank(self.run.bank_path, dim=embedder.dim, capacity=x.capacity,
+                                  embedder_name=embedder.name)
+            retrieval = RetrievalConfig(k=x.k, oversample=x.oversample, diversify=spec.diversify, lam=x.lam,
+                                        recent_s=x.recent_s, drop_recent_top1_p=x.drop_recent_top1_p,
+                                        seed=cfg.seed)
+            self.manager = ExperienceManager(bank, embedder, retrieval)
+            if spec.train_extractor:
+                ext_trainer = (self.actor_trainer if spec.shared_params and self.actor_trainer is not None
+                               else RoleTrainer(raw, "extractor", cfg.extractor, total_steps=cfg.steps,
+                                                lock=self.lock, seed=cfg.seed + 1))
+            else:
+                ext_trainer = None
+            self.track = ExtractorTrack(self.manager, self.extractor_generate, ext_trainer, cfg.extractor,
+                                        merge_every=x.merge_every if spec.merge else 0,
+                                        merge_chunk=x.merge_chunk, count_reweight=spec.count_reweight,
+                                        asynchronous=cfg.extractor.asynchronous, log=self._log_track)
+        self._track_metrics: list[dict[str, Any]] = []
+        self._track_metrics_lock = threading.Lock()
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.tb = SummaryWriter(str(self.run.path / "tensorboard"))
+        except Exception:  # tensorboard is optional
+            self.tb = None
+
+    def _make_backend(self, backend_cls: Any) -> Any:
+        m = self.cfg.model
+        if m.backend == "vllm":
+            from crl_bench.llm.vllm_backend import VLLMBackend
+
+            backend_cls = VLLMBackend
+        from crl_bench.llm.hf_backend import LoraSpec
+
+        kwargs: dict[str, Any] = dict(roles=("actor", "extractor"), lora=LoraSpec(r=m.lora_r, alpha=m.lora_alpha),
+                                      shared_adapter=self.spec.shared_params, dtype=m.dtype, device=m.device,
+                                      seed=self.cfg.seed)
+        if m.extractor:
+            kwargs.update(separate_bases=True, extractor_model=m.extractor)
+        return backend_cls(m.actor, **kwargs)
+
+    # -- model calls ---------------------------------------------------------------------------
+    def extractor_generate(self, message_lists: list[list[dict]]) -> list[Any]:
+        prompts = [self.backend.chat_prompt_ids(m) for m in message_lists]
+        return self.backend.generate(prompts, self.extractor_sampling, adapter="extractor")
+
+    def _log_track(self, metrics: dict[str, Any]) -> None:
+        with self._track_metrics_lock:
+            self._track_metrics.append(metrics)
+
+    # -- episodes ------------------------------------------------------------------------------
+    def _episodes(self, phase: str, step: int, plan: list[tuple[MixTask, int, int, int, int]]) -> list[Any]:
+        """plan rows (task, seed, group id, n with experience, K) -> EpisodeSpecs.
+
+        The first ``n`` of a group's K episodes get entries retrieved for the task's first
+        observation; all K share the seed, i.e. the same task instance."""
+        from crl_bench.llm.rollout import EpisodeSpec
+
+        specs = []
+        by_task: dict[str, int] = {}
+        for task, seed, group, n_with, k in plan:
+            envs_needed = by_task.get(task.env_id, 0)
+            envs = self.envs_for(task, phase, envs_needed + k)[envs_needed:envs_needed + k]
+            by_task[task.env_id] = envs_needed + k
+            retrieved: list[list[Any]] = [[] for _ in range(k)]
+            if n_with and self.manager is not None:
+                obs, info = envs[0].reset(seed=seed)
+                query = f"{info.get('goal', '')}\n{obs}"[:2000]
+                retrieved[:n_with] = self.manager.retrieve([query] * n_with, family=task.family)
+            for i, env in enumerate(envs):
+                entries = retrieved[i]
+                specs.append(EpisodeSpec(
+                    env=env, seed=seed, options=None, group_id=group, task_name=task.name,
+                    with_experience=i < n_with, experience_ids=[e.id for e in entries],
+                    experience_text="\n".join(e.render() for e in entries),
+                    meta={"family": task.family, "env_id": task.env_id, "phase": phase, "step": step}))
+        return specs
+
+    def _engine(self, ask: Any, seed: int) -> Any:
+        from crl_bench.llm.rollout import PromptConfig, RolloutEngine
+        from crl_bench.llm.types import SamplingParams
+
+        r = self.cfg.rollout
+        sampling = SamplingParams(temperature=r.temperature, top_p=r.top_p, max_new_tokens=r.max_new_tokens,
+                                  seed=seed)
+        prompt = PromptConfig(history=r.history, think=r.think, max_episode_tokens=r.max_episode_tokens,
+                              format_penalty=r.format_penalty, max_asks=self.cfg.experience.max_asks)
+        return RolloutEngine(self.backend, sampling, prompt, adapter="actor", ask_callback=ask,
+                             progress=False)
+
+    def _ask_callback(self, record: bool) -> tuple[Any, dict[int, list[ExtractorSample]]]:
+        """Search-and-Ask hook for experience episodes; returns (callback, samples by episode)."""
+        if self.manager is None or not self.spec.search_ask:
+            return None, {}
+        from crl_bench.experience.search_ask import SearchAndAsk
+
+        saa = SearchAndAsk(self.manager, self.extractor_generate)
+        by_episode: dict[int, list[ExtractorSample]] = {}
+
+        def ask(query: str, spec: Any, context: Any) -> str:
+            if not spec.with_experience:
+                return "Search is not available in this episode."
+            before = len(saa.samples)
+            answer = saa(query, context)
+            if record:
+                for rec in saa.samples[before:]:
+                    gen = rec["generation"] if isinstance(rec, dict) else getattr(rec, "generation")
+                    by_episode.setdefault(id(spec), []).append(ExtractorSample(
+                        list(gen.prompt_ids), list(gen.completion_ids), list(gen.logprobs), kind="ask",
+                        created_step=self.step))
+            return answer
+        return ask, by_episode
+
+    def play(self, phase: str, step: int, plan: list[Any], sampling_seed: int) -> list[Any]:
+        specs = self._episodes(phase, step, plan)
+        ask, ask_samples = self._ask_callback(record=(phase == "train" and self.spec.train_extractor))
+        trajectories = self._engine(ask, sampling_seed).run(specs)
+        for spec, traj in zip(specs, trajectories):
+            traj.meta.update(spec.meta)
+            if phase == "train" and self.track is not None:
+                samples = ask_samples.get(id(spec), [])
+                for s in samples:
+                    s.usage.append(traj.score)
+                if samples:
+                    self.track.add_ask_samples(samples)
+        return trajectories
+
+    # -- records -------------------------------------------------------------------------------
+    @staticmethod
+    def episode_record(traj: Any, phase: str, step: int) -> dict[str, Any]:
+        return {"phase": phase, "step": step, "task": traj.task_name, "env_id": traj.env_id,
+                "seed": traj.seed, "task_id": traj.task_id, "group": traj.group_id,
+                "with_experience": traj.with_experience, "success": bool(traj.success),
+                "score": float(traj.score), "reward": float(traj.reward), "n_actions": traj.n_actions,
+                "n_turns": len(traj.turns), "n_invalid_format": traj.n_invalid_format,
+                "n_tool_calls": traj.n_tool_calls, "tokens": traj.tokens,
+                "experience_ids": list(traj.experience_ids), "wall_s": round(traj.wall_s, 3)}
+
+    # -- the loop ------------------------------------------------------------------------------
+    def train_plan(self, step: int) -> list[Any]:
+        r = self.cfg.rollout
+        k = r.group_size
+        n_with = round(k * self.spec.with_experience_fraction) if self.spec.use_bank else 0
+        plan = []
+        for g in range(r.groups):
+            task = self.tasks[(step * r.groups + g) % len(self.tasks)]
+            seed = self.cfg.seed * 1_000_003 + step * r.groups + g  # < eval offset for any sane run
+            plan.append((task, seed, g, n_with, k))
+        return plan
+
+    def eval_plan(self, with_experience: bool) -> list[Any]:
+        n = self.cfg.eval.episodes_per_task
+        plan = []
+        for ti, task in enumerate(self.tasks):
+            for i in range(n):
+                plan.append((task, task.eval_seed_offset + i, ti * n + i, 1 if with_experience else 0, 1))
+        return plan
+
+    def evaluate(self, step: int) -> dict[str, Any]:
+        modes = [False] + ([True] if self.manager is not None else [])
+        records, summaries = [], []
+        out: dict[str, Any] = {}
+        for with_exp in modes:
+            trajs = self.play("eval", step, self.eval_plan(with_exp), sampling_seed=10_007 + step)
+            records.extend(self.episode_record(t, "eval", step) for t in trajs)
+            for task in self.tasks:
+                mine = [t for t in trajs if t.task_name == task.name]
+                n = len(mine)
+                summ = {"step": step, "task": task.name, "with_experience": with_exp, "n": n,
+                        "success_rate": sum(t.success for t in mine) / max(1, n),
+                        "score": sum(t.score for t in mine) / max(1, n),
+                        "avg_actions": sum(t.n_actions for t in mine) / max(1, n)}
+                summaries.append(summ)
+            tag = "with_exp" if with_exp else "without_exp"
+            out[f"eval/success_rate_{tag}"] = sum(t.success for t in trajs) / max(1, len(trajs))
+            out[f"eval/avg_actions_{tag}"] = sum(t.n_actions for t in trajs) / max(1, len(trajs))
+        self.run.append("episodes.jsonl", records)
+        self.run.append("eval.jsonl", summaries)
+        return out
+
+    def actor_update(self, trajectories: list[Any], metrics: dict[str, Any], step: int) -> None:
+        import torch
+
+        from crl_bench.algorithms.advantages import group_advantages, group_keys
+
+        # outcome reward: the task score (1/0 for success tasks, WebShop's reward in [0, 1]) minus
+        # the format penalty of the episode's malformed turns
+        pen = self.cfg.rollout.format_penalty
+        scores = torch.tensor([t.score - pen * t.n_invalid_format for t in trajectories], dtype=torch.float32)
+        groups = torch.tensor([t.group_id for t in trajectories], dtype=torch.long)
+        with_exp = torch.tensor([t.with_experience for t in trajectories], dtype=torch.bool)
+        keys = group_keys(groups, with_exp, split=self.spec.split_advantages)
+        adv = group_advantages(scores, keys, method=self.cfg.actor.advantage)
+        metrics["charts/adv_abs_mean"] = float(adv.abs().mean())
+        if self.actor_trainer is None or step < self.cfg.experience.warmup_steps and self.spec.use_bank:
+            metrics["losses/actor_skipped"] = 1.0
+            return
+        samples = [TrainSample(turn.prompt_ids, turn.completion_ids, turn.logprobs, float(a))
+                   for traj, a in zip(trajectories, adv.tolist()) for turn in traj.turns]
+        a = self.cfg.actor
+        kwargs: dict[str, Any] = {"clip_eps": a.clip_eps} if a.loss == "ppo_clip" else {}
+        m = self.actor_trainer.update(samples, loss=a.loss, loss_kwargs=kwargs, agg=a.agg)
+        metrics.update({f"losses/actor_{k}": v for k, v in m.items()})
+
+    def run_steps(self, start_step: int) -> None:
+        from tqdm.auto import tqdm
+
+        cfg = self.cfg
+        if start_step == 0 and cfg.eval.at_start:
+            with self._phase("evaluating at step 0"):
+                m = self.evaluate(0)
+            self._write_metrics(0, m)
+        bar = tqdm(range(start_step + 1, cfg.steps + 1), desc=f"{self.spec.name} {cfg.tasks}",
+                   unit="step", disable=not self.progress, initial=start_step, total=cfg.steps)
+        for step in bar:
+            self.step = step
+            t_step = time.perf_counter()
+            metrics: dict[str, Any] = {}
+            self.lock.take_wait("MainThread")
+            with timed(metrics, "timing_s/rollout"):
+                trajs = self.play("train", step, self.train_plan(step), sampling_seed=cfg.seed * 7919 + step)
+            self.run.append("episodes.jsonl", [self.episode_record(t, "train", step) for t in trajs])
+            self.run.write_trajectories(step, "train", [t.to_json() for t in trajs])
+            if self.track is not None:
+                for t in trajs:
+                    if t.with_experience and t.experience_ids:
+                        self.track.record_usage(t.experience_ids, t.score)
+                        self.manager.record_outcomes(t.experience_ids, t.score)
+            with timed(metrics, "timing_s/actor_update"):
+                self.actor_update(trajs, metrics, step)
+            if self.track is not None:
+                self.track.submit(step, trajs)
+            self._step_metrics(trajs, metrics)
+            if cfg.eval.every and step % cfg.eval.every == 0 and step != cfg.steps:
+                with timed(metrics, "timing_s/eval"):
+                    metrics.update(self.evaluate(step))
+            if step == cfg.steps:
+                if self.track is not None:
+                    with timed(metrics, "timing_s/final_drain"):
+                        self.track.wait_idle()
+                with timed(metrics, "timing_s/eval"):
+                    metrics.update(self.evaluate(step))
+            metrics["timing_s/extractor_wait"] = self.lock.take_wait("MainThread")
+            metrics["timing_s/step"] = time.perf_counter() - t_step
+            metrics["timing_s/extractor_wait_frac"] = metrics["timing_s/extractor_wait"] / metrics["timing_s/step"]
+            self._write_metrics(step, metrics)
+            if step % cfg.checkpoint_every == 0 or step == cfg.steps:
+                self.save_checkpoint(step)
+            self.run.set_status("running" if step < cfg.steps else "done", step)
+            bar.set_postfix(success=f"{metrics.get('charts/success_rate', 0):.2f}",
+                            bank=metrics.get("bank/size", "-"))
+
+    def _step_metrics(self, trajs: list[Any], metrics: dict[str, Any]) -> None:
+        n = max(1, len(trajs))
+        metrics["charts/success_rate"] = sum(t.success for t in trajs) / n
+        metrics["charts/score"] = sum(t.score for t in trajs) / n
+        metrics["charts/avg_actions"] = sum(t.n_actions for t in trajs) / n
+        metrics["charts/invalid_format_frac"] = (sum(t.n_invalid_format for t in trajs)
+                                                 / max(1, sum(len(t.turns) for t in trajs)))
+        metrics["charts/tokens"] = sum(t.tokens for t in trajs)
+        for flag, tag in ((True, "with_exp"), (False, "without_exp")):
+            sub = [t for t in trajs if t.with_experience == flag]
+            if sub:
+                metrics[f"charts/success_rate_{tag}"] = sum(t.success for t in sub) / len(sub)
+        for task in {t.task_name for t in trajs}:
+            sub = [t for t in trajs if t.task_name == task]
+            metrics[f"charts/success_rate/{task}"] = sum(t.success for t in sub) / len(sub)
+        if self.manager is not None:
+            metrics.update({f"bank/{k}": v for k, v in self.manager.stats().items()
+                            if isinstance(v, (int, float))})
+        if self.track is not None:
+            metrics["extractor/backlog"] = self.track.backlog
+            metrics.update({f"extractor/{k}": v for k, v in self.track.stats.items()})
+            with self._track_metrics_lock:
+                done, self._track_metrics = self._track_metrics, []
+            for m in done:  # extractor-track metrics from batches finished since the last step
+                for k, v in m.items():
+                    if k != "step":
+                        metrics[k] = v
+
+    def _write_metrics(self, step: int, metrics: dict[str, Any]) -> None:
+        record = {"step": step, "time": time.time(), **metrics}
+        self.run.append("metrics.jsonl", [record])
+        if self.tb is not None:
+            for k, v in metrics.items():
+                if isinstance(v, (int, float)):
+                    self.tb.add_scalar(k, v, step)
+
+    class _phase:
+        def __init__(self, what: str) -> None:
+            self.what = what
+
+        def __enter__(self) -> None:
+            return None
+
+        def __exit__(self, *exc: Any) -> None:
+            return None
+
+    # -- checkpoints ---------------------------------------------------------------------------
+    def save_checkpoint(self, step: int) -> None:
+        import numpy as np
+        import torch
+
+        tmp = self.run.new_checkpoint_tmp()
+        with self.lock:
+            self.raw_backend.save_adapters(tmp / "adapters")
+            trainers = {}
+            if self.actor_trainer is not None:
+                trainers["actor"] = self.actor_trainer.state_dict()
+            if self.track is not None and self.track.trainer is not None and self.track.trainer is not self.actor_trainer:
+                trainers["extractor"] = self.track.trainer.state_dict()
+            torch.save(trainers, tmp / "trainers.pt")
+        torch.save({"python": random.getstate(), "numpy": np.random.get_state(),
+                    "torch": torch.get_rng_state()}, tmp / "rng.pt")
+        state = {"step": step, "track": self.track.state() if self.track is not None else None}
+        (tmp / "loop_state.json").write_text(json.dumps(state))
+        self.run.commit_checkpoint(tmp)
+
+    def load_checkpoint(self, path: Path) -> int:
+        import numpy as np
+        import torch
+
+        self.raw_backend.load_adapters(path / "adapters")
+        trainers = torch.load(path / "trainers.pt", weights_only=False)
+        if "actor" in trainers and self.actor_trainer is not None:
+            self.actor_trainer.load_state_dict(trainers["actor"])
+        if "extractor" in trainers and self.track is not None and self.track.trainer is not None:
+            self.track.trainer.load_state_dict(trainers["extractor"])
+        rng = torch.load(path / "rng.pt", weights_only=False)
+        random.setstate(rng["python"])
+        np.random.set_state(rng["numpy"])
+        torch.set_rng_state(rng["torch"])
+        state = json.loads((path / "loop_state.json").read_text())
+        if self.track is not None and state.get("track"):
+            from crl_bench.llm.rollout import Trajectory
+
+            for step, trajs in self.track.load_state(state["track"], Trajectory):
+                self.track.submit(step, trajs)
+        return int(state["step"])
+
+    def close(self) -> None:
+        if self.track is not None:
+            self.track.close()
+        if self.manager is not None:
+            self.manager.bank.close()
+        for envs in self._envs.values():
+            for env in envs:
+                env.close()
+        if self.tb is not None:
+            self.tb.close()
+
+
+def spec_to_dict(spec: AgentSpec) -> dict[str, Any]:
+    return asdict(spec)
+
+
+def write_config(run: RunDir, cfg: RunConfig, spec: AgentSpec, tasks: tuple[MixTask, ...]) -> None:
+    import platform
+
+    data = cfg.to_dict()
+    data["agent_spec"] = spec_to_dict(spec)
+    data["task_names"] = [t.name for t in tasks]
+    data["env_ids"] = [t.env_id for t in tasks]
+    data["host"] = {"python": platform.python_version(), "machine": platform.machine()}
+    write_json_atomic(run.config_path, data)

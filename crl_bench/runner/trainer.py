@@ -1,0 +1,185 @@
+"""Policy-gradient updates of one role (actor or extractor) from recorded samples.
+
+One sample per model call (a turn of the actor, an extraction of the extractor): the exact
+prompt ids, the sampled completion ids and their sampling log-probs, an advantage and a weight.
+The loss is computed on completion tokens only. Samples are processed in micro-batches with
+gradient accumulation, so memory stays bounded by ``micro_batch_size`` whatever the batch size;
+each micro-batch's loss is scaled by its share of the batch's tokens (or sequences), so the
+accumulated gradient equals the gradient of the loss aggregated over the whole batch.
+
+Old log-probs are the *sampling* log-probs recorded at generation time (so a sampler/trainer
+mismatch, or a sample re-used after earlier updates, shows up in the importance ratio). A
+reference model is only run when ``kl_coef > 0``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import random
+import threading
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from crl_bench.runner.config import OptimConfig
+
+
+@dataclass
+class TrainSample:
+    """One model call to learn from.
+
+    Attributes:
+        prompt_ids: the prompt token ids exactly as fed to the model.
+        completion_ids: the sampled completion token ids.
+        old_logprobs: sampling log-prob of each completion token (len == len(completion_ids)).
+        advantage: the scalar advantage of the episode / extractor sample this call belongs to.
+        weight: multiplies the advantage (count-aware reweighting; 1.0 for the actor).
+    """
+
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    old_logprobs: list[float]
+    advantage: float
+    weight: float = 1.0
+
+
+def _schedule_factor(step: int, cfg: OptimConfig, total_steps: int) -> float:
+    if cfg.warmup_steps and step < cfg.warmup_steps:
+        return (step + 1) / cfg.warmup_steps
+    if cfg.schedule == "cosine":
+        span = max(1, total_steps - cfg.warmup_steps)
+        progress = min(1.0, (step - cfg.warmup_steps) / span)
+        return 0.5 * (1.0 + math.cos(math.pi * progress))
+    return 1.0
+
+
+class RoleTrainer:
+    """AdamW + LR schedule + micro-batched policy-gradient updates for one adapter.
+
+    Args:
+        backend: the generation/training backend (``crl_bench.llm``): needs
+            ``trainable_parameters(adapter)``, ``forward_token_logprobs(adapter, ids, mask)`` and
+            ``after_update(adapter)``.
+        adapter: the role's adapter name ("actor" or "extractor").
+        cfg: optimiser settings; ``loss``/``agg`` and clip values are read from it when present.
+        total_steps: planned number of updates (for the cosine schedule).
+        lock: held around every forward/backward/optimiser step (the backend is shared with
+            generation in other threads).
+    """
+
+    def __init__(self, backend: Any, adapter: str, cfg: OptimConfig, *, total_steps: int,
+                 lock: threading.RLock | None = None, seed: int = 0) -> None:
+        import torch
+
+        self.backend = backend
+        self.adapter = adapter
+        self.cfg = cfg
+        self.total_steps = total_steps
+        self.lock = lock or threading.RLock()
+        self.params = [p for p in backend.trainable_parameters(adapter) if p.requires_grad]
+        if not self.params:
+            raise RuntimeError(f"adapter {adapter!r} has no trainable parameters")
+        self.optimizer = torch.optim.AdamW(self.params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+        self.updates = 0
+        self._rng = random.Random(seed)
+
+    # -- state for checkpoints -----------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {"optimizer": self.optimizer.state_dict(), "updates": self.updates,
+                "rng": self._rng.getstate()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.updates = int(state["updates"])
+        self._rng.setstate(state["rng"])
+
+    # -- the update ----------------------------------------------------------------------------
+    def _loss_fn(self, loss_name: str) -> Any:
+        from crl_bench.algorithms import LOSSES
+
+        return LOSSES.get(loss_name)
+
+    def update(self, samples: Sequence[TrainSample], *, loss: str, loss_kwargs: dict[str, Any],
+               agg: str = "token-mean") -> dict[str, float]:
+        """One optimiser step on ``samples``; returns metrics (loss, grad norm, clip fraction...)."""
+        import torch
+
+        samples = [s for s in samples if s.completion_ids]
+        if self.cfg.max_samples_per_update and len(samples) > self.cfg.max_samples_per_update:
+            samples = self._rng.sample(samples, self.cfg.max_samples_per_update)
+        active = [s for s in samples if s.weight != 0.0 and s.advantage != 0.0]
+        metrics: dict[str, float] = {"samples": float(len(samples)), "active_samples": float(len(active))}
+        if not active:  # nothing carries a gradient (all advantages or weights are zero)
+            metrics.update(loss=0.0, grad_norm=0.0, skipped=1.0)
+            return metrics
+        loss_fn = self._loss_fn(loss)
+        total_tokens = sum(len(s.completion_ids) for s in active)
+        total_seqs = len(active)
+        mb = self.cfg.micro_batch_size
+        # longest first: similar lengths share a micro-batch, less padding
+        active.sort(key=lambda s: len(s.prompt_ids) + len(s.completion_ids), reverse=True)
+        sums: dict[str, float] = {}
+        total_loss = 0.0
+        with self.lock:
+            self.optimizer.zero_grad(set_to_none=True)
+            for start in range(0, len(active), mb):
+                chunk = active[start:start + mb]
+                ids, attn, lp_old, adv, cmask = self._collate(chunk)
+                logprobs = self.backend.forward_token_logprobs(self.adapter, ids, attn)
+                logprobs = logprobs.float()
+                # align: token t (t >= 1) is predicted at position t-1 of the log-prob tensor
+                lp = logprobs * cmask[:, 1:]
+                out, m = loss_fn(lp, lp_old[:, 1:], adv[:, 1:], cmask[:, 1:], agg=agg, **loss_kwargs)
+                share = (sum(len(s.completion_ids) for s in chunk) / total_tokens
+                         if agg == "token-mean" else len(chunk) / total_seqs)
+                (out * share).backward()
+                total_loss += float(out.detach()) * share
+                for k, v in m.items():
+                    sums[k] = sums.get(k, 0.0) + float(v) * share
+            grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.cfg.max_grad_norm)
+            factor = _schedule_factor(self.updates, self.cfg, self.total_steps)
+            for group in self.optimizer.param_groups:
+                group["lr"] = self.cfg.lr * factor
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+            self.updates += 1
+            self.backend.after_update(self.adapter)
+        metrics.update(sums)
+        metrics.update(loss=total_loss, grad_norm=float(grad_norm), lr=self.cfg.lr * factor,
+                       tokens=float(total_tokens), skipped=0.0)
+        return metrics
+
+    @staticmethod
+    def _collate(chunk: Sequence[TrainSample]) -> tuple[Any, Any, Any, Any, Any]:
+        """Right-padded [B, T] tensors: ids, attention mask, old log-probs, advantages, completion mask."""
+        import torch
+
+        length = max(len(s.prompt_ids) + len(s.completion_ids) for s in chunk)
+        b = len(chunk)
+        ids = torch.zeros((b, length), dtype=torch.long)
+        attn = torch.zeros((b, length), dtype=torch.long)
+        lp_old = torch.zeros((b, length), dtype=torch.float32)
+        adv = torch.zeros((b, length), dtype=torch.float32)
+        cmask = torch.zeros((b, length), dtype=torch.float32)
+        for i, s in enumerate(chunk):
+            p, c = len(s.prompt_ids), len(s.completion_ids)
+            if len(s.old_logprobs) != c:
+                raise ValueError(f"sample {i}: {len(s.old_logprobs)} log-probs for {c} completion tokens")
+            ids[i, :p + c] = torch.tensor(list(s.prompt_ids) + list(s.completion_ids), dtype=torch.long)
+            attn[i, :p + c] = 1
+            lp_old[i, p:p + c] = torch.tensor(s.old_logprobs, dtype=torch.float32)
+            adv[i, p:p + c] = s.advantage * s.weight
+            cmask[i, p:p + c] = 1.0
+        return ids, attn, lp_old, adv, cmask
+
+
+@contextlib.contextmanager
+def timed(metrics: dict[str, float], key: str):
+    """Add the wall time of the block, in seconds, to ``metrics[key]``."""
+    import time
+
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        metrics[key] = metrics.get(key, 0.0) + time.perf_counter() - start
