@@ -2,6 +2,20 @@
 
 from __future__ import annotations
 
+ENTRY_POINT = "crl_bench.envs.webshop.env:WebShopTextEnv"
+
 
 def register() -> None:
     """Register this family's envs with crl-bench and gymnasium."""
+    from crl_bench.registry import ENVS, register_env
+
+    specs = [
+        ("crl/WebShop-v0", {},
+         "WebShop, 1k products, WebShop's synthetic goals (split= train/dev/test/all), 15 steps"),
+        ("crl/WebShop-Human-v0", {"goal_source": "human", "split": "all"},
+         "WebShop, 1k products, the human-written goals for those products, 15 steps"),
+    ]
+    for env_id, kwargs, description in specs:
+        if env_id not in ENVS._entries:  # registering twice (re-import) is not an error
+            register_env(env_id, ENTRY_POINT, family="webshop", kwargs=kwargs,
+                         description=description, extra="webshop")
