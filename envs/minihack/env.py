@@ -62,6 +62,25 @@ def parse_task_id(task_id: Any) -> int:
     return int(text)
 
 
+def nethack_seeds(np_random: np.random.Generator, seed: int | None,
+                  task_id: Any = None) -> tuple[int, int, int]:
+    """NetHack's (level, core, disp) seeds for a reset (see the module docstring).
+
+    Args:
+        np_random: the env's generator, already seeded with ``seed`` when one was given.
+        seed: the ``reset`` seed, or None.
+        task_id: ``options["task_id"]``, or None.
+    """
+    if task_id is not None:
+        level_seed = parse_task_id(task_id)
+    elif seed is not None:
+        level_seed = int(seed) % LEVEL_SEED_LIMIT
+    else:
+        level_seed = int(np_random.integers(0, 2**31))
+    core, disp = (int(v) for v in np_random.integers(0, LEVEL_SEED_LIMIT - 1, size=2))
+    return level_seed, core, disp
+
+
 class MiniHackTextEnv(TextEnv):
     """A MiniHack task as a text env (see the module docstring for the full contract).
 
@@ -107,13 +126,7 @@ class MiniHackTextEnv(TextEnv):
               options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
         super().reset(seed=seed)
         options = dict(options or {})
-        if options.get("task_id") is not None:
-            level_seed = parse_task_id(options["task_id"])
-        elif seed is not None:
-            level_seed = int(seed) % LEVEL_SEED_LIMIT
-        else:
-            level_seed = int(self.np_random.integers(0, 2**31))
-        core, disp = (int(v) for v in self.np_random.integers(0, LEVEL_SEED_LIMIT - 1, size=2))
+        level_seed, core, disp = nethack_seeds(self.np_random, seed, options.get("task_id"))
         self._nle.seed(core, disp, reseed=False, lgen=level_seed)
         nle_obs, _nle_info = self._nle.reset()
         self._task_id = str(level_seed)

@@ -95,7 +95,21 @@ _DY = np.arange(-(ROWS - 1), ROWS)[:, None]
 _DX = np.arange(-(COLS - 1), COLS)[None, :]
 _DIRECTION_TABLE = np.array([[direction_index(int(dx), int(dy)) for dx in _DX[0]] for dy in _DY[:, 0]],
                             dtype=np.int8)
-_CHEBYSHEV = np.maximum(np.abs(_DX), np.abs(_DY)).astype(np.int16)
+_CHEBYSHEV = np.maximum(np.abs(_DX), np.abs(_DY))
+_DISTANCE_INDEX = [next(i for i, (lo, hi) in enumerate(_DISTANCE_BOUNDS) if lo <= d <= hi)
+                   for d in range(COLS)]
+# Per offset: Chebyshev distance << 24 | direction (the low 3 bits), flattened.
+_DIST_DIR_KEY = ((_CHEBYSHEV.astype(np.int64) << 24)
+                 | np.maximum(_DIRECTION_TABLE, 0).astype(np.int64)).ravel()
+_CODE_MASK = (1 << 20) - 1
+_GROUPED_BIT = 1 << 23
+_CODE_DIR_MASK = (1 << 24) - 1
+# Flat map square -> its part of the flat offset index (row * (2 * COLS - 1) + column).
+_CELL_OFFSET = (np.arange(ROWS)[:, None] * (2 * COLS - 1) + np.arange(COLS)[None, :]).ravel()
+# "far southeast" for every (distance in moves, direction index).
+_PLACES = [[f"{DISTANCE_WORDS[_DISTANCE_INDEX[d]]} {name}" for name in DIRECTIONS]
+           for d in range(COLS)]
+_BL_HP, _BL_HPMAX = 10, 11  # nle.nethack.NLE_BL_HP / NLE_BL_HPMAX (checked in the tests)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -128,15 +142,17 @@ class GlyphTable:
 
     Attributes:
         code: glyph -> feature code (int16); 0 = not described (unexplored, lit floor, hero).
-        walkable: glyph -> whether a move onto the square is known to be possible (bool).
-        open_door: glyph -> whether it is an open door (no diagonal moves through it).
+        code_key: glyph -> ``grouped << 23 | code << 3`` (int64), the code's part of the sort
+            key :func:`describe` builds per square.
+        walk_code: glyph -> 0 if a move onto the square is not known to be possible, 1 if it
+            is, 2 for an open door (walkable, but not diagonally); uint8.
         names: feature code -> name; ``labels[code]`` adds the kind, e.g. "jackal (monster)".
         grouped: feature code -> whether it is listed as nearest-per-direction terrain.
     """
 
     code: np.ndarray
-    walkable: np.ndarray
-    open_door: np.ndarray
+    code_key: np.ndarray
+    walk_code: np.ndarray
     names: tuple[str, ...]
     labels: tuple[str, ...]
     grouped: np.ndarray
@@ -176,8 +192,7 @@ def glyph_table() -> GlyphTable:
 
     n = nh.MAX_GLYPH
     code = np.zeros(n, dtype=np.int16)
-    walkable = np.zeros(n, dtype=bool)
-    open_door = np.zeros(n, dtype=bool)
+    walk_code = np.zeros(n, dtype=np.uint8)
     for g in range(n):
         if nh.glyph_is_cmap(g):
             idx = nh.glyph_to_cmap(g)
@@ -185,8 +200,7 @@ def glyph_table() -> GlyphTable:
                     or idx == _CMAP_DOORWAY or idx in _CMAP_OPEN_DOORS \
                     or idx in _CMAP_LOWERED_BRIDGE or idx in _CMAP_WALKABLE_FEATURES \
                     or idx in _CMAP_TRAPS:
-                walkable[g] = True
-            open_door[g] = idx in _CMAP_OPEN_DOORS
+                walk_code[g] = 2 if idx in _CMAP_OPEN_DOORS else 1
             if idx in (_CMAP_STONE, _CMAP_FLOOR, _CMAP_DARK_FLOOR):
                 continue
             if idx in _GROUPED_CMAP_NAMES:
@@ -207,16 +221,18 @@ def glyph_table() -> GlyphTable:
                               KIND_OBJECT)
         elif nh.glyph_is_body(g):
             code[g] = feature(f"{nh.permonst(g - nh.GLYPH_BODY_OFF).mname} corpse", KIND_OBJECT)
-            walkable[g] = True
+            walk_code[g] = 1
         elif nh.glyph_is_object(g):
             name = _object_name(nh, nh.glyph_to_obj(g))
             code[g] = feature(name, KIND_OBJECT)
-            walkable[g] = name != "boulder"
+            walk_code[g] = 0 if name == "boulder" else 1
         elif nh.glyph_is_warning(g):
             code[g] = feature(f"warning of a monster (level {nh.glyph_to_warning(g)})",
                               KIND_MONSTER)
-    return GlyphTable(code=code, walkable=walkable, open_door=open_door, names=tuple(names),
-                      labels=tuple(labels), grouped=np.array(grouped, dtype=bool))
+    grouped_arr = np.array(grouped, dtype=bool)
+    code_key = (code.astype(np.int64) << 3) | (grouped_arr[code].astype(np.int64) << 23)
+    return GlyphTable(code=code, code_key=code_key, walk_code=walk_code, names=tuple(names),
+                      labels=tuple(labels), grouped=grouped_arr)
 
 
 def _decode_message(message: np.ndarray) -> str:
@@ -224,33 +240,40 @@ def _decode_message(message: np.ndarray) -> str:
     return raw.decode("ascii", errors="replace").strip()
 
 
-def open_directions(walkable: np.ndarray, open_door: np.ndarray, x: int, y: int,
-                    glyphs: np.ndarray) -> list[tuple[int, int]]:
+def open_directions(walk_code: np.ndarray, x: int, y: int) -> list[tuple[int, int]]:
     """Known walkable squares in a straight line from (x, y), per direction.
 
     Args:
-        walkable: (MAX_GLYPH,) bool, glyph -> walkable.
-        open_door: (MAX_GLYPH,) bool, glyph -> open door.
+        walk_code: (21, 79) uint8 per square: 0 blocked or unknown, 1 walkable, 2 open door
+            (walkable, but not diagonally).
         x, y: the agent's column and row.
-        glyphs: (21, 79) glyph ids.
 
     Returns:
         ``[(direction index, number of squares)]`` for the directions with at least one square.
     """
+    # Each ray is a strided slice of the flat bytes; lstrip() counts the leading walkable run.
+    flat = walk_code.tobytes()
+    i = y * COLS + x
+    n, e, s, w = y, COLS - 1 - x, ROWS - 1 - y, x  # squares left before each edge of the map
+    rays = (
+        flat[i - COLS::-COLS][:n] if n else b"",                          # north
+        flat[i - COLS + 1::-(COLS - 1)][:min(n, e)] if n and e else b"",  # northeast
+        flat[i + 1:i + 1 + e],                                            # east
+        flat[i + COLS + 1::COLS + 1][:min(s, e)],                         # southeast
+        flat[i + COLS::COLS][:s],                                         # south
+        flat[i + COLS - 1::COLS - 1][:min(s, w)] if w else b"",           # southwest
+        flat[i - 1::-1][:w] if w else b"",                                # west
+        flat[i - COLS - 1::-(COLS + 1)][:min(n, w)] if n and w else b"",  # northwest
+    )
     found = []
-    for d, (sx, sy) in enumerate(DIRECTION_STEPS):
-        diagonal = sx != 0 and sy != 0
-        cx, cy, count = x + sx, y + sy, 0
-        while 0 <= cx < COLS and 0 <= cy < ROWS:
-            g = glyphs[cy, cx]
-            if not walkable[g] or (diagonal and open_door[g]):
-                break
-            count += 1
-            cx += sx
-            cy += sy
+    for d, ray in enumerate(rays):
+        count = len(ray) - len(ray.lstrip(_DIAGONAL_OK if d % 2 else _STRAIGHT_OK))
         if count:
             found.append((d, count))
     return found
+
+
+_STRAIGHT_OK, _DIAGONAL_OK = b"\x01\x02", b"\x01"
 
 
 def crop_map(chars: np.ndarray, x: int, y: int, rows: int = MAP_CROP_ROWS,
@@ -277,51 +300,50 @@ def describe(glyphs: np.ndarray, blstats: np.ndarray, message: np.ndarray,
         chars: (21, 79) uint8 ASCII map; needed only when ``show_map``.
         show_map: append a cropped ASCII map around the agent.
     """
-    from nle import nethack as nh
-
     table = glyph_table()
     x, y = int(blstats[0]), int(blstats[1])
-    codes = table.code[glyphs]
+    codes = np.take(table.code_key, glyphs)
     codes[y, x] = 0  # the agent's own glyph
-    ys, xs = np.nonzero(codes)
+    cells = np.flatnonzero(codes)
     lines: list[tuple[int, str, str]] = []  # (nearest distance, label, text)
-    if len(ys):
-        c = codes[ys, xs]
-        oy, ox = ys - y + (ROWS - 1), xs - x + (COLS - 1)
-        dist = _CHEBYSHEV[oy, ox]
-        dirs = _DIRECTION_TABLE[oy, ox]
-        is_grouped = table.grouped[c]
-        single = np.flatnonzero(~is_grouped)
-        for i in single[np.lexsort((dirs[single], c[single], dist[single]))][:MAX_LISTED_FEATURES]:
-            label = table.labels[c[i]]
-            lines.append((int(dist[i]), label,
-                          f"- {label}: {distance_word(int(dist[i]))} {DIRECTIONS[dirs[i]]}"))
-        if len(single) > MAX_LISTED_FEATURES:
-            lines.append((10**6, "", f"- ... and {len(single) - MAX_LISTED_FEATURES} more"))
-        group = np.flatnonzero(is_grouped)
-        if len(group):
-            # nearest square of each (kind, direction): sort by distance, keep first of each key
-            order = group[np.lexsort((dirs[group], dist[group], c[group]))]
-            keys = c[order].astype(np.int32) * 8 + dirs[order]
-            _, first = np.unique(keys, return_index=True)
-            picked = order[np.sort(first)]
-            by_code: dict[int, list[int]] = {}
-            for i in picked:
-                by_code.setdefault(int(c[i]), []).append(int(i))
-            for kind, members in by_code.items():
-                members.sort(key=lambda i: (int(dist[i]), int(dirs[i])))
-                places = ", ".join(f"{distance_word(int(dist[i]))} {DIRECTIONS[dirs[i]]}"
-                                   for i in members)
-                label = table.labels[kind]
-                lines.append((int(dist[members[0]]), label, f"- {label}: {places}"))
+    if cells.size:
+        # One int64 per square: distance << 24 | grouped flag << 23 | feature code << 3 |
+        # direction, so that a single sort orders the squares by distance, then feature, then
+        # direction.
+        offsets = _CELL_OFFSET[cells] + ((ROWS - 1 - y) * (2 * COLS - 1) + (COLS - 1 - x))
+        keys = np.sort(_DIST_DIR_KEY[offsets] | codes.ravel()[cells]).tolist()
+        labels = table.labels
+        places: dict[int, list[str]] = {}  # grouped terrain: feature code -> places
+        nearest: dict[int, int] = {}
+        seen: set[int] = set()
+        n_single = 0
+        for k in keys:
+            dist, code = k >> 24, (k >> 3) & _CODE_MASK
+            if k & _GROUPED_BIT:
+                # the nearest square of each (feature, direction) comes first in key order
+                if k & _CODE_DIR_MASK in seen:
+                    continue
+                seen.add(k & _CODE_DIR_MASK)
+                if code not in places:
+                    places[code] = []
+                    nearest[code] = dist
+                places[code].append(_PLACES[dist][k & 7])
+            else:
+                n_single += 1
+                if n_single <= MAX_LISTED_FEATURES:
+                    lines.append((dist, labels[code], f"- {labels[code]}: {_PLACES[dist][k & 7]}"))
+        if n_single > MAX_LISTED_FEATURES:
+            lines.append((10**6, "", f"- ... and {n_single - MAX_LISTED_FEATURES} more"))
+        for code, where in places.items():
+            lines.append((nearest[code], labels[code], f"- {labels[code]}: {', '.join(where)}"))
     lines.sort(key=lambda t: (t[0], t[1]))
     out = ["You see:"] + [t[2] for t in lines] if lines else ["You see nothing of note nearby."]
-    opened = open_directions(table.walkable, table.open_door, x, y, glyphs)
+    opened = open_directions(np.take(table.walk_code, glyphs), x, y)
     if opened:
         out.append("Open directions: " + ", ".join(f"{DIRECTIONS[d]} {n}" for d, n in opened) + ".")
     else:
         out.append("Open directions: none known.")
-    out.append(f"Health: {int(blstats[nh.NLE_BL_HP])} of {int(blstats[nh.NLE_BL_HPMAX])} HP.")
+    out.append(f"Health: {int(blstats[_BL_HP])} of {int(blstats[_BL_HPMAX])} HP.")
     text = _decode_message(message)
     if text:
         out.append(f"Message: {text}")
