@@ -1,0 +1,264 @@
+"""The extractor role: the prompt that turns a finished episode into bank operations, and the
+strict parser of its answer.
+
+The extractor sees the goal, the trajectory (with the experience that was injected into the
+actor's prompt removed, so it judges what the agent did, not what it was told), the outcome and
+the entries that were retrieved; it answers with at most 3 operations as a JSON list inside
+``<answer>...</answer>``:
+
+    [{"op": "add", "title": "...", "content": "..."},
+     {"op": "update", "target_ids": [12], "title": "...", "content": "..."},
+     {"op": "return"}]
+
+Parsing is strict: anything off the format changes nothing and is reported as malformed, so the
+trainer can give that sample the lowest reward instead of guessing what was meant.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any, Literal, Sequence
+
+from crl_bench.experience.bank import ExperienceEntry
+
+MAX_OPS = 3
+MAX_TITLE_CHARS = 200
+MAX_CONTENT_CHARS = 2000
+EXPERIENCE_OPEN = "<experience>"
+EXPERIENCE_CLOSE = "</experience>"
+
+OpKind = Literal["add", "update", "return"]
+_ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL | re.IGNORECASE)
+_FENCE_RE = re.compile(r"^```[a-zA-Z]*\s*\n?(.*?)\n?```$", re.DOTALL)
+_EXPERIENCE_RE = re.compile(re.escape(EXPERIENCE_OPEN) + r".*?" + re.escape(EXPERIENCE_CLOSE),
+                            re.DOTALL)
+
+
+@dataclass
+class Operation:
+    """One bank operation proposed by the extractor."""
+
+    kind: OpKind
+    title: str = ""
+    content: str = ""
+    target_ids: list[int] = field(default_factory=list)
+
+
+def usage_reward(score: float) -> float:
+    """The per-trajectory value behind the extractor's reward r(m): the score when positive
+    (1 for a solved success/failure task, the fraction for WebShop), else -1."""
+    return float(score) if score > 0 else -1.0
+
+
+# ---------------------------------------------------------------------------------------------
+# the experience block in the actor's prompt
+# ---------------------------------------------------------------------------------------------
+
+def render_experience_block(entries: Sequence[ExperienceEntry]) -> str:
+    """The text injected into the actor's prompt for the retrieved ``entries`` ("" if none).
+    Delimited so that ``strip_experience_block`` can take it out again for the extractor."""
+    if not entries:
+        return ""
+    lines = [EXPERIENCE_OPEN,
+             "Notes from earlier episodes (use them where they fit this situation):"]
+    lines += [f"- {e.render()}" for e in entries]
+    lines.append(EXPERIENCE_CLOSE)
+    return "\n".join(lines)
+
+
+def strip_experience_block(text: str) -> str:
+    """``text`` without any experience block (and without the blank lines it leaves)."""
+    out = _EXPERIENCE_RE.sub("", text)
+    return re.sub(r"\n{3,}", "\n\n", out).strip()
+
+
+# ---------------------------------------------------------------------------------------------
+# trajectory text
+# ---------------------------------------------------------------------------------------------
+
+def trajectory_to_text(turns_as_pairs: Sequence[tuple[str, str]], max_chars: int = 6000) -> str:
+    """(observation, action) pairs -> one compact text of at most ``max_chars`` characters.
+
+    Each turn renders as ``"[step i]\\n<observation>\\n> <action>"``. When the whole does not fit:
+    first each observation is clipped to ``max(200, max_chars // 8)`` characters (head and tail
+    kept, the middle replaced by " ... "); if it still does not fit, the first turn and as many of
+    the last turns as fit are kept around a line ``"[... N steps omitted ...]"``; as a last resort
+    the text is cut at ``max_chars``.
+    """
+    if max_chars <= 0:
+        raise ValueError(f"max_chars must be positive, got {max_chars}")
+    turns = [(strip_experience_block(str(o)), str(a).strip()) for o, a in turns_as_pairs]
+
+    def render(i: int, obs: str, act: str) -> str:
+        return f"[step {i + 1}]\n{obs.strip()}\n> {act}"
+
+    blocks = [render(i, o, a) for i, (o, a) in enumerate(turns)]
+    text = "\n\n".join(blocks)
+    if len(text) <= max_chars:
+        return text
+    limit = max(200, max_chars // 8)
+    blocks = [render(i, clip_middle(o, limit), a) for i, (o, a) in enumerate(turns)]
+    text = "\n\n".join(blocks)
+    if len(text) <= max_chars:
+        return text
+    head, tail = blocks[0], []
+    for j in range(len(blocks) - 1, 0, -1):
+        omitted = j - 1
+        marker = f"[... {omitted} steps omitted ...]" if omitted else ""
+        candidate = "\n\n".join([head] + ([marker] if marker else []) + [blocks[j]] + tail)
+        if len(candidate) > max_chars:
+            break
+        tail.insert(0, blocks[j])
+    omitted = len(blocks) - 1 - len(tail)
+    parts = [head] + ([f"[... {omitted} steps omitted ...]"] if omitted else []) + tail
+    return "\n\n".join(parts)[:max_chars]
+
+
+def clip_middle(text: str, limit: int) -> str:
+    """``text`` if it fits in ``limit`` characters, else its head and tail around " ... "."""
+    if len(text) <= limit:
+        return text
+    keep = max(limit - 5, 2)
+    return text[: keep - keep // 2] + " ... " + text[len(text) - keep // 2:]
+
+
+# ---------------------------------------------------------------------------------------------
+# the prompt
+# ---------------------------------------------------------------------------------------------
+
+_SYSTEM = """You curate the experience library of an agent that solves tasks in text-based \
+environments. After each episode you read what the agent did and decide how the library should \
+change so that future episodes go better.
+
+A good library entry is a reusable strategy: it says in which situation it applies and what to \
+do there, in terms that carry over to other tasks of the same kind. Do not store one-off facts \
+about a single episode (exact coordinates, item numbers, one product's name).
+
+Operations you may use:
+- add: a new entry, with a short "title" and a "content" of one to four sentences.
+- update: rewrite existing entries given by "target_ids" (ids from the retrieved list) into one \
+better entry, when the episode shows they were wrong, incomplete or too narrow.
+- return: change nothing (when the episode teaches nothing new).
+
+Think first if you want, then give your final decision as a JSON list of at most {max_ops} \
+operations between <answer> and </answer>, for example:
+<answer>[{{"op": "add", "title": "...", "content": "..."}}]</answer>
+<answer>[{{"op": "update", "target_ids": [7], "title": "...", "content": "..."}}]</answer>
+<answer>[{{"op": "return"}}]</answer>
+Use only the keys shown. An answer that does not follow this format is discarded."""
+
+
+def build_extraction_messages(goal: str, trajectory_text: str, outcome: dict[str, Any],
+                              retrieved: Sequence[ExperienceEntry], *, max_ops: int = MAX_OPS
+                              ) -> list[dict[str, str]]:
+    """Chat messages (system + user) asking the extractor for bank operations on one episode.
+
+    Args:
+        goal: the task goal as the agent saw it.
+        trajectory_text: the episode as text, WITHOUT the injected experience block (see
+            ``trajectory_to_text`` / ``strip_experience_block``).
+        outcome: ``{"success": bool, "score": float, "n_actions": int}``.
+        retrieved: the entries shown to the agent (their ids are the valid update targets).
+    """
+    missing = {"success", "score", "n_actions"} - set(outcome)
+    if missing:
+        raise ValueError(f"outcome needs keys success, score, n_actions; missing {sorted(missing)}")
+    if _EXPERIENCE_RE.search(trajectory_text):
+        trajectory_text = strip_experience_block(trajectory_text)
+    result = "succeeded" if outcome["success"] else "failed"
+    if retrieved:
+        shown = "\n".join(f"[id {e.id}] {e.render()}" for e in retrieved)
+    else:
+        shown = "(none: the agent acted without stored experience)"
+    user = (f"## Goal\n{goal.strip()}\n\n"
+            f"## Outcome\nThe agent {result} (score {float(outcome['score']):.2f}) after "
+            f"{int(outcome['n_actions'])} actions.\n\n"
+            f"## Experience the agent was given\n{shown}\n\n"
+            f"## What the agent did\n{trajectory_text.strip()}\n\n"
+            f"## Your task\nDecide how the library should change: at most {max_ops} operations "
+            f"(add / update / return) as a JSON list inside <answer></answer>.")
+    return [{"role": "system", "content": _SYSTEM.format(max_ops=max_ops)},
+            {"role": "user", "content": user}]
+
+
+# ---------------------------------------------------------------------------------------------
+# the parser
+# ---------------------------------------------------------------------------------------------
+
+def extract_answer(text: str) -> str | None:
+    """The content of the last ``<answer>...</answer>`` block (a surrounding code fence
+    removed), or None when there is none."""
+    found = _ANSWER_RE.findall(text or "")
+    if not found:
+        return None
+    body = found[-1].strip()
+    fenced = _FENCE_RE.match(body)
+    return fenced.group(1).strip() if fenced else body
+
+
+def parse_operations(text: str, valid_target_ids: set[int], max_ops: int = MAX_OPS
+                     ) -> tuple[list[Operation], bool]:
+    """Strictly parse the extractor's answer. Returns ``(operations, malformed)``; a malformed
+    answer yields ``([], True)``.
+
+    Malformed: no ``<answer>`` block; not a JSON list; empty or longer than ``max_ops``; an item
+    that is not an object, has an unknown ``op`` or keys other than its op's; a title/content that
+    is not a non-empty string or is too long; ``target_ids`` that are not a non-empty list of
+    distinct ints from ``valid_target_ids``; the same target in two updates; ``return`` mixed with
+    other operations.
+    """
+    body = extract_answer(text)
+    if body is None:
+        return [], True
+    try:
+        items = json.loads(body)
+    except json.JSONDecodeError:
+        return [], True
+    if not isinstance(items, list) or not 1 <= len(items) <= max_ops:
+        return [], True
+    ops: list[Operation] = []
+    targeted: set[int] = set()
+    for item in items:
+        op = _parse_item(item, valid_target_ids)
+        if op is None:
+            return [], True
+        if set(op.target_ids) & targeted:
+            return [], True
+        targeted.update(op.target_ids)
+        ops.append(op)
+    kinds = {op.kind for op in ops}
+    if "return" in kinds and len(ops) > 1:
+        return [], True
+    return ops, False
+
+
+def _parse_item(item: Any, valid_target_ids: set[int]) -> Operation | None:
+    if not isinstance(item, dict):
+        return None
+    kind = item.get("op")
+    if kind == "return":
+        return Operation("return") if set(item) == {"op"} else None
+    if kind == "add":
+        if set(item) != {"op", "title", "content"}:
+            return None
+        target_ids: list[int] = []
+    elif kind == "update":
+        if set(item) != {"op", "target_ids", "title", "content"}:
+            return None
+        target_ids = item["target_ids"]
+        if (not isinstance(target_ids, list) or not target_ids
+                or not all(isinstance(t, int) and not isinstance(t, bool) for t in target_ids)
+                or len(set(target_ids)) != len(target_ids)
+                or not set(target_ids) <= set(valid_target_ids)):
+            return None
+    else:
+        return None
+    title, content = item["title"], item["content"]
+    if not (isinstance(title, str) and isinstance(content, str)):
+        return None
+    title, content = title.strip(), content.strip()
+    if not title or not content or len(title) > MAX_TITLE_CHARS or len(content) > MAX_CONTENT_CHARS:
+        return None
+    return Operation(kind, title=title, content=content, target_ids=list(target_ids))

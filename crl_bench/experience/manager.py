@@ -1,0 +1,524 @@
+"""The ExperienceManager: the one hub between rollout workers (retrieval) and the extractor track
+(operations, merges).
+
+- Reads share, writes exclude (readers-writer lock around every bank access).
+- Retrieval is micro-batched across calling threads: the first waiting caller collects queries
+  for up to ``batch_wait_ms`` or until ``batch_size`` queries are waiting, embeds them in one
+  forward pass and searches them in one ANN call; the other callers sleep until their results
+  are in.
+- Retrieval diversification (see ``diversified_order``) keeps one popular entry from being
+  handed to every episode, and usage is counted as entries are handed out.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from crl_bench.experience.bank import (
+    ExperienceBank, ExperienceEntry, StaleEntriesError, render_entry_text)
+from crl_bench.experience.embedder import Embedder
+from crl_bench.experience.extraction import Operation, usage_reward
+from crl_bench.experience.locks import RWLock
+from crl_bench.experience.merging import (
+    MergeResult, MergeSample, build_merge_messages, parse_merge_decisions)
+
+Generate = Callable[[list[list[dict[str, str]]]], Sequence[Any]]
+
+
+@dataclass
+class RetrievalConfig:
+    """How entries are retrieved (official defaults in the comments of DESIGN §1)."""
+
+    k: int = 1
+    """Entries returned per query."""
+    oversample: int = 16
+    """Candidates fetched per returned entry, for diversification (k * oversample)."""
+    diversify: bool = True
+    """Re-rank candidates by rank, usage count and recency (False = plain cosine top-k)."""
+    lam: float = 0.4
+    """Weight of log(1 + times retrieved) in the diversification score."""
+    recent_s: float = 300.0
+    """An entry retrieved less than this many seconds ago counts as recently retrieved."""
+    drop_recent_top1_p: float = 0.5
+    """Probability of moving a recently retrieved top-1 to the end of the order."""
+    batch_size: int = 32
+    """Most queries embedded and searched together."""
+    batch_wait_ms: float = 5.0
+    """Longest a batch waits for more queries before it runs (milliseconds)."""
+    seed: int = 0
+    """Seed of the random demotion."""
+
+    def __post_init__(self) -> None:
+        if self.k < 1:
+            raise ValueError(f"k must be >= 1, got {self.k}")
+        if self.oversample < 1:
+            raise ValueError(f"oversample must be >= 1 (1 = no extra candidates), got "
+                             f"{self.oversample}")
+        if self.lam < 0 or self.recent_s < 0:
+            raise ValueError("lam and recent_s must be >= 0")
+        if not 0.0 <= self.drop_recent_top1_p <= 1.0:
+            raise ValueError(f"drop_recent_top1_p is a probability, got {self.drop_recent_top1_p}")
+        if self.batch_size < 1 or self.batch_wait_ms < 0:
+            raise ValueError("batch_size must be >= 1 and batch_wait_ms >= 0")
+
+
+def diversified_order(candidates: Sequence[tuple[int, float]], times_retrieved: Mapping[int, int],
+                      last_retrieved: Mapping[int, float | None], now: float,
+                      cfg: RetrievalConfig, rng: random.Random) -> list[int]:
+    """Re-rank retrieval candidates so that popular and just-used entries give way.
+
+    Candidates are ranked by similarity (rank r = 0 for the most similar); each gets
+    ``score = -r - lam * ln(1 + times_retrieved) - 1[now - last_retrieved < recent_s]`` and the
+    ids are returned by descending score (ties keep the similarity order). If the first one was
+    retrieved recently, with probability ``drop_recent_top1_p`` it is moved to the end. With
+    ``cfg.diversify`` off, the plain similarity order is returned.
+
+    Args:
+        candidates: (entry id, cosine similarity), any order.
+        times_retrieved / last_retrieved: usage per id (missing = never; times in Unix seconds).
+        now: current Unix time (seconds).
+        rng: source of the random demotion (``rng.random()`` is drawn only when the top-1 is
+            recent).
+    """
+    ordered = sorted(candidates, key=lambda c: -c[1])
+    if not cfg.diversify or not ordered:
+        return [eid for eid, _ in ordered]
+    scored = []
+    for rank, (eid, _) in enumerate(ordered):
+        last = last_retrieved.get(eid)
+        recent = last is not None and now - last < cfg.recent_s
+        score = -rank - cfg.lam * math.log1p(times_retrieved.get(eid, 0)) - (1.0 if recent else 0.0)
+        scored.append((score, rank, eid, recent))
+    scored.sort(key=lambda s: (-s[0], s[1]))
+    order = [s[2] for s in scored]
+    if len(order) > 1 and scored[0][3] and rng.random() < cfg.drop_recent_top1_p:
+        order = order[1:] + order[:1]
+    return order
+
+
+@dataclass
+class _Request:
+    queries: list[str]
+    k: int
+    family: str | None
+    taken: bool = False
+    done: bool = False
+    result: list[list[ExperienceEntry]] | None = None
+    error: BaseException | None = None
+
+
+@dataclass
+class _Counters:
+    retrieve_calls: int = 0
+    queries: int = 0
+    batches: int = 0
+    entries_returned: int = 0
+    empty_results: int = 0
+    ops_add: int = 0
+    ops_update: int = 0
+    ops_update_as_add: int = 0
+    ops_return: int = 0
+    merges: int = 0
+    merge_windows: int = 0
+    merge_malformed: int = 0
+    batch_latency_s: deque = field(default_factory=lambda: deque(maxlen=2048))
+
+
+class ExperienceManager:
+    """The hub the rollout engine and the extractor track share (thread-safe).
+
+    Args:
+        bank: the ExperienceBank (its dim and embedder name must match ``embedder``).
+        embedder: turns query and entry texts into vectors.
+        retrieval: RetrievalConfig.
+        clock: Unix-time source for "recently retrieved" (tests pass a fake clock).
+    """
+
+    def __init__(self, bank: ExperienceBank, embedder: Embedder,
+                 retrieval: RetrievalConfig | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        if embedder.dim != bank.dim:
+            raise ValueError(f"embedder {embedder.name!r} gives {embedder.dim}-dim vectors but the "
+                             f"bank {bank.path} stores {bank.dim}-dim ones: use the bank's "
+                             f"embedder ({bank.embedder_name or '?'}) or a new bank path")
+        if bank.embedder_name and embedder.name != bank.embedder_name:
+            raise ValueError(f"bank {bank.path} was built with embedder {bank.embedder_name!r}, "
+                             f"not {embedder.name!r}: use that embedder or a new bank path")
+        self.bank = bank
+        self.embedder = embedder
+        self.retrieval = retrieval or RetrievalConfig()
+        self.clock = clock
+        self._lock = RWLock()
+        self._rng = random.Random(self.retrieval.seed)
+        self._select_lock = threading.Lock()
+        self._cond = threading.Condition()
+        self._pending: deque[_Request] = deque()
+        self._pending_queries = 0
+        self._collecting = False
+        self._counters = _Counters()
+        self._counter_lock = threading.Lock()
+
+    # ------------------------------------------------------------------ retrieval
+    def retrieve(self, queries: list[str], k: int | None = None, family: str | None = None
+                 ) -> list[list[ExperienceEntry]]:
+        """Top-k entries (after diversification) per query text; thread-safe and micro-batched.
+
+        Returns one list per query (shorter than k when the bank/family holds fewer entries).
+        Each returned entry's ``times_retrieved`` / ``last_retrieved`` are counted at once (the
+        returned objects show the values from before this retrieval).
+        """
+        if isinstance(queries, str):
+            raise TypeError("retrieve() takes a list of query strings")
+        if not queries:
+            return []
+        k = self.retrieval.k if k is None else k
+        if not isinstance(k, int) or k < 1:
+            raise ValueError(f"k must be a positive int, got {k!r}")
+        req = _Request([str(q) for q in queries], k, family)
+        cfg = self.retrieval
+        with self._cond:
+            self._pending.append(req)
+            self._pending_queries += len(req.queries)
+            self._cond.notify_all()
+        while True:
+            with self._cond:
+                while not req.done and (req.taken or self._collecting):
+                    self._cond.wait()
+                if req.done:
+                    break
+                self._collecting = True  # this thread collects the next batch
+                deadline = time.monotonic() + cfg.batch_wait_ms / 1000.0
+                while self._pending_queries < cfg.batch_size:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        break
+                    self._cond.wait(remaining)
+                batch: list[_Request] = []
+                n = 0
+                while self._pending and (not batch or
+                                         n + len(self._pending[0].queries) <= cfg.batch_size):
+                    r = self._pending.popleft()
+                    r.taken = True
+                    batch.append(r)
+                    n += len(r.queries)
+                self._pending_queries -= n
+                self._collecting = False
+                self._cond.notify_all()
+            try:
+                results = self._run_batch(batch)
+                error: BaseException | None = None
+            except BaseException as exc:  # every caller in the batch sees the error
+                results, error = None, exc
+            with self._cond:
+                for j, r in enumerate(batch):
+                    r.result = results[j] if results is not None else None
+                    r.error = error
+                    r.done = True
+                self._cond.notify_all()
+        if req.error is not None:
+            raise req.error
+        assert req.result is not None
+        return req.result
+
+    def _run_batch(self, batch: list[_Request]) -> list[list[list[ExperienceEntry]]]:
+        t0 = time.perf_counter()
+        cfg = self.retrieval
+        texts = [q for r in batch for q in r.queries]
+        vecs = self.embedder.encode(texts)
+        now = self.clock()
+        # (request index, query index, row in vecs) grouped by family
+        by_family: dict[str | None, list[tuple[int, int, int]]] = {}
+        row = 0
+        for ri, r in enumerate(batch):
+            for qi in range(len(r.queries)):
+                by_family.setdefault(r.family, []).append((ri, qi, row))
+                row += 1
+        chosen: list[list[list[int]]] = [[[] for _ in r.queries] for r in batch]
+        with self._lock.read():
+            candidates: dict[tuple[int, int], list[tuple[int, float]]] = {}
+            for fam, rows in by_family.items():
+                kmax = max(batch[ri].k for ri, _, _ in rows)
+                n_cand = kmax * cfg.oversample if cfg.diversify else kmax
+                hits = self.bank.search(vecs[[r for _, _, r in rows]], n_cand, family=fam)
+                for (ri, qi, _), h in zip(rows, hits):
+                    candidates[(ri, qi)] = h
+            with self._select_lock:
+                ids = {i for hits in candidates.values() for i, _ in hits}
+                times, last = self.bank.usage(ids)
+                for (ri, qi), hits in candidates.items():
+                    picked = diversified_order(hits, times, last, now, cfg, self._rng)[:batch[ri].k]
+                    for i in picked:  # later queries of the same batch see these uses
+                        times[i] = times.get(i, 0) + 1
+                        last[i] = now
+                    chosen[ri][qi] = picked
+            flat = [i for per_req in chosen for per_q in per_req for i in per_q]
+            entries = {e.id: e for e in self.bank.get(set(flat))}
+            self.bank.record_retrievals(flat, now)
+        out = [[[entries[i] for i in per_q if i in entries] for per_q in per_req]
+               for per_req in chosen]
+        with self._counter_lock:
+            c = self._counters
+            c.retrieve_calls += len(batch)
+            c.queries += len(texts)
+            c.batches += 1
+            c.entries_returned += sum(len(x) for per_req in out for x in per_req)
+            c.empty_results += sum(1 for per_req in out for x in per_req if not x)
+            c.batch_latency_s.append(time.perf_counter() - t0)
+        return out
+
+    # ------------------------------------------------------------------ extractor operations
+    def apply_operations(self, ops: Sequence[Operation], *, family: str, task_id: str,
+                         provenance: Mapping[str, Any], step: int) -> list[int]:
+        """Apply the extractor's operations for one episode in ONE bank transaction.
+
+        ``add`` stores a new entry of ``family``; ``update`` rewrites its first target in place
+        (keeping its id and usage history) and folds the other targets into it (they are
+        deleted); an update whose targets have all disappeared meanwhile (merged, evicted) is
+        stored as an add; ``return`` does nothing.
+
+        Args:
+            provenance: ``{"run": str, "trajectories": list[str]}`` (both optional): the run name
+                and the ids of the trajectories the entries were distilled from.
+        Returns:
+            ids written (new entries, then updated ones).
+        """
+        unknown = set(provenance) - {"run", "trajectories"}
+        if unknown:
+            raise ValueError(f"provenance keys must be 'run' and 'trajectories', got "
+                             f"{sorted(unknown)}")
+        run = str(provenance.get("run", ""))
+        trajectories = [str(t) for t in provenance.get("trajectories", [])]
+        writes = [op for op in ops if op.kind in ("add", "update")]
+        for op in ops:
+            if op.kind not in ("add", "update", "return"):
+                raise ValueError(f"unknown operation kind {op.kind!r}")
+            if op.kind in ("add", "update") and (not op.title.strip() or not op.content.strip()):
+                raise ValueError(f"{op.kind} operation needs a title and a content")
+        with self._counter_lock:
+            self._counters.ops_return += sum(op.kind == "return" for op in ops)
+        if not writes:
+            return []
+        vecs = self.embedder.encode([render_entry_text(op.title, op.content) for op in writes])
+        adds: list[dict[str, Any]] = []
+        add_vecs: list[np.ndarray] = []
+        updates: list[tuple[int, dict[str, Any], np.ndarray]] = []
+        deletes: list[int] = []
+        n_update_as_add = 0
+        with self._lock.write():
+            targets = {e.id: e for e in self.bank.get(
+                {t for op in writes for t in op.target_ids})}
+            for op, vec in zip(writes, vecs):
+                alive = [targets[t] for t in op.target_ids if t in targets]
+                if op.kind == "add" or not alive:
+                    n_update_as_add += op.kind == "update"
+                    adds.append({"title": op.title, "content": op.content, "family": family,
+                                 "task_ids": [task_id], "run": run,
+                                 "source_trajectories": trajectories, "origin": "add"})
+                    add_vecs.append(vec)
+                    continue
+                primary, folded = alive[0], alive[1:]
+                updates.append((primary.id, {
+                    "title": op.title, "content": op.content,
+                    "task_ids": _union(*(e.task_ids for e in alive), [task_id]),
+                    "source_trajectories": _union(*(e.source_trajectories for e in alive),
+                                                  trajectories),
+                    "parent_ids": _union_ints(primary.parent_ids, [e.id for e in folded]),
+                    "origin": "update"}, vec))
+                deletes.extend(e.id for e in folded)
+            result = self.bank.commit(
+                adds=adds, add_embeddings=np.stack(add_vecs) if add_vecs else None,
+                updates=updates, deletes=deletes, step=step, missing_ok=True)
+        with self._counter_lock:
+            self._counters.ops_add += sum(op.kind == "add" for op in writes)
+            self._counters.ops_update += sum(op.kind == "update" for op in writes)
+            self._counters.ops_update_as_add += n_update_as_add
+        return result.added_ids + result.updated_ids
+
+    def record_outcomes(self, entry_ids: Sequence[int], score: float) -> None:
+        """A trajectory that used ``entry_ids`` finished with ``score``: each entry's n_used += 1
+        and its outcome sum += (score if score > 0 else -1) (its mean is the extractor reward)."""
+        self.bank.record_outcomes(entry_ids, usage_reward(score))
+
+    def mark_trained(self, entry_ids: Sequence[int], step: int) -> None:
+        """The extractor samples behind ``entry_ids`` were used in an update at ``step`` (feeds
+        the count-aware reweighting: times_trained, last_trained_step)."""
+        self.bank.mark_trained(entry_ids, step)
+
+    def get(self, ids: Sequence[int]) -> list[ExperienceEntry]:
+        with self._lock.read():
+            return self.bank.get(ids)
+
+    # ------------------------------------------------------------------ merge
+    def merge(self, generate: Generate, *, step: int, chunk: int = 5,
+              families: Sequence[str] | None = None) -> MergeResult:
+        """Walk the bank (per family, oldest first) in windows of ``chunk`` entries and let the
+        extractor merge / rewrite / discard / keep them.
+
+        Sliding window: the entries a window produced (merged or rewritten) open the next window,
+        filled up with fresh entries to ``chunk``. Windows of different families go to
+        ``generate`` together in one batch. Each window's decisions are stored in ONE transaction
+        (replacements added and originals deleted together) and only if every original is still
+        unchanged; a malformed answer or a changed window changes nothing.
+
+        Args:
+            generate: ``generate(list of chat message lists) -> list of objects with .text``.
+            step: actor step recorded on new entries.
+            chunk: window size (>= 2).
+            families: only these families (default: all).
+        """
+        if chunk < 2:
+            raise ValueError(f"chunk must be >= 2 (a window compares entries), got {chunk}")
+        result = MergeResult(size_before=len(self.bank))
+        with self._lock.read():
+            fams = sorted(families) if families is not None else sorted(
+                self.bank.family_counts())
+            queues = {f: deque(self.bank.all_ids(f)) for f in fams}
+        carry: dict[str, list[int]] = {f: [] for f in fams}
+        while True:
+            windows: list[tuple[str, list[ExperienceEntry]]] = []
+            with self._lock.read():
+                for fam in fams:
+                    ids = carry[fam][-(chunk - 1):]
+                    q = queues[fam]
+                    while q and len(ids) < chunk:
+                        i = q.popleft()
+                        if i not in ids:
+                            ids.append(i)
+                    entries = self.bank.get(ids)
+                    carry[fam] = []
+                    if len(entries) >= 2:
+                        windows.append((fam, entries))
+                    elif q and entries:  # one survivor: let it open the next window
+                        carry[fam] = [entries[0].id]
+            if not windows:
+                if any(queues.values()):
+                    continue
+                break
+            messages = [build_merge_messages(entries, fam) for fam, entries in windows]
+            generations = list(generate(messages))
+            if len(generations) != len(messages):
+                raise ValueError(f"generate() returned {len(generations)} outputs for "
+                                 f"{len(messages)} prompts")
+            for (fam, entries), msgs, gen in zip(windows, messages, generations):
+                sample = MergeSample(family=fam, messages=msgs, generation=gen,
+                                     window_ids=[e.id for e in entries])
+                result.samples.append(sample)
+                result.n_windows += 1
+                carry[fam] = self._apply_merge_window(sample, entries, step, result)
+        result.size_after = len(self.bank)
+        with self._counter_lock:
+            self._counters.merges += 1
+            self._counters.merge_windows += result.n_windows
+            self._counters.merge_malformed += result.n_malformed
+        return result
+
+    def _apply_merge_window(self, sample: MergeSample, entries: list[ExperienceEntry], step: int,
+                            result: MergeResult) -> list[int]:
+        """Store one window's decisions; returns the ids to carry into the next window."""
+        decisions, malformed = parse_merge_decisions(_text_of(sample.generation),
+                                                     sample.window_ids)
+        sample.decisions, sample.malformed = decisions, malformed
+        if malformed:
+            result.n_malformed += 1
+            return []
+        by_id = {e.id: e for e in entries}
+        new_entries: list[dict[str, Any]] = []
+        texts: list[str] = []
+        deletes: list[int] = []
+        for d in decisions:
+            if d.kind == "keep":
+                continue
+            deletes.extend(d.ids)
+            if d.kind == "discard":
+                continue
+            parents = [by_id[i] for i in d.ids]
+            lasts = [p.last_retrieved for p in parents if p.last_retrieved is not None]
+            new_entries.append({
+                "title": d.title, "content": d.content, "family": sample.family,
+                "task_ids": _union(*(p.task_ids for p in parents)),
+                "run": parents[0].run, "origin": d.kind, "parent_ids": list(d.ids),
+                "source_trajectories": _union(*(p.source_trajectories for p in parents)),
+                # usage carries over so that diversification does not favour merged entries
+                "times_retrieved": sum(p.times_retrieved for p in parents),
+                "last_retrieved": max(lasts) if lasts else None})
+            texts.append(render_entry_text(d.title, d.content))
+        if not deletes:
+            return []
+        vecs = self.embedder.encode(texts) if texts else None
+        try:
+            with self._lock.write():
+                commit = self.bank.commit(adds=new_entries, add_embeddings=vecs, deletes=deletes,
+                                          step=step,
+                                          expect_versions={i: by_id[i].version for i in deletes})
+        except StaleEntriesError:
+            sample.stale = True
+            result.n_stale += 1
+            return []
+        sample.created_ids, sample.deleted_ids = commit.added_ids, commit.deleted_ids
+        result.created_ids += commit.added_ids
+        result.deleted_ids += commit.deleted_ids
+        for d in decisions:
+            if d.kind == "merge":
+                result.merged += len(d.ids)
+            elif d.kind == "rewrite":
+                result.rewritten += 1
+            elif d.kind == "discard":
+                result.discarded += len(d.ids)
+        return list(commit.added_ids)
+
+    # ------------------------------------------------------------------ stats
+    def stats(self) -> dict[str, float]:
+        """Metrics under ``bank/...``: size, per-family size, retrieval counts, batch sizes and
+        latency (p50/p99 over the last 2048 batches, seconds), operation counts."""
+        with self._counter_lock:
+            c = self._counters
+            lat = np.asarray(c.batch_latency_s, dtype=np.float64)
+            out: dict[str, float] = {
+                "bank/size": float(len(self.bank)),
+                "bank/evicted_total": float(self.bank.evicted_total),
+                "bank/retrieve_calls": float(c.retrieve_calls),
+                "bank/queries": float(c.queries),
+                "bank/retrieval_batches": float(c.batches),
+                "bank/mean_batch_queries": c.queries / c.batches if c.batches else 0.0,
+                "bank/entries_returned": float(c.entries_returned),
+                "bank/empty_results": float(c.empty_results),
+                "bank/batch_latency_p50_s": float(np.percentile(lat, 50)) if lat.size else 0.0,
+                "bank/batch_latency_p99_s": float(np.percentile(lat, 99)) if lat.size else 0.0,
+                "bank/ops_add": float(c.ops_add),
+                "bank/ops_update": float(c.ops_update),
+                "bank/ops_update_as_add": float(c.ops_update_as_add),
+                "bank/ops_return": float(c.ops_return),
+                "bank/merges": float(c.merges),
+                "bank/merge_windows": float(c.merge_windows),
+                "bank/merge_malformed": float(c.merge_malformed),
+            }
+        for fam, n in self.bank.family_counts().items():
+            out[f"bank/size_{fam}"] = float(n)
+        return out
+
+
+def _text_of(generation: Any) -> str:
+    """The text of a generation object (``.text``), or the string itself."""
+    if isinstance(generation, str):
+        return generation
+    text = getattr(generation, "text", None)
+    if not isinstance(text, str):
+        raise TypeError(f"generate() must return objects with a .text string, got "
+                        f"{type(generation).__name__}")
+    return text
+
+
+def _union(*lists: Sequence[str]) -> list[str]:
+    return list(dict.fromkeys(x for lst in lists for x in lst))
+
+
+def _union_ints(*lists: Sequence[int]) -> list[int]:
+    return list(dict.fromkeys(int(x) for lst in lists for x in lst))

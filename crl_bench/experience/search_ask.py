@@ -1,0 +1,136 @@
+"""Search-and-Ask: the actor's mid-episode question to the experience system.
+
+The rollout engine calls ``SearchAndAsk(query, episode_context)`` when the actor uses its search
+tool. The manager retrieves entries for the query; the extractor rewrites them into concrete
+guidance for the situation the actor is in; that guidance is the tool's observation. Each such
+extractor call is recorded in ``samples`` (prompt messages, generation object, entry ids), so the
+co-training loop can train the extractor on it like on any other extractor output.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+from crl_bench.experience.bank import ExperienceEntry
+from crl_bench.experience.extraction import clip_middle, extract_answer
+from crl_bench.experience.manager import ExperienceManager, Generate, _text_of
+
+NO_MATCH = "The experience library has nothing on this yet. Continue with your own judgement."
+MAX_GUIDANCE_CHARS = 1500
+
+
+@dataclass
+class EpisodeContext:
+    """What the extractor is told about the episode that asks."""
+
+    goal: str
+    observation: str = ""
+    """The actor's latest observation (the situation the guidance is for)."""
+    family: str | None = None
+    """Env family; retrieval is restricted to it (None = all families)."""
+    task_id: str | None = None
+    episode_id: str | None = None
+
+
+@dataclass
+class SearchAskSample:
+    """One recorded Search-and-Ask extractor call (a trainable extractor sample)."""
+
+    query: str
+    context: EpisodeContext
+    messages: list[dict[str, str]]
+    generation: Any
+    entry_ids: list[int]
+    guidance: str
+    malformed: bool
+
+
+_SYSTEM = """You advise an agent that is in the middle of a task in a text-based environment. \
+It has asked a question; you have entries from its experience library that may help. Turn them \
+into concrete advice for the agent's current situation: what to do next and what to avoid. Use \
+only what applies here; say so if nothing does. At most five sentences.
+
+Think first if you want, then put the advice, addressed to the agent, between <answer> and \
+</answer>."""
+
+
+def build_search_ask_messages(query: str, context: EpisodeContext,
+                              entries: Sequence[ExperienceEntry], *,
+                              max_observation_chars: int = 2000) -> list[dict[str, str]]:
+    """Chat messages asking the extractor to turn ``entries`` into guidance for ``query``."""
+    listing = "\n".join(f"[id {e.id}] {e.render()}" for e in entries)
+    user = (f"## Goal of the task\n{context.goal.strip()}\n\n"
+            f"## Current situation\n"
+            f"{clip_middle(context.observation.strip(), max_observation_chars) or '(unknown)'}"
+            f"\n\n## The agent asks\n{query.strip()}\n\n"
+            f"## Library entries\n{listing}\n\n"
+            f"## Your task\nWrite the advice inside <answer></answer>.")
+    return [{"role": "system", "content": _SYSTEM}, {"role": "user", "content": user}]
+
+
+class SearchAndAsk:
+    """The rollout engine's tool hook: ``__call__(query, episode_context) -> observation text``.
+
+    Thread-safe (several rollout workers may ask at once). Limiting uses per episode is the
+    engine's job (it knows the episode); this object answers every call.
+
+    Args:
+        manager: retrieval goes through it (diversified, usage counted).
+        generate: the extractor role: ``generate(list of message lists) -> [obj with .text]``.
+        k: entries retrieved per question.
+    """
+
+    def __init__(self, manager: ExperienceManager, generate: Generate, *, k: int = 2) -> None:
+        if k < 1:
+            raise ValueError(f"k must be >= 1, got {k}")
+        self.manager = manager
+        self.generate = generate
+        self.k = k
+        self.samples: list[SearchAskSample] = []
+        self._lock = threading.Lock()
+
+    def __call__(self, query: str, episode_context: EpisodeContext | Mapping[str, Any]) -> str:
+        context = _as_context(episode_context)
+        query = str(query).strip()
+        if not query:
+            return "Your search query was empty. Ask a question about your situation."
+        entries = self.manager.retrieve([query], k=self.k, family=context.family)[0]
+        if not entries:
+            return NO_MATCH
+        messages = build_search_ask_messages(query, context, entries)
+        generation = list(self.generate([messages]))
+        if len(generation) != 1:
+            raise ValueError(f"generate() returned {len(generation)} outputs for 1 prompt")
+        answer = extract_answer(_text_of(generation[0]))
+        malformed = not answer
+        if malformed:
+            # The actor still gets something useful: the entries themselves.
+            guidance = "Related experience:\n" + "\n".join(f"- {e.render()}" for e in entries)
+        else:
+            guidance = answer
+        guidance = clip_middle(guidance, MAX_GUIDANCE_CHARS)
+        with self._lock:
+            self.samples.append(SearchAskSample(
+                query=query, context=context, messages=messages, generation=generation[0],
+                entry_ids=[e.id for e in entries], guidance=guidance, malformed=malformed))
+        return guidance
+
+    def drain_samples(self) -> list[SearchAskSample]:
+        """Take the recorded samples (the list is emptied)."""
+        with self._lock:
+            out, self.samples = self.samples, []
+        return out
+
+
+def _as_context(ctx: EpisodeContext | Mapping[str, Any]) -> EpisodeContext:
+    if isinstance(ctx, EpisodeContext):
+        return ctx
+    if isinstance(ctx, Mapping):
+        known = {"goal", "observation", "family", "task_id", "episode_id"}
+        if "goal" not in ctx:
+            raise ValueError("episode_context needs a 'goal'")
+        return EpisodeContext(**{k: ctx[k] for k in known if k in ctx})
+    raise TypeError(f"episode_context must be an EpisodeContext or a mapping, got "
+                    f"{type(ctx).__name__}")
