@@ -278,7 +278,10 @@ _STRAIGHT_OK, _DIAGONAL_OK = b"\x01\x02", b"\x01"
 
 def crop_map(chars: np.ndarray, x: int, y: int, rows: int = MAP_CROP_ROWS,
              cols: int = MAP_CROP_COLS) -> str:
-    """ASCII map of ``rows`` x ``cols`` squares centred on the agent (clipped at the map's edge)."""
+    """ASCII map of ``rows`` x ``cols`` squares centred on the agent (clipped at the map's edge).
+
+    Blank rows at the top and bottom and blank columns common to all rows on the left are cut.
+    """
     top, left = max(0, y - rows // 2), max(0, x - cols // 2)
     window = chars[top:min(ROWS, y + rows // 2 + 1), left:min(COLS, x + cols // 2 + 1)]
     lines = [row.tobytes().decode("ascii", errors="replace").rstrip() for row in window]
@@ -286,7 +289,8 @@ def crop_map(chars: np.ndarray, x: int, y: int, rows: int = MAP_CROP_ROWS,
         lines.pop(0)
     while lines and not lines[-1]:
         lines.pop()
-    return "\n".join(lines)
+    indent = min((len(line) - len(line.lstrip(" ")) for line in lines if line), default=0)
+    return "\n".join(line[indent:] for line in lines)
 
 
 def describe(glyphs: np.ndarray, blstats: np.ndarray, message: np.ndarray,

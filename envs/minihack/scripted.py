@@ -168,3 +168,32 @@ class ScriptedTextAgent:
                     self._rng.random())
 
         return min(options, key=cost)
+
+
+@dataclass(frozen=True)
+class EpisodeResult:
+    success: bool
+    actions: int
+    total_reward: float
+    final_observation: str
+
+
+def play_episode(env: object, agent: ScriptedTextAgent, seed: int | None = None,
+                 options: dict | None = None) -> EpisodeResult:
+    """Play one episode of a text env with the scripted agent (it sees only the observations)."""
+    obs, info = env.reset(seed=seed, options=options)  # type: ignore[attr-defined]
+    agent.reset()
+    actions, total = 0, 0.0
+    while True:
+        obs, reward, terminated, truncated, info = env.step(agent.act(obs))  # type: ignore[attr-defined]
+        actions += 1
+        total += float(reward)
+        if terminated or truncated:
+            return EpisodeResult(bool(info["success"]), actions, total, obs)
+
+
+def success_rate(env: object, episodes: int, first_seed: int = 0, agent_seed: int = 0) -> float:
+    """Fraction of ``episodes`` seeded episodes (seeds ``first_seed``...) the agent solves."""
+    agent = ScriptedTextAgent(seed=agent_seed)
+    wins = sum(play_episode(env, agent, seed=first_seed + i).success for i in range(episodes))
+    return wins / episodes

@@ -1,0 +1,264 @@
+"""MiniHack text envs on the real NLE: contract, seeding, actions, episode ends, scripted agent."""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+import warnings
+
+import gymnasium
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+pytest.importorskip("nle")  # the minihack extra; MiniHack itself is imported through our shim
+
+import crl_bench  # noqa: E402,F401  (registers the crl/ envs)
+from crl_bench.env_check import check_text_env  # noqa: E402
+from crl_bench.envs.minihack.env import MiniHackTextEnv  # noqa: E402
+from crl_bench.envs.minihack.language import DIRECTION_STEPS, DIRECTIONS  # noqa: E402
+from crl_bench.envs.minihack.scripted import (  # noqa: E402
+    ScriptedTextAgent,
+    parse_observation,
+    play_episode,
+    success_rate,
+)
+from crl_bench.registry import ENVS  # noqa: E402
+
+MINIHACK_IDS = sorted(name for name in ENVS.names() if ENVS.get(name).family == "minihack")
+REQUIRED_IDS = {f"crl/MiniHack-Room-{v}{s}x{s}-v0" for s in (5, 15)
+                for v in ("", "Random-", "Dark-", "Monster-", "Trap-", "Ultimate-")}
+REQUIRED_IDS |= {"crl/MiniHack-Corridor-R3-v0", "crl/MiniHack-MazeWalk-9x9-v0"}
+
+
+def _agent_position(env: MiniHackTextEnv) -> tuple[int, int]:
+    """Test-only peek at NLE's blstats (agents never get this)."""
+    blstats = env.nle_env.last_observation[env.nle_env._blstats_index]
+    return int(blstats[0]), int(blstats[1])
+
+
+def _level_glyphs(env: MiniHackTextEnv) -> bytes:
+    return env.nle_env.last_observation[env.nle_env._glyph_index].tobytes()
+
+
+# -- registration ------------------------------------------------------------------------------
+
+def test_the_required_tasks_are_registered_lazily_with_the_minihack_extra() -> None:
+    assert REQUIRED_IDS <= set(MINIHACK_IDS)
+    for env_id in MINIHACK_IDS:
+        entry = ENVS.get(env_id)
+        assert entry.extra == "minihack"
+        assert entry.entry_point == "crl_bench.envs.minihack.env:MiniHackTextEnv"
+        assert entry.kwargs["task"] == env_id.removeprefix("crl/")
+    assert ENVS.get("crl/MiniHack-Room-Ultimate-5x5-v0").kwargs["max_steps"] == 30
+
+
+def test_importing_crl_bench_does_not_import_nle() -> None:
+    code = ("import sys, crl_bench; from crl_bench.registry import ENVS; "
+            "assert 'crl/MiniHack-Room-5x5-v0' in ENVS; "
+            "heavy = [m for m in ('nle', 'minihack') if m in sys.modules]; "
+            "assert not heavy, heavy")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_gymnasium_make_works_after_importing_crl_bench() -> None:
+    env = gymnasium.make("crl/MiniHack-Room-5x5-v0")
+    obs, info = env.reset(seed=0)
+    assert isinstance(obs, str) and "staircase down" in obs
+    assert info["admissible_actions"] == list(DIRECTIONS)
+    assert isinstance(env.unwrapped, MiniHackTextEnv)
+    env.close()
+
+
+# -- the contract --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("env_id", MINIHACK_IDS)
+def test_check_text_env_passes_without_warnings(env_id: str) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # any warning at all fails the test
+        report = check_text_env(env_id, seed=3)
+    assert len(report.checks) == 4
+
+
+# -- seeding -------------------------------------------------------------------------------------
+
+def test_same_seed_and_actions_give_identical_observations_and_rewards() -> None:
+    rng = random.Random(5)
+    actions = [rng.choice(DIRECTIONS) for _ in range(40)]
+    traces = []
+    for _ in range(2):
+        env = MiniHackTextEnv("MiniHack-Room-Ultimate-15x15-v0", max_steps=60)  # monsters move
+        trace = [env.reset(seed=11)[0]]
+        for a in actions:
+            obs, reward, terminated, truncated, info = env.step(a)
+            trace.append((obs, reward, terminated, truncated, info["success"]))
+            if terminated or truncated:
+                break
+        traces.append(trace)
+        env.close()
+    assert traces[0] == traces[1]
+    assert len(traces[0]) > 10
+
+
+def test_task_id_is_the_level_seed() -> None:
+    env = MiniHackTextEnv("MiniHack-Room-Random-15x15-v0")
+    _, info = env.reset(seed=7)
+    assert info["task_id"] == "7"
+    level_7 = _level_glyphs(env)
+    _, info = env.reset(seed=123, options={"task_id": "7"})  # other game seeds, same level
+    assert info["task_id"] == "7" and _level_glyphs(env) == level_7
+    env.reset(seed=8)
+    assert _level_glyphs(env) != level_7
+    _, info = env.reset(options={"task_id": 7})
+    assert info["task_id"] == "7" and _level_glyphs(env) == level_7
+    _, info = env.reset()  # level seed drawn from np_random
+    assert info["task_id"].isdigit()
+    env.close()
+
+
+@pytest.mark.parametrize("bad", ["abc", "-1", "1.5", 2**63, 1.0, True, ["1"]])
+def test_a_bad_task_id_is_a_clear_error(bad: object) -> None:
+    env = MiniHackTextEnv()
+    with pytest.raises(ValueError, match="task_id"):
+        env.reset(options={"task_id": bad})
+    env.close()
+
+
+def test_an_unknown_task_names_the_known_ones() -> None:
+    with pytest.raises(ValueError, match="MiniHack-Room-5x5-v0"):
+        MiniHackTextEnv("MiniHack-Nowhere-v0")
+
+
+# -- actions -------------------------------------------------------------------------------------
+
+def test_each_action_word_moves_the_way_it_is_named() -> None:
+    # Room-15x15 starts in the room's top-left corner; three steps southeast leave room to
+    # move one square in every direction.
+    env = MiniHackTextEnv("MiniHack-Room-15x15-v0", max_steps=20)
+    env.reset(seed=0)
+    for _ in range(3):
+        env.step("southeast")
+    for word, (dx, dy) in zip(DIRECTIONS, DIRECTION_STEPS):
+        x, y = _agent_position(env)
+        _obs, _r, terminated, _t, info = env.step(word)
+        assert info["action_valid"] and not terminated
+        assert _agent_position(env) == (x + dx, y + dy), word
+    env.close()
+
+
+def test_an_unknown_action_is_feedback_that_uses_a_step_but_not_the_game() -> None:
+    env = MiniHackTextEnv("MiniHack-Room-5x5-v0", max_steps=3)
+    first, _ = env.reset(seed=0)
+    nle_steps = env.nle_env._steps
+    obs, reward, terminated, truncated, info = env.step("fly away")
+    assert obs.startswith("Unknown action 'fly away': nothing happened. Valid actions: north,")
+    assert obs.endswith(first)  # the unchanged description follows the feedback
+    assert (reward, terminated, truncated, info["action_valid"]) == (0.0, False, False, False)
+    assert env.nle_env._steps == nle_steps
+    env.step("  North ")  # case and spaces do not matter
+    assert env.nle_env._steps == nle_steps + 1
+    obs, _r, terminated, truncated, info = env.step("x" * 10_000)
+    assert truncated and not terminated and not info["action_valid"]
+    assert "Outcome: you used all 3 actions." in obs
+    assert len(obs) < 2_000  # the echoed action is cut short
+
+
+def test_compound_actions_answer_the_direction_prompt() -> None:
+    env = MiniHackTextEnv("MiniHack-Corridor-R3-v0")
+    _obs, info = env.reset(seed=3)
+    assert "open north" in info["admissible_actions"] and "search" in info["admissible_actions"]
+    before = env.nle_env._steps
+    obs, _r, _te, _tr, info = env.step("open north")
+    assert info["action_valid"] and env.nle_env._steps == before + 2
+    assert "In what direction?" not in obs
+    env.close()
+
+
+@pytest.fixture(scope="module")
+def fuzz_env():
+    env = MiniHackTextEnv("MiniHack-Room-Monster-5x5-v0", max_steps=15)
+    env.reset(seed=1)
+    yield env
+    env.close()
+
+
+@settings(max_examples=60, deadline=None)
+@given(action=st.one_of(st.text(max_size=60), st.sampled_from(DIRECTIONS),
+                        st.builds(lambda d: f" {d.upper()}\t", st.sampled_from(DIRECTIONS))))
+def test_fuzzed_actions_are_feedback_never_exceptions(fuzz_env: MiniHackTextEnv,
+                                                      action: str) -> None:
+    obs, reward, terminated, truncated, info = fuzz_env.step(action)
+    assert isinstance(obs, str) and isinstance(reward, float)
+    valid = " ".join(action.lower().split()) in info["admissible_actions"]
+    assert info["action_valid"] == valid
+    if terminated or truncated:
+        fuzz_env.reset(seed=1)
+
+
+# -- episode ends --------------------------------------------------------------------------------
+
+def test_reaching_the_stairs_is_success_with_minihack_s_reward() -> None:
+    env = MiniHackTextEnv("MiniHack-Room-5x5-v0")
+    env.reset(seed=0)
+    rewards = []
+    for _ in range(4):  # start in the top-left corner, stairs in the bottom-right one
+        obs, reward, terminated, truncated, info = env.step("southeast")
+        rewards.append(reward)
+    assert rewards == [0.0, 0.0, 0.0, 1.0]
+    assert terminated and not truncated
+    assert info["success"] is True and info["score"] == 1.0 and info["end_status"] == "TASK_SUCCESSFUL"
+    assert obs.endswith("Outcome: you reached the goal. Task complete.")
+    obs, reward, terminated, _t, info = env.step("north")  # after the end: feedback, no error
+    assert terminated and reward == 0.0 and not info["action_valid"]
+    env.close()
+
+
+def test_the_step_cap_truncates_and_bumping_costs_minihack_s_time_penalty() -> None:
+    env = gymnasium.make("crl/MiniHack-Room-15x15-v0")  # registered with the paper's 30 steps
+    env.reset(seed=0)
+    for i in range(30):
+        obs, reward, terminated, truncated, info = env.step("west")  # into the rock, every time
+        assert reward == pytest.approx(-0.01)
+        assert truncated == (i == 29) and not terminated
+    assert info["success"] is False and info["score"] == 0.0
+    assert "It's solid stone." in obs and "Outcome: you used all 30 actions. Task failed." in obs
+    env.close()
+
+
+def test_render_and_map() -> None:
+    env = MiniHackTextEnv("MiniHack-Room-5x5-v0", show_map=True, render_mode="ansi")
+    obs, _ = env.reset(seed=0)
+    assert "Map (you are @):\n@...." in obs
+    assert env.render() == obs
+    env.close()
+    env.close()  # closing twice is allowed
+
+
+# -- the scripted agent: the text carries what is needed ----------------------------------------
+
+def test_the_parser_reads_the_env_s_text() -> None:
+    env = MiniHackTextEnv("MiniHack-Room-Random-15x15-v0")
+    obs, _ = env.reset(seed=4)
+    parsed = parse_observation(obs)
+    assert [s.name for s in parsed.sightings if s.name == "staircase down"] == ["staircase down"]
+    assert set(parsed.open_runs) <= set(DIRECTIONS) and parsed.open_runs
+    env.close()
+
+
+@pytest.mark.parametrize("env_id", ["crl/MiniHack-Room-5x5-v0", "crl/MiniHack-Room-15x15-v0",
+                                    "crl/MiniHack-Room-Random-5x5-v0",
+                                    "crl/MiniHack-Room-Random-15x15-v0"])
+def test_a_text_only_scripted_agent_reaches_the_goal(env_id: str) -> None:
+    env = gymnasium.make(env_id)
+    rate = success_rate(env, episodes=100, first_seed=1000)
+    env.close()
+    assert rate >= 0.95, f"{env_id}: scripted agent solved {rate:.0%} of 100 episodes"
+
+
+def test_the_scripted_agent_explores_dark_rooms() -> None:
+    env = gymnasium.make("crl/MiniHack-Room-Dark-5x5-v0")
+    agent = ScriptedTextAgent(seed=0)
+    results = [play_episode(env, agent, seed=s) for s in range(20)]
+    env.close()
+    assert sum(r.success for r in results) >= 18
