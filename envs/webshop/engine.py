@@ -13,7 +13,7 @@ item            "Back to Search", "< Prev" (back to the results), each option na
                 values (clickable), title, price, rating, "Description", "Features",
                 "Reviews" ("Attributes" with ``show_attributes``), "Buy Now"
 description...  "Back to Search", "< Prev" (back to the item), the text
-done            the thank-you page with the score
+done            WebShop's thank-you page: purchased ASIN, chosen options, the score
 ==============  ==========================================================================
 
 Clickable names are matched lower-cased (``click[Buy Now]`` = ``click[buy now]``); ASINs are
@@ -24,6 +24,7 @@ with WebShop's reward.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
@@ -182,8 +183,7 @@ class ShopSession:
                         Segment(product["Title"]), Segment(product["Price"])]
             return out
         if self.page == DONE:
-            return [Segment("Thank you for shopping with us!"),
-                    Segment("Your score (min 0.0, max 1.0)"), Segment(f"{self.reward}")]
+            return [Segment(t) for t in done_page_texts(self.asin or "", self.options, self.reward)]
         assert self.asin is not None
         product = self.by_asin[self.asin]
         out = [*instruction, *back, Segment(PREV_PAGE, "button")]
@@ -233,6 +233,24 @@ class ShopSession:
                     options[v] = Clickable("option", option_name, v)
         out.update(options)
         return out
+
+
+def done_page_texts(asin: str, options: Mapping[str, str], reward: float) -> list[str]:
+    """The visible text of WebShop's thank-you page, as its text env renders it.
+
+    WebShop's template also lists the goal, but its text env does not pass the goal in, so those
+    fields read "None" or nothing; the purchased ASIN, the chosen options (JSON, keys sorted,
+    HTML-safe as Flask's ``tojson`` writes them) and the score are shown.
+    """
+    options_json = json.dumps(dict(options), sort_keys=True)
+    for char, escape in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"), ("'", "\\u0027")):
+        options_json = options_json.replace(char, escape)
+    return ["Thank you for shopping with us!", "Your code:", "None",
+            "(Paste it in your MTurk interface.)", "Purchased", "asin", asin, "options",
+            options_json, "attrs", "None", "category", "None", "query", "None", "product category",
+            "None", "Target", "asin", "options", "attrs", "price upper", "instuction text",
+            "category", "product category", "query", "Goal", "None", "Reward",
+            "Your score (min 0.0, max 1.0)", f"{reward}", "Reward Details", "None"]
 
 
 def _clip(text: str, limit: int = 60) -> str:
