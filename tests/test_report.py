@@ -122,6 +122,12 @@ def test_diff_ci_equals_scipy_welch_interval(a, b):
     assert est.high == pytest.approx(ci.high, abs=1e-8)
 
 
+def test_diff_ci_survives_tiny_variances():
+    # found by hypothesis: squaring a 1e-309 variance underflowed the Welch df to 0 / 0
+    est = diff_ci([0.0, 0.0], [0.0, 1.0698469999063331e-154])
+    assert math.isfinite(est.half_width) and est.half_width >= 0
+
+
 def test_single_value_and_empty_have_no_interval():
     assert math.isnan(mean_ci([0.5]).half_width) and mean_ci([0.5]).mean == 0.5
     assert mean_ci([]).n == 0

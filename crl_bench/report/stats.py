@@ -107,7 +107,10 @@ def diff_ci(a: Sequence[float], b: Sequence[float], confidence: float = 0.95) ->
     se = math.sqrt(va + vb)
     if se == 0:
         return Estimate(ma - mb, 0.0, min(na, nb), tuple(xa + xb), confidence, "diff")
-    df = (va + vb) ** 2 / (va ** 2 / (na - 1) + vb ** 2 / (nb - 1))
+    # Welch-Satterthwaite in terms of the shares of the variance (each in [0, 1]): the textbook
+    # form squares tiny variances and underflows to 0 / 0
+    wa, wb = va / (va + vb), vb / (va + vb)
+    df = 1.0 / (wa ** 2 / (na - 1) + wb ** 2 / (nb - 1))
     t = float(stats.t.ppf((1 + confidence) / 2, df))
     return Estimate(ma - mb, t * se, min(na, nb), tuple(xa + xb), confidence, "diff")
 

@@ -80,6 +80,16 @@ def table_to_csv_rows(table: Table) -> list[dict[str, Any]]:
     return rows
 
 
+def _model_name(config: dict[str, Any]) -> str:
+    """The actor (and extractor) model of a run; ``config["model"]`` is a dict or a name."""
+    model = config.get("model", "?")
+    if isinstance(model, dict):
+        actor = str(model.get("actor", "?"))
+        extractor = model.get("extractor")
+        return f"{actor} + extractor {extractor}" if extractor else actor
+    return str(model)
+
+
 def _md_escape(text: str) -> str:
     return text.replace("|", "\\|")
 
@@ -161,7 +171,7 @@ def write_report(run_dirs: Iterable[str | Path], out_dir: str | Path, *,
     pct = int(round(confidence * 100))
     generated = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     presets = sorted({str(r.config.get("preset", "?")) for r in rs.runs})
-    models = sorted({str(r.config.get("model", "?")) for r in rs.runs})
+    models = sorted({_model_name(r.config) for r in rs.runs})
     md = [f"# {title}\n",
           f"Generated {generated} by `crl-bench report` from {len(rs.runs)} finished run(s); "
           f"preset(s): {', '.join(presets) or '-'}; model(s): {', '.join(models) or '-'}.\n",
