@@ -99,6 +99,10 @@ class ShopSession:
     sub_page: str = ""
     reward: float = 0.0
     breakdown: RewardBreakdown | None = None
+    # The current page's segments and clickables, computed once per state change (every state
+    # change goes through do_search / do_click, which clear these).
+    _segments: list[Segment] | None = field(default=None, repr=False)
+    _clickables: dict[str, Clickable] | None = field(default=None, repr=False)
 
     # -- actions ---------------------------------------------------------------------------------
     @property
@@ -107,6 +111,7 @@ class ShopSession:
 
     def do_search(self, query: str) -> Outcome:
         """Run ``query`` and show page 1 of the results (WebShop lower-cases the query)."""
+        self._segments = self._clickables = None
         self.keywords = query.lower()
         self.results = list(self.search(self.keywords))
         self._show_results(1)
@@ -119,6 +124,7 @@ class ShopSession:
         if key not in clickables:
             return Outcome(False, f"there is no clickable '{_clip(name)}' on this page")
         element = clickables[key]
+        self._segments = self._clickables = None
         if element.role == "product":
             self.asin = element.target
             self.visited.add(element.target)
@@ -167,6 +173,11 @@ class ShopSession:
 
     def segments(self) -> list[Segment]:
         """The visible text of the current page, in reading order."""
+        if self._segments is None:
+            self._segments = self._page_segments()
+        return self._segments
+
+    def _page_segments(self) -> list[Segment]:
         instruction = [Segment("Instruction:"), Segment(self.goal.instruction_text)]
         back = [Segment(BACK_TO_SEARCH, "button")]
         if self.page == SEARCH:
@@ -219,6 +230,11 @@ class ShopSession:
     def clickables(self) -> dict[str, Clickable]:
         """Lower-cased label -> element, for the current page. Option values come last and win
         a clash with a button label, as in WebShop's page parsing."""
+        if self._clickables is None:
+            self._clickables = self._page_clickables()
+        return self._clickables
+
+    def _page_clickables(self) -> dict[str, Clickable]:
         out: dict[str, Clickable] = {}
         options: dict[str, Clickable] = {}
         product = self.by_asin[self.asin] if self.page == ITEM and self.asin else None

@@ -233,4 +233,5 @@ class ProductSearch:
         are never returned, as in Lucene)."""
         scores = self.scores(query)
         order = np.argsort(-scores, kind="stable")[:k]
-        return [self.doc_ids[i] for i in order if scores[i] > 0.0]
+        order = order[scores[order] > 0.0]
+        return [self.doc_ids[i] for i in order.tolist()]
