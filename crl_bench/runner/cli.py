@@ -42,7 +42,7 @@ def run_command(args: argparse.Namespace) -> int:
         else:
             out = default_run_dir(args.agent, args.tasks, seed)
         path = run_experiment(args.agent, args.tasks, args.preset, seed, out, steps=args.steps,
-                              overrides=overrides, resume=args.resume or bool(args.out),
+                              overrides=overrides, resume=args.resume,
                               progress=not args.no_progress)
         _print_summary(path)
     return 0
