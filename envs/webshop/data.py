@@ -26,7 +26,7 @@ import json
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from crl_bench.envs.webshop.goals import WebShopGoal, build_goals
 
@@ -166,7 +166,3 @@ def load_webshop_data(data_dir: str | Path | None = None, catalogue: str = "1k",
                                        contents=contents, products=products, by_asin=by_asin)
         return _LOADED[key]
 
-
-def product_view(product: Mapping[str, Any]) -> dict[str, Any]:
-    """The fields of a product that pages show (for debugging and the oracle)."""
-    return {k: product.get(k) for k in ("asin", "Title", "Price", "options", "Rating")}

@@ -122,7 +122,7 @@ class ShopSession:
         key = name.lower()
         clickables = self.clickables()
         if key not in clickables:
-            return Outcome(False, f"there is no clickable '{_clip(name)}' on this page")
+            return Outcome(False, f"there is no clickable '{clip_text(name)}' on this page")
         element = clickables[key]
         self._segments = self._clickables = None
         if element.role == "product":
@@ -269,6 +269,6 @@ def done_page_texts(asin: str, options: Mapping[str, str], reward: float) -> lis
             "Your score (min 0.0, max 1.0)", f"{reward}", "Reward Details", "None"]
 
 
-def _clip(text: str, limit: int = 60) -> str:
+def clip_text(text: str, limit: int = 60) -> str:
     text = text.replace("\n", " ")
     return text if len(text) <= limit else text[:limit] + "..."

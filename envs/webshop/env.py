@@ -31,7 +31,7 @@ from __future__ import annotations
 from typing import Any
 
 from crl_bench.envs.webshop.data import WebShopData, load_webshop_data
-from crl_bench.envs.webshop.engine import DONE, Outcome, ShopSession, _clip
+from crl_bench.envs.webshop.engine import DONE, Outcome, ShopSession, clip_text
 from crl_bench.envs.webshop.goals import GOAL_SOURCES, SPLITS, WebShopGoal, split_indices
 from crl_bench.text_env import TextEnv, coerce_action
 
@@ -160,7 +160,7 @@ class WebShopTextEnv(TextEnv):
         assert self.session is not None
         parsed = parse_action(text)
         if parsed is None:
-            return Outcome(False, f"'{_clip(text)}' is not search[keywords] or click[element]")
+            return Outcome(False, f"'{clip_text(text)}' is not search[keywords] or click[element]")
         name, argument = parsed
         if name == "search":
             if not (self.session.has_search_bar or self.search_anywhere):
@@ -172,7 +172,7 @@ class WebShopTextEnv(TextEnv):
             if not argument:
                 return Outcome(False, "click needs an element, e.g. click[buy now]")
             return self.session.do_click(argument)
-        return Outcome(False, f"unknown action '{_clip(name)}'; use search[...] or click[...]")
+        return Outcome(False, f"unknown action '{clip_text(name)}'; use search[...] or click[...]")
 
     # -- observation and info --------------------------------------------------------------------
     def _render_page(self) -> str:
