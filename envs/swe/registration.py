@@ -5,3 +5,14 @@ from __future__ import annotations
 
 def register() -> None:
     """Register this family's envs with crl-bench and gymnasium."""
+    from crl_bench.registry import ENVS, register_env
+
+    if "crl/SWE-v0" in ENVS._entries:
+        return
+    register_env(
+        "crl/SWE-v0", "crl_bench.envs.swe.env:SWETextEnv", family="swe",
+        kwargs={"task_set": "mini"},
+        description="Repository repair with a sandboxed shell and editor, graded by SWE-bench "
+                    "FAIL_TO_PASS/PASS_TO_PASS tests. task_set='mini' (handykit, fast; splits "
+                    "train/test) or 'lite-dev-local' (11 SWE-bench Lite dev instances, offline).",
+        extra="swe")

@@ -1,0 +1,256 @@
+"""``crl/SWE-v0``: repair a repository so that hidden tests pass, with a sandboxed shell and editor.
+
+An episode is one SWE-bench instance. The agent sees the issue text and the tool syntax
+(:data:`crl_bench.envs.swe.tools.TOOL_HELP`), then acts with free-form text actions
+(``admissible_actions`` is ``None``): run a shell command, view a file, search, create a file,
+replace text, submit. Every action counts towards ``max_steps`` (50 by default, as in the
+paper); invalid ones come back as feedback with ``action_valid=False``.
+
+Grading happens on ``submit`` (or when the step cap is reached, unless
+``grade_on_truncation=False``), the SWE-bench way: the files the test patch touches are reset
+to the base, the test patch is applied to the agent's workspace, the instance's test command
+runs, and the ``FAIL_TO_PASS`` and ``PASS_TO_PASS`` tests are looked up in the pytest log.
+``success`` = all of them pass; ``score`` = the fraction that pass; ``reward`` = 1.0 on success
+else 0.0 (``reward="score"`` gives the fraction instead).
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from crl_bench.envs.swe.grading import GradeReport, grade, parse_pytest_log
+from crl_bench.envs.swe.patches import patch_to_actions
+from crl_bench.envs.swe.sandbox import MiB, Sandbox, SandboxError, SandboxLimits
+from crl_bench.envs.swe.tasks import SWETask, TaskSet, make_task_set
+from crl_bench.envs.swe.tools import TOOL_HELP, ToolRunner, run_action_text
+from crl_bench.text_env import TextEnv, coerce_action
+
+INTRO = """\
+<issue>
+{problem}
+</issue>
+
+You are in the repository {repo} at /testbed (its base commit). Resolve the issue above by
+changing the source code; do not change the existing tests. When you submit, hidden tests check
+your change. You have {max_steps} actions.
+
+{tools}"""
+
+
+class SWETextEnv(TextEnv):
+    """Repository repair with a sandboxed shell and editor, graded by FAIL_TO_PASS/PASS_TO_PASS.
+
+    Args:
+        task_set: ``"mini"`` (our handykit tasks, fast), ``"lite-dev-local"`` (11 SWE-bench Lite
+            dev instances rebuilt offline), or a path to a ``.json``/``.jsonl`` file of SWE-bench
+            instances (docker backend only).
+        split: ``"train"`` / ``"test"`` / ``"all"`` for ``mini`` (default ``train``); ``"dev"``
+            for ``lite-dev-local``.
+        data_dir: the task set's data folder (``lite-dev-local``: the folder holding
+            ``swebench_lite_dev.json`` and ``local_workspaces.json``; resolved with
+            ``crl_bench.data.resolve_data_dir("swe", ...)``).
+        backend: ``"local"`` (a confined workspace on this machine) or ``"docker"`` (SWE-bench
+            harness images; needs a Docker engine).
+        max_steps: action cap per episode.
+        command_timeout_s: wall-clock limit of one ``run`` command.
+        eval_timeout_s: wall-clock limit of the grading test run.
+        max_observation_chars: longer observations keep head and tail with a marker.
+        isolation: local backend confinement: ``"auto"``, ``"namespaces"`` or ``"rlimits"``.
+        reward: ``"success"`` (1/0) or ``"score"`` (fraction of tests passing).
+        grade_on_truncation: grade the workspace when the step cap is hit without a submit.
+        python: (``lite-dev-local``) the Python 3.9 interpreter for its venv.
+        sandbox_limits: a :class:`SandboxLimits` (or its fields as a dict) for every command.
+        docker_image: (docker) image name template; ``{instance_id}`` is filled in.
+    """
+
+    family = "swe"
+
+    def __init__(self, task_set: str = "mini", split: str | None = None,
+                 data_dir: str | None = None, backend: str = "local", max_steps: int = 50,
+                 command_timeout_s: float = 60.0, eval_timeout_s: float = 900.0,
+                 max_observation_chars: int = 6000, isolation: str = "auto",
+                 reward: str = "success", grade_on_truncation: bool = True,
+                 python: str | None = None,
+                 sandbox_limits: SandboxLimits | dict[str, Any] | None = None,
+                 docker_image: str | None = None, render_mode: str | None = None) -> None:
+        super().__init__(max_steps=max_steps, render_mode=render_mode)
+        if backend not in ("local", "docker"):
+            raise ValueError(f"backend must be 'local' or 'docker', got {backend!r}.")
+        if reward not in ("success", "score"):
+            raise ValueError(f"reward must be 'success' or 'score', got {reward!r}.")
+        if command_timeout_s <= 0 or eval_timeout_s <= 0:
+            raise ValueError("command_timeout_s and eval_timeout_s must be positive.")
+        self.task_set: TaskSet = make_task_set(task_set, data_dir, python=python)
+        self.split = split or self.task_set.default_split
+        self.task_ids = self.task_set.task_ids(self.split)
+        if not self.task_ids:
+            raise ValueError(f"Task set {task_set!r} split {self.split!r} is empty.")
+        self.backend = backend
+        self.command_timeout_s = float(command_timeout_s)
+        self.eval_timeout_s = float(eval_timeout_s)
+        self.max_observation_chars = int(max_observation_chars)
+        self.isolation = isolation
+        self.reward_mode = reward
+        self.grade_on_truncation = grade_on_truncation
+        self.docker_image = docker_image
+        if isinstance(sandbox_limits, dict):
+            sandbox_limits = SandboxLimits(**sandbox_limits)
+        self.limits = sandbox_limits or SandboxLimits(timeout_s=self.command_timeout_s)
+        self.sandbox: Sandbox | None = None
+        self._sandbox_key: Any = None
+        self._runner: ToolRunner | None = None
+        self.task: SWETask | None = None
+        self._test_command = ""
+        self._steps = 0
+        self._done = False
+        self._last_grade: GradeReport | None = None
+        self._model_patch = ""
+        self._test_log = ""
+
+    # -- episode -------------------------------------------------------------------------------
+    def reset(self, *, seed: int | None = None,
+              options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+        super().reset(seed=seed)
+        options = options or {}
+        task_id = options.get("task_id")
+        if task_id is None:
+            task_id = self.task_ids[int(self.np_random.integers(len(self.task_ids)))]
+        self.task = self.task_set.task(str(task_id))
+        self._prepare_sandbox(self.task)
+        self._steps = 0
+        self._done = False
+        self._last_grade = None
+        self._model_patch = ""
+        self._test_log = ""
+        obs = INTRO.format(problem=self.task.problem_statement.strip(), repo=self.task.repo,
+                           max_steps=self.max_steps, tools=TOOL_HELP)
+        self._last_observation = obs
+        return obs, self._info(action_valid=True)
+
+    def step(self, action: Any) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        if self.task is None or self._runner is None:
+            raise RuntimeError("step() before reset(): call env.reset() first.")
+        if self._done:
+            obs = "The episode is over. Call reset() to start a new task."
+            self._last_observation = obs
+            return obs, 0.0, True, False, self._info(action_valid=False)
+        text = coerce_action(action)
+        self._steps += 1
+        parsed, out = run_action_text(self._runner, text)
+        extra: dict[str, Any] = {"tool": parsed.tool if parsed else None, **out.extra}
+        reward, terminated, truncated = 0.0, False, False
+        obs = out.text
+        if parsed is not None and parsed.tool == "submit":
+            report = self._grade()
+            obs = "Submitted. " + report.summary()
+            terminated = True
+        elif self._steps >= self.max_steps:
+            truncated = True
+            obs += f"\n\n[Step limit of {self.max_steps} actions reached.]"
+            if self.grade_on_truncation:
+                report = self._grade()
+                obs += " Your changes were graded as they are:\n" + report.summary()
+        if terminated or truncated:
+            self._done = True
+            if self._last_grade is not None:
+                reward = (1.0 if self._last_grade.resolved else 0.0) \
+                    if self.reward_mode == "success" else self._last_grade.score
+        self._last_observation = obs
+        return obs, reward, terminated, truncated, self._info(action_valid=out.ok, **extra)
+
+    def close(self) -> None:
+        if self.sandbox is not None:
+            self.sandbox.close()
+            self.sandbox = None
+            self._runner = None
+        super().close()
+
+    # -- helpers -------------------------------------------------------------------------------
+    def _info(self, action_valid: bool, **extra: Any) -> dict[str, Any]:
+        assert self.task is not None
+        info = self.make_info(
+            goal=self.task.problem_statement.strip(), admissible_actions=None,
+            success=bool(self._last_grade and self._last_grade.resolved),
+            score=float(self._last_grade.score) if self._last_grade else 0.0,
+            action_valid=action_valid, task_id=self.task.instance_id,
+            repo=self.task.repo, steps=self._steps, **extra)
+        if self._last_grade is not None:
+            info["tests"] = self._last_grade.as_dict()
+            info["patch"] = self._model_patch
+        return info
+
+    def _prepare_sandbox(self, task: SWETask) -> None:
+        if self.backend == "docker":
+            from crl_bench.envs.swe.docker_sandbox import DockerSandbox
+
+            if self.sandbox is None:
+                self.sandbox = DockerSandbox(limits=self.limits, image_template=self.docker_image)
+            self.sandbox.prepare(self.sandbox.image_for(task.instance_id))
+            self._test_command = task.extra.get("test_command") or (
+                "pytest -rA -p no:cacheprovider " + " ".join(map(shlex.quote, task.test_files)))
+        else:
+            from crl_bench.envs.swe.sandbox import LocalSandbox
+
+            runtime = self.task_set.local_runtime(task)
+            key = (str(runtime.venv), runtime.ro_binds, tuple(sorted(runtime.env.items())))
+            if self.sandbox is None or key != self._sandbox_key:
+                if self.sandbox is not None:
+                    self.sandbox.close()
+                self.sandbox = LocalSandbox(limits=self.limits, isolation=self.isolation,
+                                            venv=str(runtime.venv), ro_binds=runtime.ro_binds,
+                                            env=dict(runtime.env))
+                self._sandbox_key = key
+            self.sandbox.prepare(runtime.template)
+            self._test_command = runtime.test_command
+        self._runner = ToolRunner(self.sandbox, max_observation_chars=self.max_observation_chars,
+                                  command_timeout_s=self.command_timeout_s)
+
+    def _grade(self) -> GradeReport:
+        """Apply the test patch to the workspace, run the tests, look up F2P and P2P."""
+        assert self.task is not None and self.sandbox is not None
+        task, sb = self.task, self.sandbox
+        self._model_patch = ""
+        try:
+            diff = sb.run("git add -A . >/dev/null 2>&1; git diff --cached --binary HEAD",
+                          timeout_s=120, output_keep_bytes=16 * MiB)
+            self._model_patch = diff.output if diff.exit_code == 0 else ""
+            restore = "; ".join(
+                f"if git cat-file -e HEAD:{q} 2>/dev/null; then git checkout -q HEAD -- {q}; "
+                f"else rm -rf -- {q}; fi" for q in map(shlex.quote, task.test_files))
+            sb.run(restore or "true", timeout_s=120)
+            applied = sb.run("git apply --whitespace=nowarn -", stdin=task.test_patch,
+                             timeout_s=120)
+            if applied.exit_code != 0:
+                report = grade({}, task.fail_to_pass, task.pass_to_pass,
+                               note="The hidden test patch did not apply on top of your changes "
+                                    "(did you edit the test files?): "
+                                    + applied.output.strip()[:500])
+            else:
+                result = sb.run(self._test_command, timeout_s=self.eval_timeout_s,
+                                output_keep_bytes=64 * MiB)
+                note = "The test run timed out." if result.timed_out else ""
+                report = grade(parse_pytest_log(result.output), task.fail_to_pass,
+                               task.pass_to_pass, note=note)
+                self._test_log = result.output
+        except SandboxError as exc:
+            report = grade({}, task.fail_to_pass, task.pass_to_pass,
+                           note=f"Grading failed in the sandbox: {exc}")
+        self._last_grade = report
+        return report
+
+    # -- for tests, scripts and scripted agents ----------------------------------------------
+    def reference_actions(self) -> list[str]:
+        """The gold patch of the current task as this env's own edit actions, then ``submit``.
+
+        Computed against the current workspace (a hunk that is not unique becomes a whole-file
+        ``create``). Used to check that the gold patch, applied through the tools, resolves
+        the task.
+        """
+        if self.task is None or self.sandbox is None:
+            raise RuntimeError("reference_actions() needs a task: call reset() first.")
+        return patch_to_actions(self.task.patch, read_file=self.sandbox.read_file) + ["submit"]
+
+    @property
+    def last_grade(self) -> GradeReport | None:
+        return self._last_grade

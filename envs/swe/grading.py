@@ -1,0 +1,104 @@
+"""Grading the SWE-bench way: parse the pytest log, then check FAIL_TO_PASS and PASS_TO_PASS.
+
+The log parser follows the rule SWE-bench's harness applies to ``pytest -rA`` output (our own
+implementation): every line that starts with a status word gives one test id; for ``FAILED``
+lines the `` - `` before the error message is dropped first; the id is the second
+whitespace-separated token. Ids in the datasets that were cut at a space match, because the
+token is cut at the same place.
+
+A test counts as passing when its status is ``PASSED`` or ``XFAIL`` (an expected failure), as in
+the harness. A test that does not appear in the log (not collected, a crash before it ran)
+counts as failing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping
+
+STATUSES: tuple[str, ...] = ("PASSED", "FAILED", "SKIPPED", "ERROR", "XFAIL")
+PASSING: frozenset[str] = frozenset({"PASSED", "XFAIL"})
+MISSING = "MISSING"  # status reported for a test that is absent from the log
+
+
+def parse_pytest_log(log: str) -> dict[str, str]:
+    """Map test id -> status from a ``pytest -rA`` log. Later lines win over earlier ones.
+
+    >>> parse_pytest_log("PASSED tests/t.py::test_a\\nFAILED tests/t.py::test_b - assert 1 == 2")
+    {'tests/t.py::test_a': 'PASSED', 'tests/t.py::test_b': 'FAILED'}
+    """
+    statuses: dict[str, str] = {}
+    for raw in log.splitlines():
+        line = raw.strip()
+        if not line.startswith(STATUSES):
+            continue
+        if line.startswith("FAILED"):
+            line = line.replace(" - ", " ")
+        tokens = line.split()
+        if len(tokens) < 2 or tokens[0] not in STATUSES:
+            continue
+        statuses[tokens[1]] = tokens[0]
+    return statuses
+
+
+@dataclass
+class GradeReport:
+    """The outcome of one graded submission.
+
+    Attributes:
+        fail_to_pass: id -> status for each FAIL_TO_PASS test (``MISSING`` when not in the log).
+        pass_to_pass: id -> status for each PASS_TO_PASS test.
+        resolved: every FAIL_TO_PASS and PASS_TO_PASS test passed.
+        score: fraction of those tests that passed, in [0, 1].
+        note: why grading could not run normally (test patch did not apply, timeout, ...).
+    """
+
+    fail_to_pass: dict[str, str] = field(default_factory=dict)
+    pass_to_pass: dict[str, str] = field(default_factory=dict)
+    note: str = ""
+
+    @property
+    def n_tests(self) -> int:
+        return len(self.fail_to_pass) + len(self.pass_to_pass)
+
+    @property
+    def n_passed(self) -> int:
+        return sum(s in PASSING for s in (*self.fail_to_pass.values(), *self.pass_to_pass.values()))
+
+    @property
+    def resolved(self) -> bool:
+        return self.n_tests > 0 and self.n_passed == self.n_tests
+
+    @property
+    def score(self) -> float:
+        return self.n_passed / self.n_tests if self.n_tests else 0.0
+
+    def failing(self) -> list[str]:
+        return [t for t, s in (*self.fail_to_pass.items(), *self.pass_to_pass.items())
+                if s not in PASSING]
+
+    def as_dict(self) -> dict[str, object]:
+        return {"resolved": self.resolved, "score": self.score,
+                "fail_to_pass": dict(self.fail_to_pass), "pass_to_pass": dict(self.pass_to_pass),
+                "note": self.note}
+
+    def summary(self) -> str:
+        """A short text for the agent's final observation (which tests failed, not their code)."""
+        f2p_ok = sum(s in PASSING for s in self.fail_to_pass.values())
+        p2p_ok = sum(s in PASSING for s in self.pass_to_pass.values())
+        lines = [f"Tests that should now pass (FAIL_TO_PASS): {f2p_ok}/{len(self.fail_to_pass)}",
+                 f"Tests that must keep passing (PASS_TO_PASS): {p2p_ok}/{len(self.pass_to_pass)}",
+                 "Result: " + ("RESOLVED" if self.resolved else "NOT RESOLVED")
+                 + f" (score {self.score:.3f})"]
+        if self.note:
+            lines.insert(0, self.note)
+        return "\n".join(lines)
+
+
+def grade(statuses: Mapping[str, str], fail_to_pass: Iterable[str],
+          pass_to_pass: Iterable[str], note: str = "") -> GradeReport:
+    """Look up each required test in ``statuses`` (from :func:`parse_pytest_log`)."""
+    return GradeReport(
+        fail_to_pass={t: statuses.get(t, MISSING) for t in fail_to_pass},
+        pass_to_pass={t: statuses.get(t, MISSING) for t in pass_to_pass},
+        note=note)
