@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 import subprocess
 import sys
@@ -99,6 +100,32 @@ def test_same_seed_and_actions_give_identical_observations_and_rewards() -> None
         env.close()
     assert traces[0] == traces[1]
     assert len(traces[0]) > 10
+
+
+_TRAJECTORY_DIGEST = """
+import hashlib, random
+from crl_bench.envs.minihack.env import MiniHackTextEnv
+env = MiniHackTextEnv("MiniHack-Room-Ultimate-15x15-v0", max_steps=100)
+rng, digest = random.Random(0), hashlib.sha256()
+for episode in range(3):
+    obs, _ = env.reset(seed=episode)
+    digest.update(obs.encode())
+    for _ in range(100):
+        obs, r, te, tr, _ = env.step(rng.choice(env.admissible_actions))
+        digest.update(f"{obs}|{r}|{te}|{tr}".encode())
+        if te or tr:
+            break
+print(digest.hexdigest())
+"""
+
+
+def test_trajectories_are_identical_across_processes() -> None:
+    # catches dependence on the clock, the process or hash randomisation
+    digests = {subprocess.run([sys.executable, "-c", _TRAJECTORY_DIGEST], check=True,
+                              capture_output=True, text=True,
+                              env={**os.environ, "PYTHONHASHSEED": str(h)}).stdout
+               for h in (1, 2)}
+    assert len(digests) == 1
 
 
 def test_task_id_is_the_level_seed() -> None:
@@ -223,6 +250,30 @@ def test_the_step_cap_truncates_and_bumping_costs_minihack_s_time_penalty() -> N
         assert truncated == (i == 29) and not terminated
     assert info["success"] is False and info["score"] == 0.0
     assert "It's solid stone." in obs and "Outcome: you used all 30 actions. Task failed." in obs
+    env.close()
+
+
+def _fight_the_nearest_monster(observation: str) -> str:
+    """Text-only policy that walks into the nearest monster (to get killed, eventually)."""
+    order = ["adjacent", "very near", "near", "far", "very far"]
+    monsters = [s for s in parse_observation(observation).sightings if s.kind == "monster"]
+    return min(monsters, key=lambda s: order.index(s.distance)).direction if monsters else "north"
+
+
+def test_death_ends_the_episode_as_a_failure() -> None:
+    env = gymnasium.make("crl/MiniHack-Room-Monster-15x15-v0", max_steps=100)
+    for seed in range(20):
+        obs, info = env.reset(seed=seed)
+        terminated = truncated = False
+        while not (terminated or truncated):
+            obs, reward, terminated, truncated, info = env.step(_fight_the_nearest_monster(obs))
+        if info["end_status"] == "DEATH":
+            break
+    else:
+        pytest.fail("no death in 20 episodes of walking into monsters")
+    assert terminated and not truncated and reward == 0.0  # MiniHack's reward_lose
+    assert info["success"] is False and info["score"] == 0.0
+    assert obs == "Outcome: you died. Task failed."
     env.close()
 
 

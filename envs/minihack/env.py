@@ -2,7 +2,9 @@
 
 Observation: the language description of :mod:`crl_bench.envs.minihack.language` (features with
 distance words and compass directions, open directions, health, the game message, optionally a
-cropped ASCII map), followed by an ``Outcome:`` line when the episode ends.
+cropped ASCII map). When our step cap ends the episode an ``Outcome:`` line follows it; when the
+game itself ends (goal reached, death) NLE has already closed the game and the observation is
+the ``Outcome:`` line alone.
 
 Actions: the words of :mod:`crl_bench.envs.minihack.actions` (``north`` ... ``northwest`` and the
 task's other actions); ``info["admissible_actions"]`` lists them. Case and extra spaces are
@@ -174,11 +176,17 @@ class MiniHackTextEnv(TextEnv):
                 break
         assert nle_obs is not None
         truncated = nle_truncated or (not terminated and self._steps >= self.max_steps)
-        self._description = self._describe(nle_obs)
-        obs = self._description
+        if terminated or nle_truncated:
+            # NLE has ended the game and its buffers now hold a blank screen: the outcome is
+            # all there is to say (the last description would be out of date).
+            obs = self._outcome(truncated_by_cap=False)
+        else:
+            self._description = self._describe(nle_obs)
+            obs = self._description
+            if truncated:
+                obs += "\n" + self._outcome(truncated_by_cap=True)
         if terminated or truncated:
             self._done = (terminated, truncated)
-            obs += "\n" + self._outcome(truncated_by_cap=truncated and not nle_truncated)
         self._last_observation = obs
         return obs, reward, terminated, truncated, self._info(action_valid=True)
 
