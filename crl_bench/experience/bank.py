@@ -243,9 +243,7 @@ class ExperienceBank:
         else:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._conn = self._connect(read_only=False)
-            self._conn.execute("PRAGMA journal_mode=WAL")
-            self._conn.execute(f"PRAGMA synchronous={synchronous.upper()}")
-        self.meta = self._open_schema()
+        self.meta = self._open_schema(synchronous.upper())
 
         # In-memory mirrors of the table, rebuilt on open (see _load_state).
         self._family_of: dict[int, str] = {}
@@ -275,7 +273,7 @@ class ExperienceBank:
             self._all_conns.append(conn)
         return conn
 
-    def _open_schema(self) -> dict[str, str]:
+    def _open_schema(self, synchronous: str) -> dict[str, str]:
         try:
             tables = {r[0] for r in self._conn.execute(
                 "SELECT name FROM sqlite_master WHERE type='table'")}
@@ -284,6 +282,11 @@ class ExperienceBank:
             raise BankCompatibilityError(
                 f"{self.path} is not an experience bank ({exc}). Pass the path of a bank file, "
                 f"or a new path to start an empty bank.") from None
+        if not self.read_only:
+            # WAL: readers never block the writer and a killed writer loses no committed
+            # transaction; NORMAL syncs at checkpoints only (safe against process crashes).
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.execute(f"PRAGMA synchronous={synchronous}")
         if not tables and not self.read_only:
             now = time.time()
             with self._sql_lock:

@@ -16,7 +16,7 @@ import math
 import random
 import threading
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
@@ -55,6 +55,9 @@ class RetrievalConfig:
     """Longest a batch waits for more queries before it runs (milliseconds)."""
     seed: int = 0
     """Seed of the random demotion."""
+    query_cache: int = 4096
+    """Query texts whose embeddings are kept (LRU): the K rollouts of a GRPO group, and every
+    epoch over the same tasks, ask with the same goal text. 0 = no cache."""
 
     def __post_init__(self) -> None:
         if self.k < 1:
@@ -68,6 +71,8 @@ class RetrievalConfig:
             raise ValueError(f"drop_recent_top1_p is a probability, got {self.drop_recent_top1_p}")
         if self.batch_size < 1 or self.batch_wait_ms < 0:
             raise ValueError("batch_size must be >= 1 and batch_wait_ms >= 0")
+        if self.query_cache < 0:
+            raise ValueError("query_cache must be >= 0")
 
 
 def diversified_order(candidates: Sequence[tuple[int, float]], times_retrieved: Mapping[int, int],
@@ -122,6 +127,7 @@ class _Counters:
     batches: int = 0
     entries_returned: int = 0
     empty_results: int = 0
+    query_cache_hits: int = 0
     ops_add: int = 0
     ops_update: int = 0
     ops_update_as_add: int = 0
@@ -165,6 +171,8 @@ class ExperienceManager:
         self._collecting = False
         self._counters = _Counters()
         self._counter_lock = threading.Lock()
+        self._query_vecs: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._query_lock = threading.Lock()
 
     # ------------------------------------------------------------------ retrieval
     def retrieve(self, queries: list[str], k: int | None = None, family: str | None = None
@@ -232,7 +240,7 @@ class ExperienceManager:
         t0 = time.perf_counter()
         cfg = self.retrieval
         texts = [q for r in batch for q in r.queries]
-        vecs = self.embedder.encode(texts)
+        vecs = self._embed_queries(texts)
         now = self.clock()
         # (request index, query index, row in vecs) grouped by family
         by_family: dict[str | None, list[tuple[int, int, int]]] = {}
@@ -273,6 +281,27 @@ class ExperienceManager:
             c.empty_results += sum(1 for per_req in out for x in per_req if not x)
             c.batch_latency_s.append(time.perf_counter() - t0)
         return out
+
+    def _embed_queries(self, texts: list[str]) -> np.ndarray:
+        """float32 [len(texts), dim]; repeated texts are embedded once (LRU cache)."""
+        size = self.retrieval.query_cache
+        with self._query_lock:
+            cached = {t: self._query_vecs[t] for t in set(texts) if t in self._query_vecs}
+            for t in cached:
+                self._query_vecs.move_to_end(t)
+        missing = [t for t in dict.fromkeys(texts) if t not in cached]
+        if missing:
+            fresh = self.embedder.encode(missing)
+            cached.update(zip(missing, fresh))
+            if size:
+                with self._query_lock:
+                    for t, v in zip(missing, fresh):
+                        self._query_vecs[t] = v
+                    while len(self._query_vecs) > size:
+                        self._query_vecs.popitem(last=False)
+        with self._counter_lock:
+            self._counters.query_cache_hits += len(texts) - len(missing)
+        return np.stack([cached[t] for t in texts]).astype(np.float32)
 
     # ------------------------------------------------------------------ extractor operations
     def apply_operations(self, ops: Sequence[Operation], *, family: str, task_id: str,
@@ -490,6 +519,7 @@ class ExperienceManager:
                 "bank/mean_batch_queries": c.queries / c.batches if c.batches else 0.0,
                 "bank/entries_returned": float(c.entries_returned),
                 "bank/empty_results": float(c.empty_results),
+                "bank/query_cache_hits": float(c.query_cache_hits),
                 "bank/batch_latency_p50_s": float(np.percentile(lat, 50)) if lat.size else 0.0,
                 "bank/batch_latency_p99_s": float(np.percentile(lat, 99)) if lat.size else 0.0,
                 "bank/ops_add": float(c.ops_add),
