@@ -205,6 +205,29 @@ def test_recorded_webshop_outcomes_are_reproduced():
 
 
 @needs_data
+def test_pages_read_as_recorded_webshop_observations():
+    """Page texts as real WebShop runs printed them (after the instruction, which carries a
+    run-dependent price bound, see goals.py)."""
+    env = make(split="all")
+    obs, *_ = env.reset(options={"task_id": 490})
+    obs, *_ = env.step("search[eco friendly fleece throw blanket tortoisegoo9511 39x49in under 60]")
+    assert obs.split(" dollars [SEP] ", 1)[1].startswith(
+        "Back to Search [SEP] Page 1 (Total results: 50) [SEP] Next > [SEP] B09DG3YTHY [SEP] "
+        "Gogobebe Teal Green and Brown Flannel Fleece Throw Blanket for Sofa Couch Bed Retro Rustic "
+        "Wood Grain Soft Cozy Lightweight Blanket for Adults/Kids 39x49inch [SEP] $31.39 [SEP] "
+        "B0836D6CW4 [SEP] Sunbeam Heated Electric Fleece Throw Comforter Blanket with ")
+    env.reset(options={"task_id": 71})
+    env.step("search[tempered glass screen protector under $40]")
+    obs, *_ = env.step("click[b095pf5bxt]")
+    assert obs.split(" dollars [SEP] ", 1)[1] == (
+        "Back to Search [SEP] < Prev [SEP] 【2+2 Pack】 for Samsung Galaxy A12 5G 【2pcs Screen "
+        "Protector + 2pcs Camera Lens Protector】 Tempered Glass Film [0.3mm Thickness] [9H Hardness "
+        "HD Clear] [Bubble Free] [Case Friendly] [Anti-Scratch] [Shatterproof ] [Anti-Fingerprint] "
+        "[SEP] Price: $6.5 [SEP] Rating: N.A. [SEP] Description [SEP] Features [SEP] Reviews "
+        "[SEP] Buy Now")
+
+
+@needs_data
 def test_step_limit_truncates_without_reward():
     env = make(split="test", max_steps=3)
     env.reset(options={"task_id": 7})

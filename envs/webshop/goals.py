@@ -16,8 +16,13 @@ scripts run it - ``random.seed(233)`` is called before the server is built:
    attribute, with the instruction's own option values.
 4. The goal list is shuffled with a fresh ``random.seed(233)``.
 
-The same stream of draws is reproduced here with ``random.Random(233)``, so goal *i* is WebShop's
-goal *i* (same text, same bound, same product).
+The same stream of draws is reproduced here with ``random.Random(233)``, so goal *i* is goal *i*
+of WebShop as its baseline scripts build it (same text, same bound, same product). Note that
+WebShop's server itself does not seed before drawing prices and bounds: harnesses that build it
+without ``random.seed(233)`` get the same goal order and texts (the shuffle is seeded) but other
+price bounds. Goals recorded from such runs agree with ours word for word except, for some
+goals, the "price lower than" figure (e.g. goal 490 agrees entirely; goal 71 reads 40.00 there
+and 30.00 here).
 
 **Splits** (WebShop's ``baseline_models/env.py``): goals ``[0, 500)`` are ``test``, ``[500, 1500)``
 are ``dev`` (WebShop calls it "eval"), ``[1500, end)`` are ``train``; ``all`` is every goal. On
