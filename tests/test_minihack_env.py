@@ -234,7 +234,8 @@ def test_reaching_the_stairs_is_success_with_minihack_s_reward() -> None:
         rewards.append(reward)
     assert rewards == [0.0, 0.0, 0.0, 1.0]
     assert terminated and not truncated
-    assert info["success"] is True and info["score"] == 1.0 and info["end_status"] == "TASK_SUCCESSFUL"
+    assert info["success"] is True and info["score"] == 1.0
+    assert info["end_status"] == "TASK_SUCCESSFUL"
     assert obs.endswith("Outcome: you reached the goal. Task complete.")
     obs, reward, terminated, _t, info = env.step("north")  # after the end: feedback, no error
     assert terminated and reward == 0.0 and not info["action_valid"]

@@ -17,9 +17,9 @@ from crl_bench.envs.minihack import language as L  # noqa: E402
 from crl_bench.envs.minihack.actions import build_action_words, normalise_action  # noqa: E402
 
 
-@pytest.mark.parametrize("moves, word", [(0, "here"), (1, "adjacent"), (2, "very near"), (3, "near"),
-                                         (4, "near"), (5, "far"), (8, "far"), (9, "very far"),
-                                         (78, "very far")])
+@pytest.mark.parametrize("moves, word", [(0, "here"), (1, "adjacent"), (2, "very near"),
+                                         (3, "near"), (4, "near"), (5, "far"), (8, "far"),
+                                         (9, "very far"), (78, "very far")])
 def test_distance_words_follow_the_documented_thresholds(moves: int, word: str) -> None:
     assert L.distance_word(moves) == word
 

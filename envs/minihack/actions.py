@@ -66,8 +66,8 @@ def build_action_words(nle_actions: Sequence[Any]) -> tuple[ActionWord, ...]:
             verb = DIRECTIONAL_COMMANDS[key]
             missing = [d for d in DIRECTIONS if MOVE_KEYS[d] not in index_of_key]
             if missing:
-                raise ValueError(f"The action set has {verb!r} but not the moves {missing} it needs "
-                                 "as its direction; add the compass directions to `actions`.")
+                raise ValueError(f"The action set has {verb!r} but not the moves {missing} it "
+                                 "needs as its direction; add the compass directions to `actions`.")
             for d in DIRECTIONS:
                 words.append(ActionWord(f"{verb} {d}", (index_of_key[key],
                                                         index_of_key[MOVE_KEYS[d]])))
@@ -82,5 +82,8 @@ def build_action_words(nle_actions: Sequence[Any]) -> tuple[ActionWord, ...]:
 
 
 def normalise_action(text: str) -> str:
-    """Case and spacing do not matter: ``"  North "`` -> ``"north"``; ``"open  EAST"`` -> ``"open east"``."""
+    """Lower-case and collapse white space.
+
+    ``" North "`` -> ``"north"``; ``"open  EAST"`` -> ``"open east"``.
+    """
     return " ".join(text.lower().split())

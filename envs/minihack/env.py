@@ -164,8 +164,8 @@ class MiniHackTextEnv(TextEnv):
         reward, terminated, nle_truncated = 0.0, False, False
         nle_obs: dict[str, np.ndarray] | None = None
         for i, index in enumerate(word.steps):
-            if i > 0 and _DIRECTION_PROMPT not in nle_obs["message"].tobytes():  # type: ignore[index]
-                break  # the command did not ask for a direction (e.g. nothing to open)
+            if i > 0 and _DIRECTION_PROMPT not in nle_obs["message"].tobytes():  # type: ignore
+                break  # the command did not ask for a direction
             nle_obs, r, done, nle_truncated, nle_info = self._nle.step(index)
             reward += float(r)
             if done:

@@ -32,13 +32,15 @@ Rules the text follows (tests and the scripted agent rely on them):
   agent, how many known walkable squares follow in a straight line (floor, corridor, doorway,
   stairs, traps, objects; not walls, closed doors, water, lava, monsters or unexplored squares;
   an open door cannot be entered or left diagonally, as in NetHack).
-* Unexplored squares (blank on the map), lit floor and the agent's own square are not listed.
+* Unexplored squares (blank on the map), floor (lit or remembered) and the agent's own square
+  are not listed; past the nearest 40 single features the rest are counted, not listed.
 """
 
 from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -55,11 +57,14 @@ _DISTANCE_BOUNDS = ((0, 0), (1, 1), (2, 2), (3, 4), (5, 8), (9, 10**6))
 _TAN_67_5 = 2.414213562373095
 
 MAP_CROP_ROWS, MAP_CROP_COLS = 11, 21  # the optional map: 5 rows and 10 columns around the agent
-MAX_LISTED_FEATURES = 40
+MAX_LISTED_FEATURES = 40  # keeps the text bounded on cluttered levels
 
 
 def distance_word(moves: int) -> str:
-    """Word for a Chebyshev distance in moves: 1 adjacent, 2 very near, 3-4 near, 5-8 far, 9+ very far."""
+    """Word for a Chebyshev distance in moves.
+
+    1 adjacent, 2 very near, 3-4 near, 5-8 far, 9 or more very far (0 is "here").
+    """
     if moves < 0:
         raise ValueError(f"distance must be >= 0 moves, got {moves}")
     for word, (lo, hi) in zip(DISTANCE_WORDS, _DISTANCE_BOUNDS):
@@ -69,7 +74,10 @@ def distance_word(moves: int) -> str:
 
 
 def direction_index(dx: int, dy: int) -> int:
-    """Index into :data:`DIRECTIONS` of the offset (dx columns east, dy rows south); -1 for (0, 0)."""
+    """Index into :data:`DIRECTIONS` of the offset (dx columns east, dy rows south).
+
+    -1 for (0, 0).
+    """
     if dx == 0 and dy == 0:
         return -1
     ax, ay = abs(dx), abs(dy)
@@ -93,7 +101,8 @@ def direction_word(dx: int, dy: int) -> str:
 # Offset tables indexed by [dy + ROWS - 1, dx + COLS - 1]: every offset between two map squares.
 _DY = np.arange(-(ROWS - 1), ROWS)[:, None]
 _DX = np.arange(-(COLS - 1), COLS)[None, :]
-_DIRECTION_TABLE = np.array([[direction_index(int(dx), int(dy)) for dx in _DX[0]] for dy in _DY[:, 0]],
+_DIRECTION_TABLE = np.array([[direction_index(int(dx), int(dy)) for dx in _DX[0]]
+                             for dy in _DY[:, 0]],
                             dtype=np.int8)
 _CHEBYSHEV = np.maximum(np.abs(_DX), np.abs(_DY))
 _DISTANCE_INDEX = [next(i for i, (lo, hi) in enumerate(_DISTANCE_BOUNDS) if lo <= d <= hi)
@@ -116,7 +125,8 @@ _BL_HP, _BL_HPMAX = 10, 11  # nle.nethack.NLE_BL_HP / NLE_BL_HPMAX (checked in t
 # Glyph table: what each of NLE's glyph ids means for the text (built once, from NLE's tables).
 # ---------------------------------------------------------------------------------------------
 
-KIND_TERRAIN, KIND_MONSTER, KIND_PET, KIND_TRAP, KIND_OBJECT = "", "monster", "pet", "trap", "object"
+KIND_TERRAIN, KIND_MONSTER, KIND_PET = "", "monster", "pet"
+KIND_TRAP, KIND_OBJECT = "trap", "object"
 
 # NetHack 3.6 cmap indices (nle.nethack.symdef order) grouped by how the text treats them.
 _CMAP_STONE = 0                         # blank: unexplored or solid rock
@@ -158,14 +168,16 @@ class GlyphTable:
     grouped: np.ndarray
 
 
-def _object_name(nh: object, obj: int) -> str:
-    """What an object looks like on the floor (its appearance when NetHack has one, like the game)."""
-    descr = nh.objdescr.from_idx(obj)  # type: ignore[attr-defined]
-    cls = ord(nh.objclass(obj).oc_class)  # type: ignore[attr-defined]
+def _object_name(nh: Any, obj: int) -> str:
+    """What an object looks like on the floor: its appearance when NetHack gives it one."""
+    descr = nh.objdescr.from_idx(obj)
+    cls = ord(nh.objclass(obj).oc_class)
     name, appearance = descr.oc_name, descr.oc_descr
-    appearance_class = {nh.POTION_CLASS: "potion", nh.SCROLL_CLASS: "scroll", nh.RING_CLASS: "ring",  # type: ignore[attr-defined]
-                        nh.WAND_CLASS: "wand", nh.AMULET_CLASS: "amulet",  # type: ignore[attr-defined]
-                        nh.SPBOOK_CLASS: "spellbook", nh.GEM_CLASS: "gem"}  # type: ignore[attr-defined]
+    appearance_class = {nh.POTION_CLASS: "potion", nh.SCROLL_CLASS: "scroll",
+                        nh.RING_CLASS: "ring", nh.WAND_CLASS: "wand", nh.AMULET_CLASS: "amulet",
+                        nh.SPBOOK_CLASS: "spellbook", nh.GEM_CLASS: "gem"}
+    if cls == nh.SCROLL_CLASS and appearance:
+        return f"scroll labeled {appearance}"
     if cls in appearance_class and appearance:
         return f"{appearance} {appearance_class[cls]}"
     return name or appearance or "strange object"

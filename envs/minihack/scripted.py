@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 
 from crl_bench.envs.minihack.language import DIRECTION_STEPS, DIRECTIONS, DISTANCE_WORDS
 
-_FEATURE = re.compile(r"^- (?P<name>.+?)(?: \((?P<kind>monster|pet|trap|object)\))?: (?P<places>.+)$")
+_FEATURE = re.compile(
+    r"^- (?P<name>.+?)(?: \((?P<kind>monster|pet|trap|object)\))?: (?P<places>.+)$")
 # A typical number of moves for each distance word (for choosing the nearest goal).
 _DISTANCE_MOVES = {"here": 0.0, "adjacent": 1.0, "very near": 2.0, "near": 3.5, "far": 6.5,
                    "very far": 10.0}
@@ -88,6 +89,10 @@ def parse_observation(text: str) -> ParsedObservation:
     return parsed
 
 
+def _adjacent_traps(seen: ParsedObservation) -> set[str]:
+    return {s.direction for s in seen.sightings if s.kind == "trap" and s.distance == "adjacent"}
+
+
 def _rotations(direction: str) -> list[str]:
     """The direction, then 45 and 90 degrees either side (8-point compass)."""
     i = DIRECTIONS.index(direction)
@@ -145,14 +150,14 @@ class ScriptedTextAgent:
         goal = min(goals, key=lambda s: _DISTANCE_MOVES[s.distance])
         if goal.distance == "adjacent":
             return goal.direction
-        traps = {s.direction for s in seen.sightings if s.kind == "trap" and s.distance == "adjacent"}
+        traps = _adjacent_traps(seen)
         for direction in _rotations(goal.direction):
             if direction in seen.open_runs and direction not in traps:
                 return direction
         return goal.direction  # nothing better known: try the straight line
 
     def _explore(self, seen: ParsedObservation) -> str:
-        traps = {s.direction for s in seen.sightings if s.kind == "trap" and s.distance == "adjacent"}
+        traps = _adjacent_traps(seen)
         options = [d for d in seen.open_runs if d not in traps] or list(seen.open_runs)
         if not options:
             options = list(DIRECTIONS)
@@ -185,7 +190,8 @@ def play_episode(env: object, agent: ScriptedTextAgent, seed: int | None = None,
     agent.reset()
     actions, total = 0, 0.0
     while True:
-        obs, reward, terminated, truncated, info = env.step(agent.act(obs))  # type: ignore[attr-defined]
+        step = env.step(agent.act(obs))  # type: ignore[attr-defined]
+        obs, reward, terminated, truncated, info = step
         actions += 1
         total += float(reward)
         if terminated or truncated:

@@ -60,10 +60,9 @@ def _room_tasks() -> list[MiniHackTask]:
              "unlit room with " + ("3 monsters and 15 traps" if many else "1 monster and 1 trap")),
         ]
         for prefix, goal, what in variants:
-            tasks.append(MiniHackTask(
-                f"MiniHack-Room-{prefix}{size}x{size}-v0", goal,
-                description=f"MiniHack Room {size}x{size}: {what}"
-                            + (" (the paper's task)" if prefix == "Ultimate-" and size == 5 else "")))
+            paper = " (the paper's task)" if prefix == "Ultimate-" and size == 5 else ""
+            tasks.append(MiniHackTask(f"MiniHack-Room-{prefix}{size}x{size}-v0", goal,
+                                      description=f"MiniHack Room {size}x{size}: {what}{paper}"))
     return tasks
 
 
