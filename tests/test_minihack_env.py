@@ -314,3 +314,11 @@ def test_the_scripted_agent_explores_dark_rooms() -> None:
     results = [play_episode(env, agent, seed=s) for s in range(20)]
     env.close()
     assert sum(r.success for r in results) >= 18
+
+
+def test_the_pkg_resources_stand_in_does_not_outlive_the_minihack_import() -> None:
+    code = ("import sys; from crl_bench.envs.minihack.env import MiniHackTextEnv; "
+            "env = MiniHackTextEnv(); env.reset(seed=0); env.step('east'); "
+            "mod = sys.modules.get('pkg_resources'); "
+            "assert mod is None or hasattr(mod, 'get_distribution'), mod")
+    subprocess.run([sys.executable, "-c", code], check=True)
