@@ -305,3 +305,17 @@ def test_bad_arguments(tmp_path):
             bank.search(np.zeros((2, DIM), np.float32), k=0)
     with pytest.raises(RuntimeError, match="closed"):
         bank.get([1])
+
+
+def test_entry_updated_and_evicted_in_one_commit(tmp_path):
+    """Found by the concurrency stress test: an update of the oldest entry together with adds
+    that evict it must leave table and index agreeing (the entry is simply gone)."""
+    rng = np.random.default_rng(13)
+    with ExperienceBank(tmp_path / "b.sqlite", dim=DIM, capacity=3) as bank:
+        ids = bank.add([entry(i) for i in range(3)], unit(rng, 3), step=0)
+        res = bank.commit(adds=[entry(3)], add_embeddings=unit(rng, 1),
+                          updates=[(ids[0], {"title": "t", "content": "c"}, unit(rng, 1)[0])],
+                          step=1)
+        assert res.updated_ids == [ids[0]] and res.evicted_ids == [ids[0]]
+        assert bank.all_ids() == ids[1:] + res.added_ids
+        assert bank.verify() == []

@@ -597,10 +597,11 @@ class ExperienceBank:
         the label into a vacant slot and leave its old node searchable under the same label.
         """
         # An entry added and evicted by the same commit (batch larger than the free capacity)
-        # never enters the index.
+        # never enters the index; one updated and then evicted is only deleted.
         added = {c[1] for c in changes if c[0] == "add"}
         gone = {c[1] for c in changes if c[0] == "del"}
-        changes = [c for c in changes if not (c[1] in added and c[1] in gone)]
+        changes = [c for c in changes if not (c[1] in added and c[1] in gone)
+                   and not (c[0] == "update" and c[1] in gone)]
         for op, entry_id, family, _ in changes:
             if op == "del":
                 self._index[family].mark_deleted(entry_id)

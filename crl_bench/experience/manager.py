@@ -381,7 +381,14 @@ class ExperienceManager:
         the count-aware reweighting: times_trained, last_trained_step)."""
         self.bank.mark_trained(entry_ids, step)
 
+    def delete(self, ids: Sequence[int]) -> list[int]:
+        """Delete entries (e.g. ones a person or a filter judged harmful); returns the ids that
+        existed and were deleted."""
+        with self._lock.write():
+            return self.bank.commit(deletes=list(ids), step=0, missing_ok=True).deleted_ids
+
     def get(self, ids: Sequence[int]) -> list[ExperienceEntry]:
+        """Entries by id (missing ids skipped), read under the shared lock."""
         with self._lock.read():
             return self.bank.get(ids)
 
