@@ -1,0 +1,65 @@
+"""Run configuration: presets, overrides and the errors that name the fix."""
+
+from __future__ import annotations
+
+import pytest
+
+from crl_bench.registry import RegistryError
+from crl_bench.runner.config import ConfigError, apply_overrides, build_config
+
+
+def test_odd_group_size_with_split_names_the_fix():
+    from crl_bench.agent_spec import load_agent
+
+    cfg = build_config(agent="comp_rl", tasks="minihack", preset="tiny",
+                       overrides={"rollout.group_size": 5})
+    with pytest.raises(ConfigError, match=r"group_size=5 is odd .* rollout.group_size=6"):
+        cfg.validate(split=load_agent("comp_rl").needs_split)
+    cfg.validate(split=load_agent("grpo").needs_split)  # no split: odd K is fine
+
+
+def test_unknown_agent_lists_known_ones():
+    from crl_bench.agent_spec import load_agent
+
+    with pytest.raises(RegistryError, match="Unknown agent 'nope'. Available: .*comp_rl.*grpo"):
+        load_agent("nope")
+
+
+def test_unknown_task_set_lists_known_ones():
+    from crl_bench.mixes import resolve_tasks
+
+    with pytest.raises(RegistryError, match="Unknown task mix '4mix'. Available: 3mix, 6mix"):
+        resolve_tasks("4mix")
+
+
+def test_paper_preset_without_gpu_fails_early_with_the_fix():
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    with pytest.raises(ConfigError, match="needs a CUDA GPU .* --preset cpu"):
+        build_config(agent="comp_rl", tasks="3mix", preset="paper")
+
+
+def test_paper_preset_is_the_papers_configuration():
+    from crl_bench.runner.config import PRESETS
+
+    cfg = PRESETS["paper"]()
+    assert (cfg.rollout.groups, cfg.rollout.group_size, cfg.steps) == (16, 8, 512)
+    assert cfg.actor.lr == 1e-6 and cfg.actor.clip_eps == 0.2 and cfg.actor.advantage == "mean"
+    assert (cfg.extractor.eps_low, cfg.extractor.eps_high, cfg.extractor.buffer_size) == (0.1, 0.1, 64)
+    x = cfg.experience
+    assert (x.k, x.oversample, x.lam, x.recent_s, x.drop_recent_top1_p) == (1, 16, 0.4, 300.0, 0.5)
+    assert (x.merge_every, x.merge_chunk, x.max_asks, x.warmup_steps, x.capacity) == (5, 5, 2, 5, 20_000)
+    assert cfg.rollout.env_max_steps["minihack"] == 30 and cfg.rollout.temperature == 0.99
+
+
+def test_overrides_are_typed_and_unknown_keys_rejected():
+    cfg = build_config(agent="grpo", tasks="minihack", preset="tiny",
+                       overrides={"actor.lr": "2e-5", "steps": 7, "rollout.think": "true"})
+    assert cfg.actor.lr == 2e-5 and cfg.steps == 7 and cfg.rollout.think is True
+    with pytest.raises(ConfigError, match="unknown field 'lrr'"):
+        apply_overrides(cfg, {"actor.lrr": 1})
+    with pytest.raises(ConfigError, match="expected int"):
+        apply_overrides(cfg, {"steps": "many"})
+    with pytest.raises(ConfigError, match="Unknown preset 'huge'"):
+        build_config(agent="grpo", tasks="minihack", preset="huge")
