@@ -65,12 +65,13 @@ class ExtractorTrack:
     """
 
     def __init__(self, manager: Any, generate: Callable[[list[list[dict]]], list[Any]],
-                 trainer: RoleTrainer | None, cfg: Any, *, merge_every: int, merge_chunk: int,
+                 trainer: RoleTrainer | None, cfg: Any, *, temperature: float, merge_every: int, merge_chunk: int,
                  count_reweight: bool, asynchronous: bool, log: Callable[[dict[str, Any]], None]) -> None:
         self.manager = manager
         self.generate = generate
         self.trainer = trainer
         self.cfg = cfg
+        self.temperature = temperature
         self.merge_every = merge_every
         self.merge_chunk = merge_chunk
         self.count_reweight = count_reweight
@@ -239,7 +240,7 @@ class ExtractorTrack:
         m = self.trainer.update(batch, loss=self.cfg.loss,
                                 loss_kwargs={"eps_low": self.cfg.eps_low, "eps_high": self.cfg.eps_high}
                                 if self.cfg.loss == "cispo" else {"clip_eps": 0.2},
-                                agg=self.cfg.agg)
+                                agg=self.cfg.agg, temperature=self.temperature)
         with self._state_lock:
             for s, w in zip(ready, weights.tolist()):
                 if w > 0:

@@ -154,10 +154,12 @@ class CoTrainer:
         from crl_bench.llm.hf_backend import HFBackend
         from crl_bench.llm.types import SamplingParams
 
+        self.ext_raw: Any = None
         self.lock = WaitTimingLock()
         raw = self._make_backend(HFBackend)
         self.raw_backend = raw
         self.backend = LockedBackend(raw, self.lock)
+        self.ext_backend = self.backend if self.ext_raw is raw else LockedBackend(self.ext_raw, self.lock)
         r = cfg.rollout
         self.actor_sampling = SamplingParams(temperature=r.temperature, top_p=r.top_p,
                                              max_new_tokens=r.max_new_tokens)
@@ -183,11 +185,12 @@ class CoTrainer:
             self.manager = ExperienceManager(bank, embedder, retrieval)
             if spec.train_extractor:
                 ext_trainer = (self.actor_trainer if spec.shared_params and self.actor_trainer is not None
-                               else RoleTrainer(raw, "extractor", cfg.extractor, total_steps=cfg.steps,
+                               else RoleTrainer(self.ext_raw, "extractor", cfg.extractor, total_steps=cfg.steps,
                                                 lock=self.lock, seed=cfg.seed + 1))
             else:
                 ext_trainer = None
             self.track = ExtractorTrack(self.manager, self.extractor_generate, ext_trainer, cfg.extractor,
+                                        temperature=self.extractor_sampling.logprob_temperature,
                                         merge_every=x.merge_every if spec.merge else 0,
                                         merge_chunk=x.merge_chunk, count_reweight=spec.count_reweight,
                                         asynchronous=cfg.extractor.asynchronous, log=self._log_track)
@@ -201,24 +204,34 @@ class CoTrainer:
             self.tb = None
 
     def _make_backend(self, backend_cls: Any) -> Any:
+        """One backend holding both roles as adapters on one base model; or, when the config names
+        a different extractor model (the paper: Qwen3-4B beside a Qwen2.5-7B actor), one backend
+        per role (``self.ext_raw`` is then the extractor's)."""
         m = self.cfg.model
         if m.backend == "vllm":
             from crl_bench.llm.vllm_backend import VLLMBackend
 
             backend_cls = VLLMBackend
-        from crl_bench.llm.hf_backend import LoraSpec
+        from crl_bench.llm.types import LoraSpec
 
-        kwargs: dict[str, Any] = dict(roles=("actor", "extractor"), lora=LoraSpec(r=m.lora_r, alpha=m.lora_alpha),
-                                      shared_adapter=self.spec.shared_params, dtype=m.dtype, device=m.device,
-                                      seed=self.cfg.seed)
-        if m.extractor:
-            kwargs.update(separate_bases=True, extractor_model=m.extractor)
-        return backend_cls(m.actor, **kwargs)
+        common: dict[str, Any] = dict(lora=LoraSpec(r=m.lora_r, alpha=m.lora_alpha), dtype=m.dtype,
+                                      device=m.device, seed=self.cfg.seed)
+        if m.extractor and m.extractor != m.actor and self.spec.use_bank:
+            if self.spec.shared_params:
+                raise ConfigError("the shared-parameters ablation needs one model for both roles; "
+                                  "unset model.extractor (--set model.extractor=null).")
+            actor = backend_cls(m.actor, roles=("actor",), **common)
+            self.ext_raw = backend_cls(m.extractor, roles=("extractor",), **common)
+            return actor
+        backend = backend_cls(m.actor, roles=("actor", "extractor"), shared_adapter=self.spec.shared_params,
+                              **common)
+        self.ext_raw = backend
+        return backend
 
     # -- model calls ---------------------------------------------------------------------------
     def extractor_generate(self, message_lists: list[list[dict]]) -> list[Any]:
-        prompts = [self.backend.chat_prompt_ids(m) for m in message_lists]
-        return self.backend.generate(prompts, self.extractor_sampling, adapter="extractor")
+        prompts = [self.ext_backend.chat_prompt_ids(m) for m in message_lists]
+        return self.ext_backend.generate(prompts, self.extractor_sampling, adapter="extractor")
 
     def _log_track(self, metrics: dict[str, Any]) -> None:
         with self._track_metrics_lock:
@@ -273,17 +286,18 @@ class CoTrainer:
         saa = SearchAndAsk(self.manager, self.extractor_generate)
         by_episode: dict[int, list[ExtractorSample]] = {}
 
-        def ask(query: str, spec: Any, context: Any) -> str:
-            if not spec.with_experience:
-                return "Search is not available in this episode."
+        def ask(query: str, spec: Any, context: dict[str, Any]) -> str:
+            if not spec.with_experience:  # "without experience" must stay without it
+                return "Searching the experience library is not available in this episode."
             before = len(saa.samples)
-            answer = saa(query, context)
+            answer = saa(query, {"goal": context.get("goal", ""), "observation": context.get("observation", ""),
+                                 "family": spec.meta.get("family"), "task_id": str(spec.seed)})
             if record:
                 for rec in saa.samples[before:]:
-                    gen = rec["generation"] if isinstance(rec, dict) else getattr(rec, "generation")
+                    gen = rec.generation
                     by_episode.setdefault(id(spec), []).append(ExtractorSample(
                         list(gen.prompt_ids), list(gen.completion_ids), list(gen.logprobs), kind="ask",
-                        created_step=self.step))
+                        created_step=self.step, malformed=bool(rec.malformed)))
             return answer
         return ask, by_episode
 
@@ -375,7 +389,8 @@ class CoTrainer:
                    for traj, a in zip(trajectories, adv.tolist()) for turn in traj.turns]
         a = self.cfg.actor
         kwargs: dict[str, Any] = {"clip_eps": a.clip_eps} if a.loss == "ppo_clip" else {}
-        m = self.actor_trainer.update(samples, loss=a.loss, loss_kwargs=kwargs, agg=a.agg)
+        m = self.actor_trainer.update(samples, loss=a.loss, loss_kwargs=kwargs, agg=a.agg,
+                                      temperature=self.actor_sampling.logprob_temperature)
         metrics.update({f"losses/actor_{k}": v for k, v in m.items()})
 
     def run_steps(self, start_step: int) -> None:
@@ -480,6 +495,8 @@ class CoTrainer:
         tmp = self.run.new_checkpoint_tmp()
         with self.lock:
             self.raw_backend.save_adapters(tmp / "adapters")
+            if self.ext_raw is not self.raw_backend:
+                self.ext_raw.save_adapters(tmp / "extractor_adapters")
             trainers = {}
             if self.actor_trainer is not None:
                 trainers["actor"] = self.actor_trainer.state_dict()
@@ -497,6 +514,8 @@ class CoTrainer:
         import torch
 
         self.raw_backend.load_adapters(path / "adapters")
+        if self.ext_raw is not self.raw_backend:
+            self.ext_raw.load_adapters(path / "extractor_adapters")
         trainers = torch.load(path / "trainers.pt", weights_only=False)
         if "actor" in trainers and self.actor_trainer is not None:
             self.actor_trainer.load_state_dict(trainers["actor"])

@@ -100,8 +100,12 @@ class RoleTrainer:
         return LOSSES.get(loss_name)
 
     def update(self, samples: Sequence[TrainSample], *, loss: str, loss_kwargs: dict[str, Any],
-               agg: str = "token-mean") -> dict[str, float]:
-        """One optimiser step on ``samples``; returns metrics (loss, grad norm, clip fraction...)."""
+               agg: str = "token-mean", temperature: float = 1.0) -> dict[str, float]:
+        """One optimiser step on ``samples``; returns metrics (loss, grad norm, clip fraction...).
+
+        ``temperature`` must be the one the log-probs were recorded at
+        (``SamplingParams.logprob_temperature``), so that the ratio is 1 for on-policy samples.
+        """
         import torch
 
         samples = [s for s in samples if s.completion_ids]
@@ -125,7 +129,8 @@ class RoleTrainer:
             for start in range(0, len(active), mb):
                 chunk = active[start:start + mb]
                 ids, attn, lp_old, adv, cmask = self._collate(chunk)
-                logprobs = self.backend.forward_token_logprobs(self.adapter, ids, attn)
+                logprobs = self.backend.forward_token_logprobs(self.adapter, ids, attn,
+                                                               temperature=temperature)
                 logprobs = logprobs.float()
                 # align: token t (t >= 1) is predicted at position t-1 of the log-prob tensor
                 lp = logprobs * cmask[:, 1:]
