@@ -1,0 +1,215 @@
+"""Prompt building and answer parsing for text-env agents (pure functions, no model).
+
+The actor sees, each turn, one fresh chat: a system prompt for the env family and a user message
+with the goal, an optional experience block, a window of its last ``h`` turns, the current
+observation, the admissible actions (when the env lists them) and the answer format
+``<think>...</think><answer>ACTION</answer>`` (thinking optional). A completion may instead ask
+for advice with ``<ask>QUERY</ask>`` when the engine has an ask callback (Search-and-Ask).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+DEFAULT_SYSTEM_PROMPTS: dict[str, str] = {
+    "minihack": (
+        "You are an agent playing MiniHack, a small dungeon game built on NetHack. Each turn you "
+        "read a text description of what you see around you and choose one action. Reach the "
+        "goal in as few actions as possible; walls and closed doors block you."),
+    "webshop": (
+        "You are a shopping assistant on a web store. Each turn you read the current page and "
+        "choose one action: search[keywords] on the search page, or click[element] on a button, "
+        "product or option shown on the page. Buy the product that best matches the "
+        "instruction, with the requested options, within the price limit."),
+    "alfworld": (
+        "You are a household robot in a text-based home. Each turn you read what you observe "
+        "and choose one command (go to, take, put, open, close, clean, heat, cool, use, "
+        "examine...). Complete the task in as few steps as possible."),
+    "swe": (
+        "You are a software engineer working in a code repository through a shell. Each turn "
+        "you run one command and read its output. Find and fix the bug described in the issue "
+        "so that the tests pass, then submit."),
+    "text": (
+        "You are an agent in a text-based environment. Each turn you read an observation and "
+        "choose one action to reach the goal."),
+}
+
+
+@dataclass
+class PromptConfig:
+    """How the rollout engine talks to the actor.
+
+    Penalty convention: each invalid-format turn adds ``-format_penalty`` to that turn's reward,
+    hence to the trajectory reward (the env is not stepped). Score and success are the env's.
+    """
+
+    history: int = 2
+    """Previous turns shown in the prompt: the last ``history`` turns (2, as verl-agent), 0 for
+    none, -1 for the full history."""
+    think: bool = True
+    """Ask for ``<think>...</think>`` reasoning before the answer (the parser never requires it)."""
+    show_admissible: bool = True
+    """List the env's admissible actions in the prompt when it has them."""
+    system_prompts: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_SYSTEM_PROMPTS))
+    """System prompt per env family (``env.unwrapped.family``); ``"text"`` is the fallback."""
+    max_turns: int | None = None
+    """Cap on turns per episode (actions, invalid-format turns and asks all count); None = the
+    env's ``max_steps`` (30 when it has none)."""
+    max_episode_tokens: int = 8192
+    """Cap on generated tokens per episode; each turn's max_new_tokens shrinks to what is left."""
+    max_prompt_tokens: int | None = None
+    """If a prompt is longer, the oldest history turns are dropped; if it still is, the episode
+    ends truncated. None = no cap."""
+    format_penalty: float = 0.0
+    """Subtracted from the reward of each invalid-format turn."""
+    answer_tag: str = "answer"
+    ask_tag: str = "ask"
+    max_asks: int = 2
+    """Asks allowed per episode (only offered when the engine has an ask callback)."""
+    stop_at_tags: bool = True
+    """Stop generation at ``</answer>`` and ``</ask>`` (the completion keeps the closing tag)."""
+    max_observation_chars: int | None = 6000
+    """Observations longer than this are cut in the middle (the prompt says so). None = never."""
+    answer_example: bool = False
+    """Show an example answer built from the first admissible action (``e.g. <answer>north
+    </answer>``). Small models (the embedded 135M one) follow the format only with it."""
+    response_prefix: str = ""
+    """Text the assistant turn starts with, fed as prompt tokens (e.g. ``"<answer>"`` makes a
+    small model that cannot follow the format emit just the action). The parser reads
+    ``response_prefix + completion_text``; the completion ids/text stay the sampled ones."""
+
+    def __post_init__(self) -> None:
+        if self.history < -1:
+            raise ValueError(f"history must be -1 (full), 0 or a positive count; got {self.history}.")
+        if self.max_turns is not None and self.max_turns < 1:
+            raise ValueError(f"max_turns must be >= 1 or None, got {self.max_turns}.")
+        if self.max_episode_tokens < 1:
+            raise ValueError(f"max_episode_tokens must be >= 1, got {self.max_episode_tokens}.")
+        if self.max_asks < 0:
+            raise ValueError(f"max_asks must be >= 0, got {self.max_asks}.")
+        for tag in (self.answer_tag, self.ask_tag):
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_-]*", tag):
+                raise ValueError(f"tag {tag!r} must be a plain word such as 'answer' or 'ask'.")
+        if self.answer_tag == self.ask_tag:
+            raise ValueError("answer_tag and ask_tag must differ.")
+        if "text" not in self.system_prompts:
+            raise ValueError("system_prompts needs a 'text' entry: the fallback for families "
+                             "without their own prompt.")
+
+    @classmethod
+    def for_small_model(cls, **overrides) -> "PromptConfig":
+        """Settings under which the embedded SmolLM2-135M emits valid answers: no thinking, an
+        example answer, and the assistant turn pre-filled with ``<answer>``."""
+        values = {"think": False, "answer_example": True, "response_prefix": "<answer>"}
+        values.update(overrides)
+        return cls(**values)
+
+    def system_prompt(self, family: str) -> str:
+        return self.system_prompts.get(family, self.system_prompts["text"])
+
+    def stop_strings(self) -> tuple[str, ...]:
+        return (f"</{self.answer_tag}>", f"</{self.ask_tag}>") if self.stop_at_tags else ()
+
+
+@dataclass
+class HistoryItem:
+    """One past turn as shown in the prompt."""
+
+    observation: str
+    response: str  # the action taken, "(invalid format)" or "(asked: ...)"
+
+
+@dataclass
+class ParsedCompletion:
+    """What a completion asks the engine to do."""
+
+    kind: str                 # "action" | "ask" | "invalid"
+    action: str | None = None
+    query: str | None = None
+    error: str = ""
+
+
+def _cut(text: str, limit: int | None) -> str:
+    if limit is None or len(text) <= limit:
+        return text
+    half = limit // 2
+    return f"{text[:half]}\n[... {len(text) - 2 * half} characters cut ...]\n{text[-half:]}"
+
+
+def build_messages(config: PromptConfig, *, family: str, goal: str, observation: str,
+                   history: list[HistoryItem], admissible_actions: list[str] | None,
+                   experience_text: str = "", asks_left: int = 0, turn_index: int = 0
+                   ) -> list[dict[str, str]]:
+    """The chat messages of one turn (system + user)."""
+    parts: list[str] = []
+    if goal:
+        parts.append(f"Your task: {goal.strip()}")
+    if experience_text.strip():
+        parts.append("Experience from earlier episodes (use it where it applies):\n"
+                     + experience_text.strip())
+    shown = history if config.history == -1 else (history[-config.history:] if config.history
+                                                  else [])
+    if shown:
+        first = turn_index - len(shown) + 1
+        lines = ["Your previous turns (oldest first):"]
+        for k, item in enumerate(shown):
+            lines.append(f"[Turn {first + k}] Observation:\n"
+                         f"{_cut(item.observation, config.max_observation_chars)}")
+            lines.append(f"[Turn {first + k}] You: {item.response}")
+        parts.append("\n".join(lines))
+    parts.append(f"Current observation (turn {turn_index + 1}):\n"
+                 f"{_cut(observation, config.max_observation_chars)}")
+    if config.show_admissible and admissible_actions:
+        parts.append("Admissible actions: " + ", ".join(admissible_actions))
+    a = config.answer_tag
+    if config.think:
+        fmt = (f"Think step by step inside <think>...</think>, then give exactly one action "
+               f"inside <{a}>...</{a}>.")
+    else:
+        fmt = f"Reply with exactly one action inside <{a}>...</{a}>."
+    if config.answer_example and admissible_actions:
+        fmt = fmt[:-1] + f", e.g. <{a}>{admissible_actions[0]}</{a}>."
+    if asks_left > 0:
+        q = config.ask_tag
+        fmt += (f" If you need advice instead, write <{q}>your question</{q}> ({asks_left} "
+                f"left); the advice comes back as your next observation.")
+    parts.append(fmt)
+    return [{"role": "system", "content": config.system_prompt(family)},
+            {"role": "user", "content": "\n\n".join(parts)}]
+
+
+_THINK = re.compile(r"<think>.*?</think>", re.DOTALL)
+
+
+def parse_completion(text: str, config: PromptConfig, asks_left: int = 0) -> ParsedCompletion:
+    """Read the action (or the ask) out of a completion.
+
+    Rules, in order: complete ``<think>`` blocks are ignored; a non-empty
+    ``<answer>...</answer>`` is the action (surrounding whitespace stripped); otherwise a
+    non-empty ``<ask>...</ask>`` is a query if ``asks_left > 0``; anything else is invalid format.
+    """
+    body = _THINK.sub("", text)
+    a, q = config.answer_tag, config.ask_tag
+    answer = re.search(rf"<{a}>(.*?)</{a}>", body, re.DOTALL)
+    if answer is not None:
+        action = answer.group(1).strip()
+        if action:
+            return ParsedCompletion("action", action=action)
+        empty_answer = True
+    else:
+        empty_answer = False
+    ask = re.search(rf"<{q}>(.*?)</{q}>", body, re.DOTALL)
+    if ask is not None and ask.group(1).strip():
+        if asks_left > 0:
+            return ParsedCompletion("ask", query=ask.group(1).strip())
+        return ParsedCompletion("invalid", error=f"no {q} left in this episode, give an action")
+    if empty_answer:
+        return ParsedCompletion("invalid", error=f"the {a} block is empty")
+    if f"<{a}>" in body:
+        return ParsedCompletion("invalid", error=f"the {a} block is not closed")
+    return ParsedCompletion("invalid", error=f"no {a} block found")
+
+
+def invalid_format_feedback(error: str, config: PromptConfig) -> str:
+    return f"Invalid format ({error}); the environment did not change."

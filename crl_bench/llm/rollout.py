@@ -1,0 +1,369 @@
+"""The batched multi-turn rollout engine and the trajectory record.
+
+:class:`RolloutEngine` runs N text envs (of any mix of families) concurrently. Each turn it
+builds one prompt per episode still running and makes ONE batched ``backend.generate`` call for
+all of them, then parses each completion and either steps that env, answers a Search-and-Ask
+query through the ask callback, or returns invalid-format feedback (see
+:mod:`crl_bench.llm.prompting`).
+
+Token bookkeeping is exact: each :class:`Turn` keeps the prompt ids that were fed to the model,
+the sampled completion ids and their sampling log-probs, and
+``completion_text == tokenizer.decode(completion_ids, skip_special_tokens=True)`` is the very
+text that was parsed for the action the env received. Nothing is re-tokenised.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any, Callable
+
+from crl_bench.llm.prompting import (HistoryItem, PromptConfig, build_messages,
+                                     invalid_format_feedback, parse_completion)
+from crl_bench.llm.types import SamplingParams
+
+__all__ = ["Turn", "Trajectory", "EpisodeSpec", "PromptConfig", "RolloutEngine"]
+
+
+@dataclass
+class Turn:
+    """One model call of an episode and what came of it."""
+
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    logprobs: list[float]
+    """Sampling log-prob per completion token (at SamplingParams.logprob_temperature)."""
+    completion_text: str
+    action: str | None
+    """The action sent to the env; None for an invalid-format turn or an ask."""
+    observation: str
+    """What came back: the env's observation, the ask answer, or invalid-format feedback."""
+    reward: float
+    """Env reward of this step, minus PromptConfig.format_penalty on an invalid-format turn."""
+    format_valid: bool
+    tool_query: str | None
+    finish_reason: str = ""
+    kind: str = "action"
+    """"action", "ask" or "invalid"."""
+
+    @property
+    def loss_mask(self) -> list[int]:
+        """1 per completion token: every sampled token is the policy's (prompts are not)."""
+        return [1] * len(self.completion_ids)
+
+
+@dataclass
+class Trajectory:
+    """One episode, as the trainer and the logs see it."""
+
+    env_id: str
+    task_name: str
+    task_id: str
+    seed: int
+    goal: str
+    group_id: int
+    with_experience: bool
+    experience_ids: list[int]
+    experience_text: str
+    turns: list[Turn]
+    reward: float
+    """Sum of turn rewards (env rewards plus format penalties)."""
+    score: float
+    success: bool
+    n_actions: int
+    """Env steps taken (invalid-format turns and asks are not actions)."""
+    n_invalid_format: int
+    n_tool_calls: int
+    truncated: bool
+    """The env truncated the episode, or the engine's turn / token / prompt caps did."""
+    tokens: int
+    """Generated tokens over all turns."""
+    wall_s: float
+    meta: dict = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Trajectory":
+        data = dict(d)
+        turn_names = {f.name for f in fields(Turn)}
+        data["turns"] = [Turn(**{k: v for k, v in t.items() if k in turn_names})
+                         for t in data.get("turns", [])]
+        names = {f.name for f in fields(cls)}
+        missing = names - set(data)
+        if missing:
+            raise ValueError(f"Trajectory JSON lacks fields {sorted(missing)}.")
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+
+@dataclass
+class EpisodeSpec:
+    """One episode to run: an env that is already made, how to reset it, and its experience."""
+
+    env: Any
+    """A gymnasium text env (``gymnasium.make("crl/...")``); the engine resets it."""
+    seed: int
+    options: dict | None = None
+    group_id: int = 0
+    task_name: str = ""
+    with_experience: bool = False
+    experience_ids: list[int] = field(default_factory=list)
+    experience_text: str = ""
+    meta: dict = field(default_factory=dict)
+
+
+AskCallback = Callable[[str, EpisodeSpec, dict], str]
+AskBatchCallback = Callable[[list[tuple[str, EpisodeSpec, dict]]], list[str]]
+
+
+@dataclass
+class _Running:
+    """Mutable state of one episode inside the engine."""
+
+    spec: EpisodeSpec
+    family: str
+    env_id: str
+    goal: str
+    task_id: str
+    observation: str            # what the next prompt shows as the current observation
+    env_observation: str        # the env's latest observation
+    admissible: list[str] | None
+    info: dict
+    max_turns: int
+    history: list[HistoryItem] = field(default_factory=list)
+    turns: list[Turn] = field(default_factory=list)
+    asks_used: int = 0
+    tokens: int = 0
+    prompt_tokens: int = 0
+    n_actions: int = 0
+    truncated: bool = False
+    done: bool = False
+    end_reason: str = ""
+    start: float = field(default_factory=time.perf_counter)
+    wall_s: float = 0.0
+
+
+class RolloutEngine:
+    """Run episodes concurrently with one batched model call per turn.
+
+    Args:
+        backend: an LLM backend (``HFBackend`` / ``VLLMBackend``).
+        sampling: sampling parameters; the engine adds the answer/ask closing tags as stop
+            strings (PromptConfig.stop_at_tags) and, when ``sampling.seed`` is set, derives a
+            distinct seed for each turn from it, so that a run is reproducible.
+        prompt: prompt and episode-limit configuration.
+        adapter: the role that acts ("actor").
+        ask_callback: ``f(query, spec, context) -> advice`` for ``<ask>`` queries; ``context``
+            has goal, observation, history, turn, task_name. Without it asking is not offered.
+        ask_batch_callback: alternative taking all of one turn's queries at once
+            ``[(query, spec, context), ...] -> [advice, ...]`` (one batched extractor call).
+        progress: show a progress bar of finished episodes.
+    """
+
+    def __init__(self, backend: Any, sampling: SamplingParams, prompt: PromptConfig | None = None,
+                 adapter: str | None = "actor", ask_callback: AskCallback | None = None,
+                 progress: bool = False, *, ask_batch_callback: AskBatchCallback | None = None
+                 ) -> None:
+        if ask_callback is not None and ask_batch_callback is not None:
+            raise ValueError("Give ask_callback or ask_batch_callback, not both.")
+        self.backend = backend
+        self.prompt = prompt or PromptConfig()
+        stops = tuple(dict.fromkeys(tuple(sampling.stop) + self.prompt.stop_strings()))
+        self.sampling = replace(sampling, stop=stops)
+        self.adapter = adapter
+        self.ask_callback = ask_callback
+        self.ask_batch_callback = ask_batch_callback
+        self.progress = progress
+        self.last_stats: dict[str, float] = {}
+        self._prefix_ids: list[int] = []
+        if self.prompt.response_prefix:
+            self._prefix_ids = list(backend.tokenizer(self.prompt.response_prefix,
+                                                      add_special_tokens=False)["input_ids"])
+
+    @property
+    def _can_ask(self) -> bool:
+        return (self.ask_callback is not None or self.ask_batch_callback is not None) \
+            and self.prompt.max_asks > 0
+
+    # -- episode set-up ----------------------------------------------------------------------------
+    def _start(self, spec: EpisodeSpec) -> _Running:
+        env = spec.env
+        observation, info = env.reset(seed=spec.seed, options=spec.options)
+        unwrapped = getattr(env, "unwrapped", env)
+        env_id = env.spec.id if getattr(env, "spec", None) is not None else type(unwrapped).__name__
+        max_turns = self.prompt.max_turns or int(getattr(unwrapped, "max_steps", 30) or 30)
+        return _Running(spec=spec, family=str(getattr(unwrapped, "family", "text")), env_id=env_id,
+                        goal=str(info.get("goal", "")), task_id=str(info.get("task_id", "")),
+                        observation=str(observation), env_observation=str(observation),
+                        admissible=info.get("admissible_actions"), info=dict(info),
+                        max_turns=max_turns)
+
+    def _asks_left(self, ep: _Running) -> int:
+        return max(0, self.prompt.max_asks - ep.asks_used) if self._can_ask else 0
+
+    def _prompt_ids(self, ep: _Running) -> list[int] | None:
+        history = list(ep.history)
+        while True:
+            messages = build_messages(
+                self.prompt, family=ep.family, goal=ep.goal, observation=ep.observation,
+                history=history, admissible_actions=ep.admissible,
+                experience_text=ep.spec.experience_text, asks_left=self._asks_left(ep),
+                turn_index=len(ep.turns))
+            ids = self.backend.chat_prompt_ids(messages) + self._prefix_ids
+            cap = self.prompt.max_prompt_tokens
+            if cap is None or len(ids) <= cap:
+                return ids
+            shown = len(history) if self.prompt.history == -1 else min(len(history),
+                                                                        self.prompt.history)
+            if shown == 0:
+                return None
+            history = history[-(shown - 1):] if shown > 1 else []  # drop the oldest shown turn
+
+    # -- the loop ----------------------------------------------------------------------------------
+    def run(self, episodes: list[EpisodeSpec]) -> list[Trajectory]:
+        """Play every episode to its end; return one trajectory per spec, in order."""
+        if not episodes:
+            return []
+        ids = [id(e.env) for e in episodes]
+        if len(set(ids)) != len(ids):
+            raise ValueError("Each EpisodeSpec needs its own env instance: episodes run "
+                             "concurrently. Make one env per episode (gymnasium.make).")
+        t0 = time.perf_counter()
+        timing = {"gen_s": 0.0, "env_s": 0.0, "ask_s": 0.0}
+        running = [self._start(spec) for spec in episodes]
+        timing["env_s"] += time.perf_counter() - t0
+        bar = None
+        if self.progress:
+            from tqdm import tqdm
+
+            bar = tqdm(total=len(running), desc="episodes", leave=False)
+        turn_no = 0
+        generate_calls = 0
+        while True:
+            batch: list[tuple[_Running, list[int], int]] = []
+            for ep in running:
+                if ep.done:
+                    continue
+                budget = self.prompt.max_episode_tokens - ep.tokens
+                prompt_ids = self._prompt_ids(ep)
+                if prompt_ids is None:
+                    self._finish(ep, truncated=True, reason="prompt_too_long")
+                    if bar is not None:
+                        bar.update(1)
+                    continue
+                batch.append((ep, prompt_ids, budget))
+            if not batch:
+                break
+            sampling = self.sampling
+            if sampling.seed is not None:
+                sampling = replace(sampling, seed=(sampling.seed * 1_000_003 + turn_no) % 2**63)
+            t = time.perf_counter()
+            generations = self.backend.generate([p for _, p, _ in batch], sampling, self.adapter,
+                                                max_new_tokens=[b for _, _, b in batch])
+            timing["gen_s"] += time.perf_counter() - t
+            generate_calls += 1
+            asks: list[tuple[_Running, Turn, str]] = []
+            t = time.perf_counter()
+            for (ep, prompt_ids, _), gen in zip(batch, generations):
+                ep.tokens += len(gen.completion_ids)
+                ep.prompt_tokens += len(prompt_ids)
+                parsed = parse_completion(self.prompt.response_prefix + gen.text, self.prompt,
+                                          self._asks_left(ep))
+                turn = Turn(prompt_ids=list(prompt_ids), completion_ids=list(gen.completion_ids),
+                            logprobs=list(gen.logprobs), completion_text=gen.text, action=None,
+                            observation="", reward=0.0, format_valid=parsed.kind != "invalid",
+                            tool_query=None, finish_reason=gen.finish_reason, kind=parsed.kind)
+                shown_observation = ep.observation
+                ep.turns.append(turn)
+                if parsed.kind == "action":
+                    turn.action = parsed.action
+                    self._step_env(ep, turn)
+                    ep.history.append(HistoryItem(shown_observation, parsed.action or ""))
+                elif parsed.kind == "ask":
+                    turn.tool_query = parsed.query
+                    ep.asks_used += 1
+                    ep.history.append(HistoryItem(shown_observation, f"(asked: {parsed.query})"))
+                    asks.append((ep, turn, parsed.query or ""))
+                else:
+                    turn.reward = -self.prompt.format_penalty
+                    turn.observation = invalid_format_feedback(parsed.error, self.prompt)
+                    ep.observation = f"{turn.observation}\n\n{ep.env_observation}"
+                    ep.history.append(HistoryItem(shown_observation, "(invalid format)"))
+            timing["env_s"] += time.perf_counter() - t
+            if asks:
+                t = time.perf_counter()
+                self._answer_asks(asks)
+                timing["ask_s"] += time.perf_counter() - t
+            for ep, _, _ in batch:
+                if ep.done:
+                    pass
+                elif len(ep.turns) >= ep.max_turns:
+                    self._finish(ep, truncated=True, reason="max_turns")
+                elif ep.tokens >= self.prompt.max_episode_tokens:
+                    self._finish(ep, truncated=True, reason="max_episode_tokens")
+                if ep.done and bar is not None:
+                    bar.update(1)
+            turn_no += 1
+        if bar is not None:
+            bar.close()
+        wall = time.perf_counter() - t0
+        tokens = sum(ep.tokens for ep in running)
+        self.last_stats = {**timing, "wall_s": wall, "turns": float(turn_no),
+                           "generate_calls": float(generate_calls), "tokens": float(tokens),
+                           "tokens_per_s": tokens / wall if wall > 0 else 0.0}
+        return [self._trajectory(ep) for ep in running]
+
+    def _step_env(self, ep: _Running, turn: Turn) -> None:
+        observation, reward, terminated, truncated, info = ep.spec.env.step(turn.action)
+        ep.n_actions += 1
+        turn.reward = float(reward)
+        turn.observation = str(observation)
+        ep.observation = ep.env_observation = str(observation)
+        ep.info = dict(info)
+        ep.admissible = info.get("admissible_actions")
+        if terminated or truncated:
+            self._finish(ep, truncated=bool(truncated) and not terminated,
+                         reason="terminated" if terminated else "env_truncated")
+
+    def _answer_asks(self, asks: list[tuple[_Running, Turn, str]]) -> None:
+        requests = []
+        for ep, turn, query in asks:
+            context = {"goal": ep.goal, "observation": ep.env_observation,
+                       "history": [asdict(h) for h in ep.history], "turn": len(ep.turns) - 1,
+                       "task_name": ep.spec.task_name, "family": ep.family}
+            requests.append((query, ep.spec, context))
+        if self.ask_batch_callback is not None:
+            answers = list(self.ask_batch_callback(requests))
+            if len(answers) != len(requests):
+                raise ValueError(f"ask_batch_callback returned {len(answers)} answers for "
+                                 f"{len(requests)} queries.")
+        else:
+            assert self.ask_callback is not None
+            answers = [self.ask_callback(*r) for r in requests]
+        for (ep, turn, query), answer in zip(asks, answers):
+            turn.observation = str(answer)
+            ep.observation = (f"Advice for your question \"{query}\":\n{answer}\n\n"
+                              f"{ep.env_observation}")
+
+    @staticmethod
+    def _finish(ep: _Running, *, truncated: bool, reason: str) -> None:
+        ep.done = True
+        ep.truncated = truncated
+        ep.end_reason = reason
+        ep.wall_s = time.perf_counter() - ep.start
+
+    def _trajectory(self, ep: _Running) -> Trajectory:
+        spec = ep.spec
+        return Trajectory(
+            env_id=ep.env_id, task_name=spec.task_name or ep.env_id, task_id=ep.task_id,
+            seed=int(spec.seed), goal=ep.goal, group_id=int(spec.group_id),
+            with_experience=bool(spec.with_experience), experience_ids=list(spec.experience_ids),
+            experience_text=spec.experience_text, turns=ep.turns,
+            reward=float(sum(t.reward for t in ep.turns)),
+            score=float(ep.info.get("score", 0.0)), success=bool(ep.info.get("success", False)),
+            n_actions=ep.n_actions, n_invalid_format=sum(not t.format_valid for t in ep.turns),
+            n_tool_calls=sum(t.kind == "ask" for t in ep.turns), truncated=ep.truncated,
+            tokens=ep.tokens, wall_s=ep.wall_s,
+            meta={**spec.meta, "family": ep.family, "end_reason": ep.end_reason,
+                  "prompt_tokens": ep.prompt_tokens, "adapter": self.adapter})
