@@ -132,7 +132,8 @@ class CommandResult:
             limit = f" after {limits.timeout_s:g} s" if limits else ""
             return (f"[command timed out{limit}: it and every process it started were killed]")
         if self.output_flood:
-            return (f"[command stopped: it wrote more than {self.output_bytes:,} bytes of output; "
+            cap = f" (the limit is {limits.output_hard_bytes:,})" if limits else ""
+            return (f"[command stopped after {self.output_bytes:,} bytes of output{cap}; "
                     "redirect large output to a file and look at parts of it]")
         code = self.exit_code
         if code is not None and code > 128 and code - 128 in _SIGNAL_NOTES:
@@ -253,6 +254,18 @@ _uid_counter = itertools.count()
 
 def _is_root() -> bool:
     return os.geteuid() == 0
+
+
+def _world_traversable(path: str) -> bool:
+    """Whether a user with no special rights can reach ``path`` (x on every parent)."""
+    current = Path(os.path.realpath(path))
+    for directory in [current, *current.parents]:
+        try:
+            if not directory.stat().st_mode & 0o001:
+                return False
+        except OSError:
+            return False
+    return True
 
 
 def default_ro_binds(extra: tuple[str, ...] = ()) -> list[str]:
@@ -383,10 +396,19 @@ class LocalSandbox(Sandbox):
                                    "isolation='rlimits' (weaker: see LocalSandbox's docs).")
             self.mode = "namespaces" if ok else "rlimits"
             self.namespace_problem = why
+        self.uid_note = ""
         if _is_root() and self.uid is None:
             self.uid = 2_000_000 + (os.getpid() % 100_000) * 16 + next(_uid_counter) % 16
         if not _is_root():
             self.uid = None  # only root can switch uid
+        elif self.mode == "rlimits":
+            # Without a fresh root the sandbox uid sees the host's permissions: a venv under a
+            # private home (/root is 0700) would not even start. Keep root then, and say so.
+            hidden = [p for p in (self.venv, *self.ro_binds) if p and not _world_traversable(p)]
+            if hidden:
+                self.uid = None
+                self.uid_note = (f"commands run as root: {hidden[0]} is not reachable by "
+                                 "other users, so the sandbox uid could not use it")
         self._dir = Path(tempfile.mkdtemp(prefix="crl-swe-", dir=self.base_dir))
         self.ws = self._dir / "testbed"
         self.tmp = self._dir / "tmp"
@@ -516,7 +538,7 @@ class LocalSandbox(Sandbox):
     def describe(self) -> dict[str, Any]:
         return {"backend": "local", "isolation": self.mode, "uid": self.uid,
                 "network": self.limits.network if self.mode == "namespaces" else True,
-                "workdir": self.command_workdir,
+                "workdir": self.command_workdir, "uid_note": self.uid_note or None,
                 "namespace_problem": getattr(self, "namespace_problem", "") or None}
 
     def close(self) -> None:

@@ -252,11 +252,12 @@ class ToolRunner:
         return ToolOutput(TOOL_HELP, ok=True)
 
     def _do_run(self, action: Action) -> ToolOutput:
+        # The sandbox keeps only what fits, so its marker (with the byte count) is the one shown.
         result = self.sandbox.run(action.text, timeout_s=self.command_timeout_s,
-                                  output_keep_bytes=max(4 * self.max_chars, 64 * 1024))
+                                  output_keep_bytes=self.max_chars - 200)
         body = result.output.rstrip("\n")
-        if result.output_truncated or len(body) > self.max_chars - 200:
-            body = truncate_middle(body, self.max_chars - 200)
+        if len(body) > self.max_chars - 150:  # multi-byte characters decoded wider
+            body = truncate_middle(body, self.max_chars - 150)
         status = result.status_line(getattr(self.sandbox, "limits", None)
                                     and _with_timeout(self.sandbox.limits, self.command_timeout_s))
         text = (body + "\n" if body else "") + status
@@ -340,8 +341,7 @@ class ToolRunner:
             where = f" (block {number})" if len(action.blocks) > 1 else ""
             chosen = None
             for split in splits:  # type: ignore[union-attr]
-                old = "\n".join(body[:split])
-                if old and text.count(old) >= 1:
+                if _line_occurrences(text, "\n".join(body[:split])):
                     chosen = split
                     break
             split = splits[0] if chosen is None else chosen  # type: ignore[index]
@@ -349,16 +349,20 @@ class ToolRunner:
             if not old.strip():
                 return ToolOutput(f"Error{where}: the SEARCH part is empty; copy the exact lines "
                                   "to replace from `view` output (without line numbers).", ok=False)
-            count = text.count(old)
-            if count == 0:
-                return ToolOutput(f"Error{where}: the SEARCH text was not found in {rel}; nothing "
-                                  f"was changed.{_closest_hint(text, old)}", ok=False)
-            if count > 1:
-                lines = _occurrence_lines(text, old)
-                return ToolOutput(f"Error{where}: the SEARCH text occurs {count} times in {rel} "
-                                  f"(at lines {', '.join(map(str, lines))}); add surrounding lines "
-                                  "so it occurs once. Nothing was changed.", ok=False)
-            pos = text.index(old)
+            found = _line_occurrences(text, old)
+            if not found:
+                partial = text.find(old)
+                hint = (f" It matches only part of line {text.count(chr(10), 0, partial) + 1}; "
+                        "SEARCH must hold whole lines." if partial >= 0
+                        else _closest_hint(text, old))
+                return ToolOutput(f"Error{where}: the SEARCH text was not found in {rel} as whole "
+                                  f"lines; nothing was changed.{hint}", ok=False)
+            if len(found) > 1:
+                lines = [text.count("\n", 0, p) + 1 for p in found]
+                return ToolOutput(f"Error{where}: the SEARCH text occurs {len(found)} times in "
+                                  f"{rel} (at lines {', '.join(map(str, lines))}); add surrounding "
+                                  "lines so it occurs once. Nothing was changed.", ok=False)
+            pos = found[0]
             changed_at.append(text.count("\n", 0, pos) + 1)
             if len(changed_at) == 1:
                 first_new_lines = len(new.split("\n"))
@@ -379,10 +383,17 @@ def _encode_shown(text: str) -> str:
     return text.encode("utf-8", "replace").decode("utf-8", "replace")
 
 
-def _occurrence_lines(text: str, needle: str) -> list[int]:
-    out, start = [], 0
+def _line_occurrences(text: str, needle: str) -> list[int]:
+    """Start offsets where ``needle`` occurs as whole lines (line start to line end)."""
+    out: list[int] = []
+    if not needle:
+        return out
+    start = 0
     while (pos := text.find(needle, start)) >= 0:
-        out.append(text.count("\n", 0, pos) + 1)
+        end = pos + len(needle)
+        if (pos == 0 or text[pos - 1] == "\n") and (end == len(text) or text[end] == "\n"
+                                                    or needle.endswith("\n")):
+            out.append(pos)
         start = pos + 1
     return out
 

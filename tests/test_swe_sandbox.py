@@ -1,0 +1,197 @@
+"""The local sandbox contains what an agent's command may do, reports it, and keeps working.
+
+The hostile commands (a write outside the workspace, a fork bomb, an endless loop, 100 MB of
+output, a memory hog, a huge file, a network call, a symlink out of the workspace) run for real,
+through the env's ``run`` action and through :class:`LocalSandbox` directly, in every isolation
+mode this host supports (``namespaces`` where the OS allows it, ``rlimits`` everywhere).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from crl_bench.envs.swe.env import SWETextEnv
+from crl_bench.envs.swe.sandbox import (LocalSandbox, SandboxLimits, SandboxPathError,
+                                        namespaces_available)
+
+NAMESPACES, WHY_NOT = namespaces_available()
+MODES = ["rlimits"] + (["namespaces"] if NAMESPACES else [])
+IS_ROOT = os.geteuid() == 0
+needs_namespaces = pytest.mark.skipif(not NAMESPACES, reason=f"no namespaces here: {WHY_NOT}")
+
+
+def _uid_processes(uid: int) -> list[int]:
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/status") as fh:
+                    status = fh.read()
+            except OSError:
+                continue
+            uid_line = next(line for line in status.splitlines() if line.startswith("Uid:"))
+            state = next(line for line in status.splitlines() if line.startswith("State:"))
+            if int(uid_line.split()[1]) == uid and "Z" not in state.split()[1]:
+                pids.append(int(entry))
+    return pids
+
+
+@pytest.fixture(scope="module")
+def env():
+    e = SWETextEnv(task_set="mini", split="all", command_timeout_s=3,
+                   sandbox_limits={"timeout_s": 3, "max_processes": 64, "memory_mb": 1024,
+                                   "max_file_mb": 8})
+    e.reset(options={"task_id": "handykit__handykit-101"})
+    yield e
+    e.close()
+
+
+def _still_works(env) -> None:
+    obs, _r, terminated, truncated, info = env.step("run echo still-alive && python -c 'print(6*7)'")
+    assert obs.startswith("still-alive\n42\n") and info["action_valid"]
+    assert not terminated and not truncated
+
+
+def test_write_outside_the_workspace_is_refused_and_reported(env, tmp_path):
+    target = tmp_path / "escape.txt"  # a folder the host user can write to
+    obs, *_ = env.step(f"run echo owned > {target}; echo rc=$?; echo x > /etc/crl-swe-test; "
+                       "echo rc=$?")
+    assert not target.exists() and not Path("/etc/crl-swe-test").exists()
+    assert obs.count("rc=1") == 2 or "rc=2" in obs  # the shell says why each write failed
+    for action in ("create ../escape.py\nx = 1", f"create {target}\nx = 1",
+                   "create /etc/crl-swe-test\nx"):
+        obs, *_, info = env.step(action)
+        assert obs.startswith("Error:") and not info["action_valid"]
+    assert not target.exists()
+    _still_works(env)
+
+
+def test_symlink_out_of_the_workspace_is_not_followed_by_the_tools(env):
+    env.step("run ln -sf /etc/hostname host_link && ln -sfn /etc etc_link")
+    for action in ("view host_link", "create host_link\nowned", "view etc_link/passwd",
+                   "replace etc_link/hostname\n<<<<<<< SEARCH\na\n=======\nb\n>>>>>>> REPLACE"):
+        obs, *_, info = env.step(action)
+        assert "resolves outside the repository" in obs and not info["action_valid"], obs
+    _still_works(env)
+
+
+def test_fork_bomb_is_contained(env):
+    start = time.monotonic()
+    obs, *_, info = env.step("run bomb() { bomb | bomb & }; bomb; sleep 1; echo after-bomb")
+    assert time.monotonic() - start < 15
+    # either the process limit stopped the forks (and the shell finished) or the timeout hit
+    assert "Resource temporarily unavailable" in obs or "timed out" in obs, obs[-500:]
+    assert info["action_valid"]
+    time.sleep(0.3)
+    if env.sandbox.uid is not None:
+        assert _uid_processes(env.sandbox.uid) == []  # nothing of the command is left running
+    _still_works(env)
+
+
+def test_endless_loop_is_killed_at_the_timeout(env):
+    start = time.monotonic()
+    obs, *_, info = env.step("run while true; do :; done")
+    elapsed = time.monotonic() - start
+    assert 2.5 < elapsed < 10
+    assert "[command timed out after 3 s: it and every process it started were killed]" in obs
+    assert info["timed_out"] and info["exit_code"] is None
+    _still_works(env)
+
+
+def test_100_mb_of_output_is_cut_and_marked(env):
+    obs, *_, info = env.step("run yes | head -c 100000000")
+    # 100 MB is past the hard cap (32 MiB): the command is stopped, the head and tail shown
+    assert "[command stopped after" in obs and "(the limit is 33,554,432)" in obs
+    assert "bytes of output omitted" in obs
+    assert len(obs) <= env.max_observation_chars
+    assert info["output_bytes"] > 32 * 1024 * 1024
+    _still_works(env)
+
+
+def test_memory_and_file_size_limits(env):
+    obs, *_ = env.step("run python -c 'bytearray(3 * 1024**3)'")
+    assert "MemoryError" in obs
+    obs, *_ = env.step("run head -c 20000000 /dev/zero > big.bin; echo rc=$?; wc -c < big.bin")
+    assert "File too large" in obs and "8388608" in obs  # max_file_mb=8
+    env.step("run rm -f big.bin")
+    _still_works(env)
+
+
+@needs_namespaces
+def test_no_network_in_the_namespaced_sandbox(env):
+    obs, *_ = env.step("run python -c \"import socket; socket.create_connection(('1.1.1.1', 53),"
+                       " timeout=2)\"; python -c \"import socket; s = socket.socket(); "
+                       "s.bind(('127.0.0.1', 0)); print('loopback ok')\"")
+    assert "Network is unreachable" in obs and "loopback ok" in obs
+    obs, *_ = env.step("run ps -e --no-headers | wc -l")
+    assert int(obs.split()[0]) <= 4  # only this command's processes are visible
+
+
+# -- the sandbox itself, in each isolation mode ------------------------------------------------
+
+@pytest.fixture(params=MODES)
+def sandbox(request, tmp_path):
+    (tmp_path / "tpl").mkdir()
+    (tmp_path / "tpl" / "a.txt").write_text("hello\n")
+    sb = LocalSandbox(limits=SandboxLimits(timeout_s=3, max_processes=64, memory_mb=1024,
+                                           max_file_mb=8, output_hard_bytes=256 * 1024 * 1024),
+                      isolation=request.param)
+    sb.prepare(tmp_path / "tpl")
+    yield sb
+    sb.close()
+
+
+def test_sandbox_runs_in_the_workspace_with_a_scrubbed_environment(sandbox, monkeypatch):
+    monkeypatch.setenv("CRL_SECRET_TOKEN", "do-not-leak")
+    result = sandbox.run("cat a.txt; env | sort")
+    assert result.ok and result.output.startswith("hello\n")
+    assert "CRL_SECRET_TOKEN" not in result.output and "HOME=" in result.output
+
+
+def test_sandbox_100_mb_below_the_hard_cap_completes_with_head_and_tail(sandbox):
+    result = sandbox.run("head -c 100000000 /dev/zero | tr '\\0' y; echo; echo THE-END",
+                         output_keep_bytes=64 * 1024)
+    assert result.exit_code == 0 and not result.output_flood
+    assert result.output_bytes == 100_000_000 + len("\nTHE-END\n")
+    assert result.output_truncated and "bytes of output omitted" in result.output
+    assert result.output.startswith("yyyy") and result.output.endswith("y\nTHE-END\n")
+    assert len(result.output) < 70 * 1024
+
+
+def test_sandbox_kills_what_a_command_leaves_behind(sandbox):
+    result = sandbox.run("setsid sleep 60 > /dev/null 2>&1 & echo started")
+    assert result.output == "started\n" and result.duration_s < 5
+    time.sleep(0.3)
+    if sandbox.uid is not None:
+        assert _uid_processes(sandbox.uid) == []
+
+
+def test_sandbox_fork_bomb_then_reset(sandbox):
+    result = sandbox.run("bomb() { bomb | bomb & }; bomb; sleep 5")
+    assert result.timed_out or "Resource temporarily unavailable" in result.output
+    sandbox.run("echo changed > a.txt")
+    sandbox.reset()
+    assert sandbox.run("cat a.txt").output == "hello\n"
+
+
+def test_sandbox_paths_stay_inside(sandbox):
+    with pytest.raises(SandboxPathError):
+        sandbox.read_file("../outside")
+    with pytest.raises(SandboxPathError):
+        sandbox.write_file("/etc/passwd", "x")
+    sandbox.write_file("deep/new/file.txt", "made\n")
+    assert sandbox.run("cat deep/new/file.txt").output == "made\n"
+    assert sandbox.read_file("/testbed/deep/new/file.txt") == "made\n"
+
+
+@pytest.mark.skipif(not (IS_ROOT or NAMESPACES), reason="a non-root user without namespaces "
+                    "cannot be kept out of its own files (see LocalSandbox docs)")
+def test_sandbox_cannot_write_host_files(sandbox, tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("safe\n")
+    result = sandbox.run(f"echo owned > {victim}; rm -f {victim}; echo done")
+    assert victim.read_text() == "safe\n" and result.output.endswith("done\n")
