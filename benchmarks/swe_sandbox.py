@@ -60,9 +60,9 @@ def main(argv: list[str] | None = None) -> int:
         sb = LocalSandbox(isolation=mode, venv=str(runtime.venv), ro_binds=runtime.ro_binds,
                           env=dict(runtime.env))
         sb.prepare(runtime.template)
-        t = _median_s(lambda: sb.run("true"), args.commands)
+        t = _median_s(lambda sb=sb: sb.run("true"), args.commands)
         print(f"[{mode}] sandboxed `true`: {t * 1e3:7.1f} ms  = {t / base:4.1f}x plain")
-        tt = _median_s(lambda: sb.run(runtime.test_command, timeout_s=300), 3)
+        tt = _median_s(lambda sb=sb: sb.run(runtime.test_command, timeout_s=300), 3)
         print(f"[{mode}] sandboxed pytest: {tt:6.2f} s  = {tt / host_test:4.2f}x host")
         reset = _median_s(sb.reset, 5)
         print(f"[{mode}] workspace reset (copy + chown): {reset * 1e3:7.1f} ms")

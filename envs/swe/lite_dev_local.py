@@ -66,8 +66,9 @@ def sdist(recipe: dict[str, Any]) -> Path:
             raise ws.WorkspaceBuildError(f"pip download {recipe['sdist']} failed (the package "
                                          f"index must be reachable once):\n{proc.stderr[-2000:]}")
         if not got.exists():
+            found = sorted(p.name for p in Path(tmp).iterdir())
             raise ws.WorkspaceBuildError(f"pip download {recipe['sdist']} did not produce "
-                                         f"{recipe['sdist_file']}: {sorted(p.name for p in Path(tmp).iterdir())}")
+                                         f"{recipe['sdist_file']}: {found}")
         digest = _sha256(got)
         if digest != recipe["sdist_sha256"]:
             raise ws.WorkspaceBuildError(f"{recipe['sdist_file']}: sha256 {digest} differs from "

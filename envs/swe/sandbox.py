@@ -68,9 +68,10 @@ class SandboxLimits:
         timeout_s: wall-clock seconds per command; then every process of the command is killed.
         cpu_s: CPU seconds per process (``RLIMIT_CPU``); ``None`` = ``timeout_s`` + 5.
         memory_mb: address space per process in MiB (``RLIMIT_AS``).
-        max_processes: processes and threads of the sandbox uid (``RLIMIT_NPROC``). Enforced when
-            the host is root (the command then runs under a uid of its own); a non-root user's
-            limit would count all their processes, so it is not set then.
+        max_processes: processes and threads a command may add (``RLIMIT_NPROC``). As root the
+            command runs under a uid of its own with exactly this limit; a non-root user gets
+            this many on top of the processes they already run. Root commands (see
+            ``LocalSandbox``'s ``uid_note``) are not limited: the kernel exempts root.
         max_file_mb: largest file a command may write, MiB (``RLIMIT_FSIZE``).
         output_keep_bytes: bytes of output kept per command (head and tail halves).
         output_hard_bytes: a command that writes more output than this is stopped.
@@ -92,7 +93,8 @@ class SandboxLimits:
         for name in ("timeout_s", "memory_mb", "max_processes", "max_file_mb",
                      "output_keep_bytes", "output_hard_bytes", "shm_mb"):
             if getattr(self, name) <= 0:
-                raise ValueError(f"SandboxLimits.{name} must be positive, got {getattr(self, name)}.")
+                raise ValueError(f"SandboxLimits.{name} must be positive, got "
+                                 f"{getattr(self, name)}.")
         if self.output_hard_bytes < self.output_keep_bytes:
             raise ValueError("SandboxLimits.output_hard_bytes must be >= output_keep_bytes "
                              "(the hard cap stops a command; the keep size is what is shown).")
@@ -204,7 +206,7 @@ class Sandbox(ABC):
     def describe(self) -> dict[str, Any]:
         """Backend and confinement in effect (for logs and ``info``)."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional hook, not every backend holds anything
         """Release the workspace."""
 
     def __enter__(self) -> "Sandbox":
@@ -256,6 +258,21 @@ def _is_root() -> bool:
     return os.geteuid() == 0
 
 
+def _count_processes(uid: int) -> int:
+    """Processes and threads (what RLIMIT_NPROC counts) running under ``uid``."""
+    count = 0
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/status") as fh:
+                    fields = dict(line.split(":", 1) for line in fh if ":" in line)
+                if int(fields["Uid"].split()[0]) == uid:
+                    count += int(fields.get("Threads", "1"))
+            except (OSError, KeyError, ValueError):
+                continue
+    return count
+
+
 def _world_traversable(path: str) -> bool:
     """Whether a user with no special rights can reach ``path`` (x on every parent)."""
     current = Path(os.path.realpath(path))
@@ -303,7 +320,8 @@ def _probe_namespaces() -> tuple[bool, str]:
         for d in (ws, tmpdir, root):
             d.mkdir()
         cfg = _base_config("namespaces", str(root), str(ws), str(tmpdir), default_ro_binds(),
-                           SandboxLimits(), uid=None, command="echo probe-ok", env={"PATH": "/usr/bin:/bin"})
+                           SandboxLimits(), uid=None, command="echo probe-ok",
+                           env={"PATH": "/usr/bin:/bin"})
         try:
             proc = _launch(cfg)
             out, _ = proc.communicate(timeout=20)
@@ -328,6 +346,10 @@ def _base_config(mode: str, root: str, ws: str, tmpdir: str, ro_binds: list[str]
     }
     if uid is not None:
         rlimits["nproc"] = limits.max_processes
+    elif not _is_root():
+        # RLIMIT_NPROC counts every process of the real uid, the user's own included, so the
+        # budget is added to what the user already runs. (Root ignores RLIMIT_NPROC.)
+        rlimits["nproc"] = _count_processes(os.getuid()) + limits.max_processes
     return {
         "mode": mode,
         "user_ns": mode == "namespaces" and not _is_root(),
@@ -455,8 +477,9 @@ class LocalSandbox(Sandbox):
 
         Symlinks are resolved, so a link that points outside is refused too.
         """
-        rel = self.inside_path(path if not (self.mode == "rlimits" and path.startswith(str(self.ws)))
-                               else WORKDIR + path[len(str(self.ws)):])
+        if self.mode == "rlimits" and path.startswith(str(self.ws)):
+            path = WORKDIR + path[len(str(self.ws)):]  # the host path commands see here
+        rel = self.inside_path(path)
         host = self.ws / rel
         real = Path(os.path.realpath(host))
         ws_real = Path(os.path.realpath(self.ws))
@@ -502,7 +525,8 @@ class LocalSandbox(Sandbox):
         tmp = "/tmp" if self.mode == "namespaces" else str(self.tmp)
         path = "/usr/local/bin:/usr/bin:/bin"
         env = {"PATH": path, "HOME": tmp, "TMPDIR": tmp, "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
-               "TERM": "dumb", "USER": "sandbox", "LOGNAME": "sandbox", "PAGER": "cat", "GIT_PAGER": "cat", "PYTHONDONTWRITEBYTECODE": "1",
+               "TERM": "dumb", "USER": "sandbox", "LOGNAME": "sandbox", "PAGER": "cat",
+               "GIT_PAGER": "cat", "PYTHONDONTWRITEBYTECODE": "1",
                "PYTHONUNBUFFERED": "1", "PIP_NO_INPUT": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1",
                **THREAD_ENV}
         if self.venv:

@@ -221,7 +221,8 @@ class MiniTaskSet(TaskSet):
         self.splits = json.loads((self.data_dir / "splits.json").read_text())
         unknown = {i for ids in self.splits.values() for i in ids} - set(self.tasks)
         if unknown:
-            raise TaskFormatError(f"{self.data_dir}/splits.json names unknown tasks {sorted(unknown)}")
+            raise TaskFormatError(f"{self.data_dir}/splits.json names unknown tasks "
+                                  f"{sorted(unknown)}")
 
     def local_runtime(self, task: SWETask) -> LocalRuntime:
         from crl_bench.envs.swe import workspaces as ws

@@ -159,7 +159,8 @@ def _parse_search(args: str, rest: str) -> Action:
     if rest.strip():
         raise ActionError("`search` is one line: search <text> [<path>].")
     if not args:
-        raise ActionError('`search` needs text, e.g. `search parse_qs` or `search "def parse(" src/`.')
+        raise ActionError("`search` needs text, e.g. `search parse_qs` or "
+                          '`search "def parse(" src/`.')
     try:
         parts = shlex.split(args)
     except ValueError:
@@ -287,8 +288,9 @@ class ToolRunner:
         width = len(str(end))
         shown = [f"{n:>{width}} | {lines[n - 1]}" for n in range(start, end + 1)]
         head = f"[{rel}: lines {start}-{end} of {total}]"
-        more = f"\n[{total - end} more lines: view {rel} {end + 1}-{min(end + VIEW_WINDOW, total)}]" \
-            if end < total else ""
+        next_end = min(end + VIEW_WINDOW, total)
+        more = (f"\n[{total - end} more lines: view {rel} {end + 1}-{next_end}]"
+                if end < total else "")
         return ToolOutput(head + "\n" + _encode_shown("\n".join(shown)) + more, ok=True)
 
     def _do_search(self, action: Action) -> ToolOutput:
@@ -315,7 +317,8 @@ class ToolRunner:
     def _do_create(self, action: Action) -> ToolOutput:
         rel = str(self.sandbox.inside_path(action.path))
         if rel == ".":
-            return ToolOutput("Error: `create` needs a file path, not the repository root.", ok=False)
+            return ToolOutput("Error: `create` needs a file path, not the repository root.",
+                              ok=False)
         try:
             self.sandbox.read_file(rel)
             existed = True

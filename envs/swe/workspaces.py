@@ -48,7 +48,8 @@ def git(args: list[str], cwd: Path, stdin: str | None = None,
         check: bool = True) -> subprocess.CompletedProcess[str]:
     """Run host git with a fixed identity and no user/system config."""
     if shutil.which("git") is None:
-        raise WorkspaceBuildError("git is not installed; the SWE env needs it (apt-get install git)")
+        raise WorkspaceBuildError("git is not installed; the SWE env needs it "
+                                  "(e.g. apt-get install git)")
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("GIT_")}, **GIT_ENV}
     proc = subprocess.run(["git", *GIT_OPTS, *args], cwd=cwd, input=stdin, text=True,
                           capture_output=True, env=env)
@@ -211,7 +212,8 @@ def find_python(version: str, explicit: str | None = None) -> str:
     if on_path:
         candidates.append(on_path)
     pyenv_root = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv"))
-    candidates += sorted(str(p) for p in (pyenv_root / "versions").glob(f"{version}.*/bin/python{version}"))
+    candidates += sorted(str(p) for p in
+                         (pyenv_root / "versions").glob(f"{version}.*/bin/python{version}"))
     candidates.append(f"/usr/bin/python{version}")
     for cand in candidates:
         if not cand or not os.path.exists(cand):
