@@ -146,13 +146,19 @@ def test_tools_view_search_replace_create_and_run(env):
     assert obs.startswith("1\n")  # one commit: no history that would show the fix
 
 
-def test_editing_the_tests_does_not_fool_the_grader(env):
+@pytest.mark.parametrize("commit", [False, True])
+def test_editing_the_tests_does_not_fool_the_grader(env, commit):
     iid = "handykit__handykit-106"
     env.reset(options={"task_id": iid})
     env.step("create tests/test_stats.py\ndef test_everything():\n    assert True\n")
+    if commit:  # committing the edit must not move the base the test files are reset to
+        obs = env.step("run git add -A && git commit -qm mine && git log --oneline | wc -l")[0]
+        assert obs.startswith("2\n")
     _obs, reward, terminated, _trunc, info = env.step("submit")
     assert terminated and reward == 0.0 and not info["success"]
     assert all(s not in PASSING for s in info["tests"]["fail_to_pass"].values())
+    assert all(s in PASSING for s in info["tests"]["pass_to_pass"].values())
+    assert "+def test_everything():" in info["patch"]
 
 
 def test_step_cap_truncates_and_grades_what_is_there():

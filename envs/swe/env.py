@@ -107,6 +107,7 @@ class SWETextEnv(TextEnv):
         self._last_grade: GradeReport | None = None
         self._model_patch = ""
         self._test_log = ""
+        self._base_rev = "HEAD"
 
     # -- episode -------------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None,
@@ -205,6 +206,10 @@ class SWETextEnv(TextEnv):
             self._test_command = runtime.test_command
         self._runner = ToolRunner(self.sandbox, max_observation_chars=self.max_observation_chars,
                                   command_timeout_s=self.command_timeout_s)
+        # The base is pinned now: an agent that commits its own changes (tests included) must
+        # not move what grading resets the test files to.
+        head = self.sandbox.run("git rev-parse HEAD", timeout_s=60)
+        self._base_rev = head.output.strip() if head.exit_code == 0 else "HEAD"
 
     def _grade(self) -> GradeReport:
         """Apply the test patch to the workspace, run the tests, look up F2P and P2P."""
@@ -212,11 +217,12 @@ class SWETextEnv(TextEnv):
         task, sb = self.task, self.sandbox
         self._model_patch = ""
         try:
-            diff = sb.run("git add -A . >/dev/null 2>&1; git diff --cached --binary HEAD",
+            base = shlex.quote(self._base_rev)
+            diff = sb.run(f"git add -A . >/dev/null 2>&1; git diff --cached --binary {base}",
                           timeout_s=120, output_keep_bytes=16 * MiB)
             self._model_patch = diff.output if diff.exit_code == 0 else ""
             restore = "; ".join(
-                f"if git cat-file -e HEAD:{q} 2>/dev/null; then git checkout -q HEAD -- {q}; "
+                f"if git cat-file -e {base}:{q} 2>/dev/null; then git checkout -q {base} -- {q}; "
                 f"else rm -rf -- {q}; fi" for q in map(shlex.quote, task.test_files))
             sb.run(restore or "true", timeout_s=120)
             applied = sb.run("git apply --whitespace=nowarn -", stdin=task.test_patch,
