@@ -166,6 +166,7 @@ def _cmd_play(args: argparse.Namespace) -> int:
     obs, info = env.reset(seed=args.seed, options=options)
     total = 0.0
     print(f"GOAL: {info['goal']}\n")
+    print("(type an action; ':q' quits; '<<' starts a multi-line action that a '>>' line ends)\n")
     steps = 0
     while True:
         print(obs)
@@ -178,6 +179,17 @@ def _cmd_play(args: argparse.Namespace) -> int:
             break
         if action.strip() in {":q", ":quit"}:
             break
+        if action.strip() == "<<":  # multi-line action (SWE's create/replace): end with a '>>' line
+            lines = []
+            while True:
+                try:
+                    line = input("... ")
+                except EOFError:
+                    break
+                if line.strip() == ">>":
+                    break
+                lines.append(line)
+            action = "\n".join(lines)
         obs, reward, terminated, truncated, info = env.step(action)
         steps += 1
         total += reward

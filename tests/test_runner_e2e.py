@@ -1,0 +1,144 @@
+"""End to end: `crl-bench run` for each agent on MiniHack with the tiny preset, a SIGKILL resume,
+and the report written from those real run directories."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("minihack")
+
+from crl_bench.runner.records import read_jsonl  # noqa: E402
+
+AGENTS = ("grpo", "static_exp", "exp_only", "comp_rl")
+STEPS = 3
+# tiny preset: 1 group x K=4 per step; eval every 2 steps and at the end on 2 episodes per mode
+TRAIN_EPISODES_PER_STEP = 4
+BIN = Path(sys.executable).parent
+
+
+def run_cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(BIN / "crl-bench"), *args], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "TQDM_DISABLE": "1"})
+
+
+@pytest.fixture(scope="module")
+def tiny_runs(tmp_path_factory) -> dict[tuple[str, int], Path]:
+    """Real tiny runs: the four agents with seed 0, and grpo / comp_rl with seed 1 too."""
+    root = tmp_path_factory.mktemp("tiny_runs")
+    runs = {}
+    for agent, seed in [(a, 0) for a in AGENTS] + [("grpo", 1), ("comp_rl", 1)]:
+        out = root / f"minihack__{agent}__seed{seed}"
+        res = run_cli("run", "--agent", agent, "--tasks", "minihack", "--preset", "tiny", "--seed", str(seed),
+                      "--steps", str(STEPS), "--out", str(out), "--no-progress")
+        assert res.returncode == 0, f"{agent} seed {seed} failed:\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}"
+        runs[(agent, seed)] = out
+    return runs
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("agent", AGENTS)
+def test_tiny_run_leaves_a_complete_run_directory(tiny_runs, agent):
+    run = tiny_runs[(agent, 0)]
+    status = json.loads((run / "status.json").read_text())
+    assert status["state"] == "done" and status["step"] == STEPS
+    config = json.loads((run / "config.json").read_text())
+    assert config["agent"] == agent and config["preset"] == "tiny" and config["task_names"] == ["MiniHack Room"]
+    metrics = read_jsonl(run / "metrics.jsonl")
+    assert [m["step"] for m in metrics] == list(range(0, STEPS + 1))
+    for m in metrics[1:]:
+        assert {"charts/success_rate", "timing_s/rollout", "timing_s/step", "timing_s/extractor_wait"} <= set(m)
+    episodes = read_jsonl(run / "episodes.jsonl")
+    train = [e for e in episodes if e["phase"] == "train"]
+    assert [sum(e["step"] == s for e in train) for s in range(1, STEPS + 1)] == [TRAIN_EPISODES_PER_STEP] * STEPS
+    with_exp = sum(e["with_experience"] for e in train)
+    expected_with = {"grpo": 0, "static_exp": STEPS * 2, "exp_only": STEPS * 4, "comp_rl": STEPS * 2}[agent]
+    assert with_exp == expected_with
+    evals = read_jsonl(run / "eval.jsonl")
+    assert sorted({e["step"] for e in evals}) == [0, 2, 3]
+    modes = {e["with_experience"] for e in evals}
+    assert modes == ({False} if agent == "grpo" else {False, True})
+    assert (run / "checkpoints" / "last" / "loop_state.json").exists()
+    assert (run / "bank.sqlite").exists() == (agent != "grpo")
+    assert len(list((run / "trajectories").glob("train_step_*.jsonl.gz"))) == STEPS
+
+
+@pytest.mark.slow
+def test_sigkill_mid_step_then_resume_has_no_duplicate_or_missing_records(tmp_path):
+    out = tmp_path / "killed"
+    args = [str(BIN / "crl-bench"), "run", "--agent", "comp_rl", "--tasks", "minihack", "--preset", "tiny",
+            "--steps", "4", "--out", str(out), "--no-progress"]
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env={**os.environ, "TQDM_DISABLE": "1"})
+    try:
+        deadline = time.time() + 600
+        while time.time() < deadline:  # kill as soon as step 3's episodes are on disk
+            if any(e["step"] == 3 and e["phase"] == "train" for e in read_jsonl(out / "episodes.jsonl")):
+                break
+            if proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        assert proc.poll() is None, "the run ended before it could be killed"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    killed_at = json.loads((out / "status.json").read_text())
+    assert killed_at["state"] == "running"
+    res = run_cli("run", "--out", str(out), "--resume", "--no-progress")
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert json.loads((out / "status.json").read_text())["state"] == "done"
+    episodes = read_jsonl(out / "episodes.jsonl")
+    train = [e for e in episodes if e["phase"] == "train"]
+    counts = [sum(e["step"] == s for e in train) for s in range(1, 5)]
+    assert counts == [TRAIN_EPISODES_PER_STEP] * 4, counts
+    keys = [(e["step"], e["group"], e["seed"], e["with_experience"], e["task_id"]) for e in train]
+    assert len(keys) == len(train)
+    metrics = read_jsonl(out / "metrics.jsonl")
+    assert [m["step"] for m in metrics] == [0, 1, 2, 3, 4]
+    evals = read_jsonl(out / "eval.jsonl")
+    assert sorted({e["step"] for e in evals}) == [0, 2, 4]
+    for step in (0, 2, 4):  # each evaluation exactly once: 2 modes x 1 task
+        assert sum(e["step"] == step for e in evals) == 2
+
+
+@pytest.mark.slow
+def test_report_tables_and_plots_from_real_tiny_runs(tiny_runs, tmp_path):
+    from scipy import stats
+
+    from crl_bench.report.writer import write_report
+
+    result = write_report(sorted(set(tiny_runs.values())), tmp_path, plots=True)
+    doc = json.loads((tmp_path / "report.json").read_text())
+    names = {t["name"] for t in doc["tables"]}
+    assert {"single_success", "single_actions"} <= names
+    (single,) = [t for t in doc["tables"] if t["name"] == "single_success"]
+    rows = {r["label"]: r for r in single["rows"]}
+    assert {"Baseline", "Comp. RL w/ exp", "Comp. RL w/o exp"} <= set(rows)
+    (cell,) = [c for c in rows["Baseline"]["cells"] if c["column"] == "MiniHack Room"]
+    values = []
+    for seed in (0, 1):
+        evals = read_jsonl(tiny_runs[("grpo", seed)] / "eval.jsonl")
+        last = max(e["step"] for e in evals)
+        (rec,) = [e for e in evals if e["step"] == last and not e["with_experience"]]
+        values.append(rec["success_rate"])
+    assert cell["values"] == values and cell["n"] == 2
+    mean = sum(values) / 2
+    if stats.sem(values) > 0:
+        lo, hi = stats.t.interval(0.95, 1, loc=mean, scale=stats.sem(values))
+        assert (cell["ci_low"], cell["ci_high"]) == pytest.approx((lo, hi))
+    else:  # identical values: a zero-width interval
+        assert cell["ci_low"] == pytest.approx(mean) and cell["ci_high"] == pytest.approx(mean)
+    assert result.plots, "no plots written"
+    for p in result.plots:
+        assert p.path.stat().st_size > 5_000
+    assert (tmp_path / "report.md").read_text().count("|") > 10
