@@ -15,9 +15,12 @@ Anything else is passed through: a local folder with a Hugging Face checkpoint, 
 as ``Qwen/Qwen2.5-7B-Instruct`` (downloaded by transformers for users with the internet).
 
 dtype policy of :func:`load_causal_lm` (``dtype="auto"``): bf16 on CUDA devices that support it,
-fp32 on CPU. On CPU bf16 is not faster for these small models here and it is inexact: the same
-token's log-prob differs by ~1e-2 between a KV-cached decode step and a full training forward,
-which breaks the "recomputed log-probs equal sampling log-probs" guarantee (<= 1e-3 in fp32).
+fp32 on CPU. Measured on this project's CPU (Xeon with AMX/avx512_bf16, 1 thread, SmolLM2-135M):
+bf16 prefills ~3x faster (600 vs 190 tok/s) and decodes ~1.4x faster, but it is inexact: a
+token's sampling log-prob (KV-cached decode step) and its recomputation by a full training
+forward differ by 0.04 nats on average and up to 0.2, whereas fp32 keeps them within 1e-4, well
+inside the 1e-3 guarantee the trainer relies on. Pass ``dtype="bfloat16"`` to trade exactness
+for speed on CPU.
 """
 
 from __future__ import annotations
@@ -180,6 +183,7 @@ def resolve_model(name: str) -> str:
             return str(target)
         tmp = Path(tempfile.mkdtemp(prefix=f".{known.folder}.", dir=models_cache_dir()))
         try:
+            os.chmod(tmp, 0o755)  # mkdtemp makes it private; the cache is shared
             known.build(tmp)
             (tmp / _DONE_MARKER).write_text(json.dumps({"name": name,
                                                         "description": known.description}))

@@ -1,0 +1,89 @@
+"""Prompt building and answer parsing (pure functions)."""
+
+from __future__ import annotations
+
+import pytest
+
+from crl_bench.llm.prompting import (HistoryItem, PromptConfig, build_messages,
+                                     invalid_format_feedback, parse_completion)
+
+CFG = PromptConfig()
+
+
+@pytest.mark.parametrize("text, kind, action, query", [
+    ("<think>go east?</think><answer> east </answer>", "action", "east", None),
+    ("<answer>search[red shoes]</answer>", "action", "search[red shoes]", None),
+    ("<think>maybe <answer>west</answer></think><answer>north</answer>", "action", "north", None),
+    ("<ask>where are keys?</ask>", "ask", None, "where are keys?"),
+    ("<answer>east</answer><ask>why?</ask>", "action", "east", None),   # the answer wins
+    ("<answer>  </answer>", "invalid", None, None),
+    ("<answer>east", "invalid", None, None),
+    ("I would go east.", "invalid", None, None),
+    ("", "invalid", None, None),
+])
+def test_parse_completion(text, kind, action, query):
+    parsed = parse_completion(text, CFG, asks_left=1)
+    assert (parsed.kind, parsed.action, parsed.query) == (kind, action, query)
+    if kind == "invalid":
+        assert parsed.error
+
+
+def test_ask_without_budget_is_invalid_format():
+    parsed = parse_completion("<ask>help</ask>", CFG, asks_left=0)
+    assert parsed.kind == "invalid" and "no ask left" in parsed.error
+
+
+def test_custom_tags():
+    cfg = PromptConfig(answer_tag="action", ask_tag="query")
+    assert parse_completion("<action>go</action>", cfg).action == "go"
+    assert parse_completion("<query>q</query>", cfg, asks_left=2).query == "q"
+    assert cfg.stop_strings() == ("</action>", "</query>")
+
+
+def test_build_messages_has_every_part_in_order():
+    history = [HistoryItem(f"obs{i}", f"act{i}") for i in range(4)]
+    msgs = build_messages(CFG, family="minihack", goal="Reach the stairs.", observation="now",
+                          history=history, admissible_actions=["north", "east"],
+                          experience_text="Walls block you.", asks_left=2, turn_index=4)
+    assert msgs[0] == {"role": "system", "content": CFG.system_prompts["minihack"]}
+    user = msgs[1]["content"]
+    order = ["Your task: Reach the stairs.", "Walls block you.", "[Turn 3] Observation:\nobs2",
+             "[Turn 4] You: act3", "Current observation (turn 5):\nnow",
+             "Admissible actions: north, east", "<think>", "<ask>your question</ask> (2 left)"]
+    positions = [user.index(s) for s in order]
+    assert positions == sorted(positions)
+    assert "obs1" not in user and "act1" not in user       # window of the last 2 turns
+
+
+def test_history_window_options_and_unknown_family_fallback():
+    history = [HistoryItem(f"obs{i}", f"act{i}") for i in range(3)]
+    full = build_messages(PromptConfig(history=-1), family="nope", goal="g", observation="o",
+                          history=history, admissible_actions=None, turn_index=3)
+    assert all(f"act{i}" in full[1]["content"] for i in range(3))
+    assert full[0]["content"] == CFG.system_prompts["text"]
+    none = build_messages(PromptConfig(history=0, think=False, show_admissible=False),
+                          family="webshop", goal="g", observation="o", history=history,
+                          admissible_actions=["click[x]"], turn_index=3)
+    user = none[1]["content"]
+    assert "act2" not in user and "click[x]" not in user and "<think>" not in user
+    assert "<ask>" not in user  # no asks left / no callback: not offered
+
+
+def test_small_model_preset_and_long_observation_cut():
+    cfg = PromptConfig.for_small_model(max_observation_chars=100)
+    msgs = build_messages(cfg, family="minihack", goal="g", observation="x" * 500, history=[],
+                          admissible_actions=["north", "south"])
+    user = msgs[1]["content"]
+    assert "e.g. <answer>north</answer>" in user
+    assert "[... 400 characters cut ...]" in user
+    assert parse_completion(cfg.response_prefix + "south</answer>", cfg).action == "south"
+
+
+def test_prompt_config_rejects_bad_values():
+    with pytest.raises(ValueError, match="history"):
+        PromptConfig(history=-2)
+    with pytest.raises(ValueError, match="must differ"):
+        PromptConfig(answer_tag="a", ask_tag="a")
+    with pytest.raises(ValueError, match="'text' entry"):
+        PromptConfig(system_prompts={"minihack": "x"})
+    assert "did not change" in invalid_format_feedback("no answer block found", CFG)
