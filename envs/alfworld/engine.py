@@ -161,10 +161,23 @@ def install_parse_caches() -> None:
                     queries[expr] = rule
                 return rule
 
+        original_copy_context = textgen.copy_context
+
+        def copy_context_shallow(context: dict[str, Any]) -> dict[str, Any]:
+            # TextWorld deep-copies the variable and mapping dicts of a derivation context for
+            # every symbol (80% of a step). Their values (entity infos, PDDL variables) are
+            # only read during derivation; only the dicts themselves get updated, so copying
+            # the dicts is enough.
+            return {"state": context["state"], "facts": context["facts"],
+                    "variables": dict(context["variables"]), "mapping": dict(context["mapping"]),
+                    "entity_infos": context["entity_infos"]}
+
         textgen._parse_and_convert = parse_symbols
         textgen.Rule = CachedQueryRule
+        textgen.copy_context = copy_context_shallow
         _parse_caches.update(module=textgen, original_parse=original_parse,
-                             original_rule=original_rule, symbols=symbols, queries=queries)
+                             original_rule=original_rule, original_copy_context=original_copy_context,
+                             symbols=symbols, queries=queries)
 
 
 def uninstall_parse_caches() -> None:
@@ -175,6 +188,7 @@ def uninstall_parse_caches() -> None:
         module = _parse_caches["module"]
         module._parse_and_convert = _parse_caches["original_parse"]
         module.Rule = _parse_caches["original_rule"]
+        module.copy_context = _parse_caches["original_copy_context"]
         _parse_caches.clear()
 
 
