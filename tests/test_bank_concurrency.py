@@ -17,6 +17,14 @@ from crl_bench.experience.embedder import load_embedder
 from crl_bench.experience.extraction import Operation
 from crl_bench.experience.manager import ExperienceManager, RetrievalConfig
 
+def limit_torch_threads() -> None:
+    """One torch thread: on a shared 2-core CI machine two OpenMP threads spin against each
+    other and run the embedder several times slower."""
+    import torch
+
+    torch.set_num_threads(1)
+
+
 READERS, WRITERS = 8, 2
 SUBJECTS = ["the stairs", "a locked door", "a hungry monster", "the cheapest shirt", "a mug",
             "the microwave", "a key on the floor", "lava", "a narrow corridor", "the shop search"]
@@ -50,6 +58,7 @@ def run_threads(readers, writers, seconds: float):
 
 
 def test_manager_readers_and_writers(tmp_path):
+    limit_torch_threads()
     embedder = load_embedder()
     bank = ExperienceBank(tmp_path / "bank.sqlite", dim=embedder.dim, embedder_name=embedder.name)
     manager = ExperienceManager(bank, embedder, RetrievalConfig(k=1, batch_wait_ms=2.0))

@@ -15,9 +15,18 @@ from crl_bench.experience.extraction import Operation
 from crl_bench.experience.manager import ExperienceManager, RetrievalConfig
 
 
+def limit_torch_threads() -> None:
+    """One torch thread: on a shared 2-core CI machine two OpenMP threads spin against each
+    other and run the embedder several times slower."""
+    import torch
+
+    torch.set_num_threads(1)
+
+
 @pytest.fixture(scope="module")
 def bank_path(tmp_path_factory):
     path = tmp_path_factory.mktemp("cli") / "experience.sqlite"
+    limit_torch_threads()
     embedder = load_embedder()
     with ExperienceBank(path, dim=embedder.dim, embedder_name=embedder.name) as bank:
         m = ExperienceManager(bank, embedder, RetrievalConfig(diversify=False))

@@ -18,6 +18,14 @@ from crl_bench.experience.manager import ExperienceManager, RetrievalConfig
 from crl_bench.experience.scripted import ScriptedGenerator, TextGeneration
 from crl_bench.experience.search_ask import NO_MATCH, EpisodeContext, SearchAndAsk
 
+def limit_torch_threads() -> None:
+    """One torch thread: on a shared 2-core CI machine two OpenMP threads spin against each
+    other and run the embedder several times slower."""
+    import torch
+
+    torch.set_num_threads(1)
+
+
 PROV = {"run": "test-run", "trajectories": ["traj-1"]}
 
 FACTS = [
@@ -31,6 +39,7 @@ FACTS = [
 
 @pytest.fixture(scope="module")
 def embedder():
+    limit_torch_threads()
     return load_embedder()
 
 
