@@ -15,6 +15,9 @@ if [ ! -x "$VENV/bin/python" ]; then
   echo "[setup] creating $VENV"
   "$PY" -m venv "$VENV"
 fi
+# Packages that build from source (TextWorld's planner, fast-downward-textworld) call plain
+# `python` during their build; it must be this venv's interpreter, not whatever is first on PATH.
+export PATH="$(cd "$VENV/bin" && pwd):$PATH"
 PIP=("$VENV/bin/python" -m pip install --disable-pip-version-check -q)
 "${PIP[@]}" --upgrade pip setuptools wheel
 
