@@ -8,7 +8,6 @@ import json
 import re
 import threading
 
-import numpy as np
 import pytest
 
 from crl_bench.experience.bank import ExperienceBank

@@ -203,23 +203,25 @@ class ExperienceManager:
                 if req.done:
                     break
                 self._collecting = True  # this thread collects the next batch
-                deadline = time.monotonic() + cfg.batch_wait_ms / 1000.0
-                while self._pending_queries < cfg.batch_size:
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
-                        break
-                    self._cond.wait(remaining)
                 batch: list[_Request] = []
-                n = 0
-                while self._pending and (not batch or
-                                         n + len(self._pending[0].queries) <= cfg.batch_size):
-                    r = self._pending.popleft()
-                    r.taken = True
-                    batch.append(r)
-                    n += len(r.queries)
-                self._pending_queries -= n
-                self._collecting = False
-                self._cond.notify_all()
+                try:
+                    deadline = time.monotonic() + cfg.batch_wait_ms / 1000.0
+                    while self._pending_queries < cfg.batch_size:
+                        remaining = deadline - time.monotonic()
+                        if remaining <= 0:
+                            break
+                        self._cond.wait(remaining)
+                    n = 0
+                    while self._pending and (not batch or
+                                             n + len(self._pending[0].queries) <= cfg.batch_size):
+                        r = self._pending.popleft()
+                        r.taken = True
+                        batch.append(r)
+                        n += len(r.queries)
+                    self._pending_queries -= n
+                finally:  # even if interrupted: another caller must be able to collect
+                    self._collecting = False
+                    self._cond.notify_all()
             try:
                 results = self._run_batch(batch)
                 error: BaseException | None = None
@@ -459,7 +461,7 @@ class ExperienceManager:
     def _apply_merge_window(self, sample: MergeSample, entries: list[ExperienceEntry], step: int,
                             result: MergeResult) -> list[int]:
         """Store one window's decisions; returns the ids to carry into the next window."""
-        decisions, malformed = parse_merge_decisions(_text_of(sample.generation),
+        decisions, malformed = parse_merge_decisions(generation_text(sample.generation),
                                                      sample.window_ids)
         sample.decisions, sample.malformed = decisions, malformed
         if malformed:
@@ -542,8 +544,9 @@ class ExperienceManager:
         return out
 
 
-def _text_of(generation: Any) -> str:
-    """The text of a generation object (``.text``), or the string itself."""
+def generation_text(generation: Any) -> str:
+    """The text of a generation object (``.text``, as the LLM backends return), or the string
+    itself."""
     if isinstance(generation, str):
         return generation
     text = getattr(generation, "text", None)

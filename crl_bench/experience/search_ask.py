@@ -10,12 +10,12 @@ co-training loop can train the extractor on it like on any other extractor outpu
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
 
 from crl_bench.experience.bank import ExperienceEntry
 from crl_bench.experience.extraction import clip_middle, extract_answer
-from crl_bench.experience.manager import ExperienceManager, Generate, _text_of
+from crl_bench.experience.manager import ExperienceManager, Generate, generation_text
 
 NO_MATCH = "The experience library has nothing on this yet. Continue with your own judgement."
 MAX_GUIDANCE_CHARS = 1500
@@ -103,7 +103,7 @@ class SearchAndAsk:
         generation = list(self.generate([messages]))
         if len(generation) != 1:
             raise ValueError(f"generate() returned {len(generation)} outputs for 1 prompt")
-        answer = extract_answer(_text_of(generation[0]))
+        answer = extract_answer(generation_text(generation[0]))
         malformed = not answer
         if malformed:
             # The actor still gets something useful: the entries themselves.
