@@ -54,9 +54,9 @@ def near_queries(rng: np.random.Generator, base: np.ndarray, n: int, cos: float)
     """n queries, each a random stored row plus isotropic noise so that cos(query, row) ~ cos."""
     src = base[rng.integers(0, base.shape[0], n)]
     noise = unit_rows(rng, n, base.shape[1])
-    scale = np.sqrt(1.0 / cos**2 - 1.0)
+    scale = float(np.sqrt(1.0 / cos**2 - 1.0))
     q = src + scale * noise
-    return q / np.linalg.norm(q, axis=1, keepdims=True)
+    return (q / np.linalg.norm(q, axis=1, keepdims=True)).astype(np.float32)
 
 
 def goal_texts(rng: np.random.Generator, n: int) -> list[str]:
@@ -280,6 +280,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--readers", type=int, default=8)
     p.add_argument("--seconds", type=float, default=5.0,
                    help="per throughput measurement (0 = skip throughput)")
+    p.add_argument("--torch-threads", type=int, default=1,
+                   help="threads of the embedder (1: on a busy machine more are slower)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--workdir", type=Path, help="where bank files go (default: a temp dir)")
     p.add_argument("--verify", action="store_true", help="check table vs index at the end")
@@ -289,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         import torch
 
-        torch.set_num_threads(max(1, (os.cpu_count() or 2)))  # the embedder may use all cores
+        torch.set_num_threads(args.torch_threads)
     except ImportError:
         pass
     embedder = None

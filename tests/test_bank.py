@@ -319,3 +319,47 @@ def test_entry_updated_and_evicted_in_one_commit(tmp_path):
         assert res.updated_ids == [ids[0]] and res.evicted_ids == [ids[0]]
         assert bank.all_ids() == ids[1:] + res.added_ids
         assert bank.verify() == []
+
+
+def test_deletes_leave_tombstones_until_compaction(tmp_path):
+    from crl_bench.experience.ann import IndexConfig
+
+    rng = np.random.default_rng(14)
+    cfg = IndexConfig(compact_min=10, compact_ratio=0.3, background_compaction=False)
+    with ExperienceBank(tmp_path / "b.sqlite", dim=DIM, index=cfg) as bank:
+        vecs = unit(rng, 40)
+        ids = bank.add([entry(i) for i in range(40)], vecs, step=0)
+        bank.delete(ids[:10])
+        bank.update(ids[10], {"title": "t", "content": "c"}, unit(rng, 1)[0], step=1)
+        # 11 tombstones (10 deletes + the update's old node) > max(10, 0.3 * 30 = 9): rebuilt
+        assert bank.compactions == 1
+        assert bank.index_stats() == {"minihack": {"live": 30, "tombstones": 0}}
+        bank.delete(ids[11:20])          # 9 tombstones <= max(10, 6.3): kept for now
+        assert bank.index_stats()["minihack"] == {"live": 21, "tombstones": 9}
+        assert bank.verify() == []
+        assert [h[0][0] for h in bank.search(vecs[20:], k=1)] == ids[20:]
+        bank.compact()
+        assert bank.index_stats()["minihack"] == {"live": 21, "tombstones": 0}
+        assert bank.verify() == []
+
+
+def test_background_compaction_replays_writes_made_during_the_rebuild(tmp_path):
+    from crl_bench.experience.ann import IndexConfig
+
+    rng = np.random.default_rng(15)
+    cfg = IndexConfig(compact_min=50, compact_ratio=0.1, background_compaction=True,
+                      build_threads=1)
+    with ExperienceBank(tmp_path / "b.sqlite", dim=DIM, index=cfg) as bank:
+        ids = bank.add([entry(i) for i in range(3000)], unit(rng, 3000), step=0)
+        bank.delete(ids[:300])               # starts a rebuild of 2700 nodes in the background
+        assert bank._compacting             # (still running: the writes below get journaled)
+        late = bank.add([entry(i) for i in range(3000, 3100)], unit(rng, 100), step=1)
+        bank.delete(ids[300:320] + late[:5])
+        bank.update(ids[500], {"title": "moved", "content": "c"}, unit(rng, 1)[0], step=2)
+        bank.wait_for_compaction()
+        assert bank.compactions >= 1 and bank.compaction_errors == []
+        assert bank.verify() == []
+        live = bank.all_ids()
+        assert live == ids[320:] + late[5:]
+        hits = bank.search(bank.get_embeddings(live), k=1)
+        assert [h[0][0] for h in hits] == live

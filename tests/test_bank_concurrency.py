@@ -57,6 +57,7 @@ def run_threads(readers, writers, seconds: float):
         raise errors[0]
 
 
+@pytest.mark.slow
 def test_manager_readers_and_writers(tmp_path):
     limit_torch_threads()
     embedder = load_embedder()
@@ -141,9 +142,14 @@ def test_manager_readers_and_writers(tmp_path):
 
 def test_bank_readers_and_writers_with_eviction(tmp_path):
     """The bank alone, at full speed (no embedder): 8 searching threads, 2 writers doing mixed
-    transactions with FIFO eviction; the final ids are exactly those added and not removed."""
+    transactions with FIFO eviction and background graph rebuilds; the final ids are exactly
+    those added and not removed."""
+    from crl_bench.experience.ann import IndexConfig
+
     dim = 32
-    bank = ExperienceBank(tmp_path / "bank.sqlite", dim=dim, capacity=400)
+    # small compaction threshold: graphs get rebuilt in the background during the run
+    bank = ExperienceBank(tmp_path / "bank.sqlite", dim=dim, capacity=400,
+                          index=IndexConfig(compact_min=100, compact_ratio=0.5))
     lock = threading.Lock()
     added: set[int] = set()
     removed: set[int] = set()
@@ -191,8 +197,10 @@ def test_bank_readers_and_writers_with_eviction(tmp_path):
     run_threads([reader] * READERS, [writer] * WRITERS, seconds=4.0)
     assert sum(n_search) >= 20
     assert len(added) > 400                      # eviction happened
+    bank.wait_for_compaction()
     assert set(bank.all_ids()) == added - removed
     assert len(bank) == 400
+    assert bank.compactions >= 1 and bank.compaction_errors == []
     assert bank.verify() == []
     bank.close()
 

@@ -11,7 +11,7 @@ from typing import Any
 
 _EXPORTS = {
     "ExperienceBank": "bank", "ExperienceEntry": "bank", "BankCompatibilityError": "bank",
-    "StaleEntriesError": "bank", "IndexConfig": "bank", "read_meta": "bank",
+    "StaleEntriesError": "bank", "IndexConfig": "ann", "read_meta": "bank",
     "Embedder": "embedder", "SentenceTransformerEmbedder": "embedder", "load_embedder": "embedder",
     "ExperienceManager": "manager", "RetrievalConfig": "manager",
     "diversified_order": "manager",

@@ -30,6 +30,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+from crl_bench.experience.ann import FamilyIndex, IndexConfig  # noqa: F401 (re-exported)
 from crl_bench.experience.locks import RWLock
 
 SCHEMA_VERSION = 1
@@ -42,8 +43,7 @@ ENTRY_KEYS = frozenset({
     "n_used", "reward_sum",
 })
 # Keys update() may change. Usage counters have their own methods (record_*, mark_trained); the
-# family is fixed at creation (an entry moving family would have to move between indexes, and
-# hnswlib cannot re-add a label it has marked deleted: add a new entry instead).
+# family is fixed at creation (an entry of another family is another entry: add it).
 UPDATE_KEYS = frozenset({
     "title", "content", "task_ids", "run", "source_trajectories", "origin", "parent_ids",
 })
@@ -149,24 +149,6 @@ class BankCommit:
     evicted_ids: list[int] = field(default_factory=list)
 
 
-@dataclass
-class IndexConfig:
-    """hnswlib parameters (see the hnswlib docs); defaults chosen with benchmarks/bank.py."""
-
-    M: int = 32
-    """Graph degree: memory ~ 2*M*4 bytes per entry on top of the vector. 32 rather than the
-    usual 16: at 384 dims it reaches the same recall with half the ef, for less search time."""
-    ef_construction: int = 200
-    """Candidate list size while inserting; higher builds a better graph, slower."""
-    ef_search: int = 32
-    """Candidate list size while searching (raised to k when k is larger); recall vs latency."""
-    search_threads: int = 1
-    """Threads hnswlib uses for one batched query; 1 suits many concurrent callers."""
-    build_threads: int = 0
-    """Threads for the rebuild on open; 0 = all CPUs."""
-    initial_capacity: int = 1024
-
-
 def read_meta(path: str | Path) -> dict[str, str]:
     """The ``meta`` table of a bank file (schema_version, dim, embedder, ...) without opening it
     for writing; raises BankCompatibilityError when the file is not a bank."""
@@ -250,9 +232,13 @@ class ExperienceBank:
         self._family_of: dict[int, str] = {}
         self._times: dict[int, int] = {}
         self._last: dict[int, float | None] = {}
-        self._index: dict[str, Any] = {}          # family -> hnswlib.Index
-        self._live: dict[str, int] = {}           # family -> live entries in its index
+        self._index: dict[str, FamilyIndex] = {}
         self._index_built = False
+        # family -> changes made while its graph is being rebuilt (replayed before the swap)
+        self._compacting: dict[str, list[tuple[str, list[int], np.ndarray | None]]] = {}
+        self._compaction_threads: list[threading.Thread] = []
+        self.compactions = 0
+        self.compaction_errors: list[str] = []
         self._load_state(build_index)
 
     # ------------------------------------------------------------------ opening
@@ -343,30 +329,17 @@ class ExperienceBank:
             self._build_index()
 
     def _build_index(self) -> None:
-        """(Re)build every family's index from the embeddings stored in the table."""
+        """(Re)build every family's graph from the embeddings stored in the table."""
         threads = self.index_config.build_threads or (os.cpu_count() or 1)
         by_family: dict[str, list[int]] = {}
         for entry_id, family in self._family_of.items():
             by_family.setdefault(family, []).append(entry_id)
-        self._index, self._live = {}, {}
+        self._index = {}
         for family, ids in by_family.items():
-            vecs = self.get_embeddings(ids)
-            index = self._new_index(len(ids))
-            index.add_items(vecs, np.asarray(ids, dtype=np.int64), num_threads=threads)
+            index = FamilyIndex(self.dim, self.index_config, capacity_hint=2 * len(ids))
+            index.add(ids, self.get_embeddings(ids), threads=threads)
             self._index[family] = index
-            self._live[family] = len(ids)
         self._index_built = True
-
-    def _new_index(self, n: int) -> Any:
-        import hnswlib
-
-        cfg = self.index_config
-        index = hnswlib.Index(space="cosine", dim=self.dim)
-        index.init_index(max_elements=max(cfg.initial_capacity, 2 * n), M=cfg.M,
-                         ef_construction=cfg.ef_construction, random_seed=100,
-                         allow_replace_deleted=True)
-        index.set_ef(cfg.ef_search)
-        return index
 
     def _decode_vec(self, blob: bytes, entry_id: int) -> np.ndarray:
         vec = np.frombuffer(blob, dtype="<f4")
@@ -590,53 +563,109 @@ class ExperienceBank:
                 f"{changed}; nothing was written")
 
     def _apply_index_changes(self, changes: list[tuple[str, int, str, np.ndarray | None]]) -> None:
-        """Apply one committed transaction to the per-family indexes.
-
-        Deletions go first so that additions reuse their slots. Two different hnswlib calls are
-        needed: a NEW id is added with ``replace_deleted=True`` (fills a deleted slot), while an
-        UPDATED id must be re-added with ``replace_deleted=False`` — with True, hnswlib would put
-        the label into a vacant slot and leave its old node searchable under the same label.
-        """
+        """Apply one committed transaction to the family graphs (readers are held off)."""
         # An entry added and evicted by the same commit (batch larger than the free capacity)
-        # never enters the index; one updated and then evicted is only deleted.
+        # never enters the graph; one updated and then evicted is only removed.
         added = {c[1] for c in changes if c[0] == "add"}
         gone = {c[1] for c in changes if c[0] == "del"}
         changes = [c for c in changes if not (c[1] in added and c[1] in gone)
                    and not (c[0] == "update" and c[1] in gone)]
-        for op, entry_id, family, _ in changes:
+        removals: dict[str, list[int]] = {}
+        inserts: dict[str, list[tuple[int, np.ndarray]]] = {}
+        for op, entry_id, family, vec in changes:
             if op == "del":
-                self._index[family].mark_deleted(entry_id)
-                self._live[family] -= 1
-        for op, entry_id, family, vec in changes:
-            if op == "update":
-                self._index[family].add_items(vec[None, :], np.asarray([entry_id], np.int64),
-                                              num_threads=1, replace_deleted=False)
-        fresh: dict[str, list[tuple[int, np.ndarray]]] = {}
-        for op, entry_id, family, vec in changes:
-            if op == "add":
-                fresh.setdefault(family, []).append((entry_id, vec))
-        for family, items in fresh.items():
+                removals.setdefault(family, []).append(entry_id)
+            else:  # "add" or "update": a new node (an update's old node dies)
+                inserts.setdefault(family, []).append((entry_id, vec))
+        for family, ids in removals.items():
+            self._index[family].remove(ids)
+            if family in self._compacting:
+                self._compacting[family].append(("del", ids, None))
+        for family, items in inserts.items():
             index = self._index.get(family)
             if index is None:
-                index = self._index[family] = self._new_index(len(items))
-                self._live[family] = 0
-            slots = index.get_current_count()          # live + deleted slots
-            vacant = slots - self._live[family]
-            needed = slots + max(0, len(items) - vacant)
-            if needed > index.get_max_elements():
-                index.resize_index(max(2 * index.get_max_elements(), needed))
-            index.add_items(np.stack([v for _, v in items]).astype(np.float32),
-                            np.asarray([i for i, _ in items], dtype=np.int64),
-                            num_threads=1, replace_deleted=True)
-            self._live[family] += len(items)
+                index = self._index[family] = FamilyIndex(self.dim, self.index_config)
+            ids = [i for i, _ in items]
+            vecs = np.stack([v for _, v in items]).astype(np.float32)
+            index.add(ids, vecs)
+            if family in self._compacting:
+                self._compacting[family].append(("add", ids, vecs))
+        for family in set(removals) | set(inserts):
+            if self._index[family].needs_compaction():
+                self._start_compaction(family)
 
-    @staticmethod
-    def _is_deleted(index: Any, label: int) -> bool:
+    # ------------------------------------------------------------------ compaction
+    def _start_compaction(self, family: str) -> None:
+        """Rebuild ``family``'s graph without its tombstones (caller holds the write lock).
+
+        The new graph is built from a snapshot of the live vectors in a background thread while
+        searches go on in the old one; writes made meanwhile are journaled and replayed onto the
+        new graph under the write lock, then it replaces the old one.
+        """
+        if family in self._compacting:
+            return
+        old = self._index[family]
+        ids = list(old.label_of)
+        vecs = old.vectors(ids)
+        self._compacting[family] = []
+        if not self.index_config.background_compaction:
+            self._finish_compaction(family, self._build_graph(ids, vecs))
+            return
+        thread = threading.Thread(target=self._compaction_worker, args=(family, ids, vecs),
+                                  name=f"bank-compact-{family}", daemon=True)
+        self._compaction_threads.append(thread)
+        thread.start()
+
+    def _build_graph(self, ids: list[int], vecs: np.ndarray) -> FamilyIndex:
+        graph = FamilyIndex(self.dim, self.index_config, capacity_hint=2 * len(ids))
+        graph.add(ids, vecs, threads=self.index_config.build_threads or (os.cpu_count() or 1))
+        return graph
+
+    def _compaction_worker(self, family: str, ids: list[int], vecs: np.ndarray) -> None:
         try:
-            index.get_items([label])
-            return False
-        except RuntimeError:  # hnswlib: "Label not found" for deleted labels
-            return True
+            graph = self._build_graph(ids, vecs)
+        except BaseException as exc:  # keep the old graph; the bank stays correct
+            with self._lock.write():
+                self._compacting.pop(family, None)
+                self.compaction_errors.append(f"{family}: {type(exc).__name__}: {exc}")
+            return
+        with self._lock.write():
+            if not self._closed:
+                self._finish_compaction(family, graph)
+
+    def _finish_compaction(self, family: str, graph: FamilyIndex) -> None:
+        for op, ids, vecs in self._compacting.pop(family, []):
+            if op == "add":
+                graph.add(ids, vecs)
+            else:
+                graph.remove(ids, missing_ok=True)
+        graph.set_ef(self.index_config.ef_search)  # in case it changed during the rebuild
+        self._index[family] = graph
+        self.compactions += 1
+
+    def index_stats(self) -> dict[str, dict[str, int]]:
+        """Per family: live entries and tombstones in its graph (empty before the index is
+        built)."""
+        with self._lock.read():
+            return {f: {"live": i.live, "tombstones": i.tombstones}
+                    for f, i in sorted(self._index.items())}
+
+    def compact(self, wait: bool = True) -> None:
+        """Rebuild every family graph that has tombstones now (normally automatic)."""
+        self._check_open(write=True)
+        self.ensure_index()
+        with self._lock.write():
+            for family, index in list(self._index.items()):
+                if index.tombstones:
+                    self._start_compaction(family)
+        if wait:
+            self.wait_for_compaction()
+
+    def wait_for_compaction(self, timeout: float | None = None) -> None:
+        """Block until background rebuilds started so far have been swapped in."""
+        for thread in list(self._compaction_threads):
+            thread.join(timeout)
+        self._compaction_threads = [t for t in self._compaction_threads if t.is_alive()]
 
     # ------------------------------------------------------------------ usage accounting
     def record_retrievals(self, ids: Sequence[int], when: float) -> None:
@@ -857,30 +886,14 @@ class ExperienceBank:
             families = [family] if family is not None else list(self._index)
             for fam in families:
                 index = self._index.get(fam)
-                live = self._live.get(fam, 0)
-                if index is None or live == 0:
+                if index is None or index.live == 0:
                     continue
-                kk = min(k, live)
-                try:
-                    labels, dists = index.knn_query(q, k=kk,
-                                                    num_threads=self.index_config.search_threads)
-                except RuntimeError:
-                    # Too many deleted neighbours for the candidate list: fall back to exact.
-                    labels, dists = self._exact_in_index(index, fam, q, kk)
-                for row, (lab, dist) in enumerate(zip(labels, dists)):
-                    out[row].extend((int(i), float(1.0 - d)) for i, d in zip(lab, dist))
+                ids, sims = index.search(q, k, self.index_config.search_threads)
+                for row, (row_ids, row_sims) in enumerate(zip(ids.tolist(), sims.tolist())):
+                    out[row].extend(zip(row_ids, row_sims))
         if len(families) > 1:
             out = [sorted(hits, key=lambda h: -h[1])[:k] for hits in out]
         return out
-
-    def _exact_in_index(self, index: Any, family: str, q: np.ndarray, k: int
-                        ) -> tuple[np.ndarray, np.ndarray]:
-        ids = [i for i, f in list(self._family_of.items()) if f == family]
-        vecs = np.asarray(index.get_items(ids), dtype=np.float32)
-        sims = q @ vecs.T
-        top = np.argsort(-sims, axis=1)[:, :k]
-        return (np.asarray(ids, dtype=np.int64)[top],
-                1.0 - np.take_along_axis(sims, top, axis=1))
 
     def search_exact(self, queries: np.ndarray, k: int, family: str | None = None
                      ) -> list[list[tuple[int, float]]]:
@@ -913,26 +926,20 @@ class ExperienceBank:
             if not self._index_built:
                 return problems
             for fam, index in self._index.items():
-                labels = [int(i) for i in index.get_ids_list()]
-                live = {i for i in labels if not self._is_deleted(index, i)}
                 want = {i for i, f in table.items() if f == fam}
-                if live != want:
-                    problems.append(f"index[{fam}] holds {len(live)} live ids, table "
-                                    f"{len(want)}: missing {sorted(want - live)[:10]}, "
-                                    f"extra {sorted(live - want)[:10]}")
-                if self._live.get(fam) != len(want):
-                    problems.append(f"live count of index[{fam}] is {self._live.get(fam)}, "
-                                    f"table has {len(want)}")
+                have = set(index.label_of)
+                if have != want:
+                    problems.append(f"index[{fam}] holds {len(have)} entries, table "
+                                    f"{len(want)}: missing {sorted(want - have)[:10]}, "
+                                    f"extra {sorted(have - want)[:10]}")
+                problems += [f"index[{fam}]: {p}" for p in index.problems()]
             for fam in set(table.values()) - set(self._index):
                 problems.append(f"family {fam!r} has entries but no index")
             for entry_id, fam, blob in rows:
                 index = self._index.get(fam)
-                if index is None:
-                    continue
-                try:
-                    got = np.asarray(index.get_items([entry_id]), dtype=np.float32)[0]
-                except RuntimeError:
+                if index is None or entry_id not in index.label_of:
                     continue  # already reported as missing
+                got = index.vectors([entry_id])[0]
                 if not np.allclose(got, self._decode_vec(blob, entry_id), atol=1e-5):
                     problems.append(f"entry {entry_id}: index vector differs from the table's")
         return problems
@@ -946,6 +953,8 @@ class ExperienceBank:
             self._closed = True
             self._close_conns()
             self._index.clear()
+            self._compacting.clear()
+        self.wait_for_compaction()  # a rebuild that finishes now sees the bank closed
 
     def _close_conns(self) -> None:
         with self._conns_lock:
