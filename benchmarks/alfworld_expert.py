@@ -41,8 +41,8 @@ def plain_textworld_traces(paths: list[str]) -> list[list]:
     saved_argv = list(sys.argv)  # textworld's pddl2sas overwrites sys.argv
     traces = []
     for i, path in enumerate(paths):
-        env = textworld.start(path, request_infos=textworld.EnvInfos(won=True, admissible_commands=True),
-                              wrappers=[AlfredDemangler()])
+        infos = textworld.EnvInfos(won=True, admissible_commands=True)
+        env = textworld.start(path, request_infos=infos, wrappers=[AlfredDemangler()])
         traces.append(trace(env, json.loads(Path(path).read_text())["walkthrough"]))
         env.close()
         print(f"\r  plain TextWorld: {i + 1}/{len(paths)}", end="", flush=True)
@@ -88,8 +88,9 @@ def sweep(env, task_ids: list[str], label: str):
         eps = [e for e in episodes if e.task_type == task_type]
         if eps:
             won, n = rates[task_type]
-            print(f"  {task_type:34s} {won:4d}/{n:<4d} {statistics.mean(e.steps for e in eps):6.1f} "
-                  f"{statistics.mean(e.seconds for e in eps):7.2f}")
+            steps = statistics.mean(e.steps for e in eps)
+            seconds = statistics.mean(e.seconds for e in eps)
+            print(f"  {task_type:34s} {won:4d}/{n:<4d} {steps:6.1f} {seconds:7.2f}")
     lost = [e for e in episodes if not e.won]
     for e in lost:
         print(f"  LOST {e.task_id}: {e.steps} steps, {e.invalid_actions} invalid")

@@ -1,4 +1,4 @@
-"""ALFWorld env speed: reset and step latency (mean, p95) against plain TextWorld as ALFWorld uses it.
+"""ALFWorld env speed: reset and step latency (mean, p95) against plain TextWorld, as ALFWorld.
 
     python benchmarks/alfworld_latency.py [--data-dir DIR] [--split valid_unseen] [--games 10]
                                           [--think-ms 300] [--seed 0]
@@ -35,11 +35,12 @@ EXTRA_COMMANDS = ("look", "inventory", "fly to the moon")
 
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 def summary(values: list[float]) -> str:
-    return f"mean {statistics.mean(values) * 1e3:8.1f} ms   p95 {percentile(values, 0.95) * 1e3:8.1f} ms   (n={len(values)})"
+    mean_ms, p95_ms = statistics.mean(values) * 1e3, percentile(values, 0.95) * 1e3
+    return f"mean {mean_ms:8.1f} ms   p95 {p95_ms:8.1f} ms   (n={len(values)})"
 
 
 def run_baseline(paths: list[str]) -> tuple[list[float], list[float]]:
@@ -51,8 +52,8 @@ def run_baseline(paths: list[str]) -> tuple[list[float], list[float]]:
     for path in paths:
         walkthrough = json.loads(Path(path).read_text())["walkthrough"]
         start = time.perf_counter()
-        env = textworld.start(path, request_infos=textworld.EnvInfos(won=True, admissible_commands=True),
-                              wrappers=[AlfredDemangler(), AlfredInfos])
+        infos = textworld.EnvInfos(won=True, admissible_commands=True)
+        env = textworld.start(path, request_infos=infos, wrappers=[AlfredDemangler(), AlfredInfos])
         env.reset()
         resets.append(time.perf_counter() - start)
         for command in list(EXTRA_COMMANDS) + walkthrough:

@@ -10,9 +10,6 @@ from pathlib import Path
 
 import pytest
 from _data_paths import missing_data_reason, shared_data_dir
-
-from crl_bench.data import DataNotFoundError
-from crl_bench.envs.alfworld import games as alf_games
 from crl_bench.envs.alfworld.games import (
     TASK_TYPES,
     list_games,
@@ -21,6 +18,8 @@ from crl_bench.envs.alfworld.games import (
     normalize_task_types,
     parse_task_dir,
 )
+
+from crl_bench.data import DataNotFoundError
 
 DATA = shared_data_dir("alfworld")
 needs_data = pytest.mark.skipif(DATA is None, reason=missing_data_reason("alfworld"))
@@ -124,7 +123,7 @@ def test_valid_unseen_index_matches_alfworld_counts(isolated: Path) -> None:
 
 
 @needs_data
-def test_extracted_tree_and_alfworld_download_folder(isolated: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_extracted_tree_and_alfworld_download_folder(isolated: Path) -> None:
     """An extracted json_2.1.1 tree works as data_dir, and $ALFWORLD_DATA is the last resort
     (that is where alfworld-download leaves the games); unplayable games are skipped."""
     home = isolated / "alfworld_home"

@@ -27,7 +27,8 @@ pytestmark = pytest.mark.skipif(DATA is None, reason=missing_data_reason("alfwor
 
 EVAL_ID = "crl/ALFWorld-ValidUnseen-v0"
 # A heat game: 6 walkthrough steps, every kind of command but "use" and "clean".
-HEAT_GAME = "valid_unseen/pick_heat_then_place_in_recep-Potato-None-GarbageCan-10/trial_T20190907_161853_945788"
+HEAT_GAME = ("valid_unseen/pick_heat_then_place_in_recep-Potato-None-GarbageCan-10/"
+             "trial_T20190907_161853_945788")
 
 
 def make_env(**kwargs):
@@ -79,9 +80,9 @@ def test_reset_gives_alfworld_text_goal_and_admissible_commands(env) -> None:
 def test_walkthrough_wins_with_plus_one(env) -> None:
     _obs, info = env.reset(options={"task_id": HEAT_GAME})
     commands = env.walkthrough()
-    assert commands == ["go to countertop 2", "take potato 2 from countertop 2", "go to microwave 1",
-                        "heat potato 2 with microwave 1", "go to garbagecan 1",
-                        "move potato 2 to garbagecan 1"]
+    assert commands == ["go to countertop 2", "take potato 2 from countertop 2",
+                        "go to microwave 1", "heat potato 2 with microwave 1",
+                        "go to garbagecan 1", "move potato 2 to garbagecan 1"]
     rewards = []
     for i, command in enumerate(commands):
         assert command in info["admissible_actions"]
@@ -111,16 +112,18 @@ def test_invalid_commands_are_alfworld_feedback(env) -> None:
     assert info["steps"] == 9
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=25, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(actions=st.lists(st.one_of(st.text(max_size=60),
-                                  st.sampled_from(["look", "inventory", "go to fridge 1", "open fridge 1",
-                                                   "take potato 2 from countertop 2", "help"])),
+                                  st.sampled_from(["look", "inventory", "go to fridge 1",
+                                                   "open fridge 1", "help",
+                                                   "take potato 2 from countertop 2"])),
                         min_size=1, max_size=6))
 def test_fuzzed_actions_never_raise(env, actions) -> None:
     _obs, info = env.reset(options={"task_id": HEAT_GAME})
     for action in actions:
         admissible = info["admissible_actions"]
-        obs, reward, terminated, truncated, info = env.step(action)
+        obs, reward, _terminated, _truncated, info = env.step(action)
         assert isinstance(obs, str) and obs
         assert info["action_valid"] == (action.strip() in admissible)
         assert reward in (0.0, 1.0)
@@ -181,18 +184,19 @@ def test_engine_plays_exactly_like_textworld_with_alfworld_wrappers(env, monkeyp
     alfworld's AlfredDemangler, as alfworld's own env plays them: same texts, same commands."""
     import textworld
     from alfworld.agents.environment.alfred_tw_env import AlfredDemangler
-
     from crl_bench.envs.alfworld import engine
 
     monkeypatch.setattr(sys, "argv", list(sys.argv))  # textworld's pddl2sas overwrites argv
     paths = {g.task_id: str(g.path) for g in env.games}
     chosen = [  # small rooms (kitchens are slow for plain TextWorld): a pick-two and a clean game
-        "valid_unseen/pick_two_obj_and_place-SoapBar-None-GarbageCan-424/trial_T20190909_064053_839817",
-        "valid_unseen/pick_clean_then_place_in_recep-Cloth-None-CounterTop-424/trial_T20190908_100632_546757"]
+        ("valid_unseen/pick_two_obj_and_place-SoapBar-None-GarbageCan-424/"
+         "trial_T20190909_064053_839817"),
+        ("valid_unseen/pick_clean_then_place_in_recep-Cloth-None-CounterTop-424/"
+         "trial_T20190908_100632_546757")]
     engine.game_store().wait_idle(timeout=120)
     reference = []
     with engine.PARSE_LOCK:  # plain TextWorld shares TatSu parsers with our prefetch thread
-        engine.uninstall_parse_caches()
+        engine.uninstall_textgen_speedups()
         for task_id in chosen:
             tw = textworld.start(paths[task_id], request_infos=textworld.EnvInfos(
                 won=True, admissible_commands=True), wrappers=[AlfredDemangler()])
@@ -208,7 +212,7 @@ def test_engine_plays_exactly_like_textworld_with_alfworld_wrappers(env, monkeyp
         assert _trace(game, prepared.walkthrough) == ours[-1]  # a second reset replays the same
     game.close()
     assert sys.argv == argv  # our translation leaves argv alone
-    assert engine._parse_caches  # installed again by prepare_game
+    assert engine._textgen_speedups  # installed again by prepare_game
     for ref, mine in zip(reference, ours):
         assert ref == mine
         assert ref[-3][2] is True  # the walkthrough won
@@ -218,7 +222,6 @@ def test_translation_matches_fast_downward_pddl2sas(env, monkeypatch) -> None:
     import json
 
     import fast_downward
-
     from crl_bench.envs.alfworld.engine import TRANSLATE_LOCK, translate_pddl
 
     monkeypatch.setattr(sys, "argv", list(sys.argv))

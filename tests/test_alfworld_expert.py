@@ -13,13 +13,13 @@ from _data_paths import missing_data_reason, shared_data_dir
 pytest.importorskip("textworld", reason="the alfworld extra is not installed")
 pytest.importorskip("alfworld", reason="the alfworld extra is not installed")
 
-from crl_bench.envs.alfworld.env import ALFWorldTextEnv  # noqa: E402
-from crl_bench.envs.alfworld.expert import (  # noqa: E402
+from crl_bench.envs.alfworld.env import ALFWorldTextEnv
+from crl_bench.envs.alfworld.expert import (
     replay_walkthrough,
     sample_per_task_type,
     win_rates,
 )
-from crl_bench.envs.alfworld.games import TASK_TYPES  # noqa: E402
+from crl_bench.envs.alfworld.games import TASK_TYPES
 
 DATA = shared_data_dir("alfworld")
 pytestmark = pytest.mark.skipif(DATA is None, reason=missing_data_reason("alfworld"))

@@ -16,8 +16,9 @@ done once and kept:
   games named ahead of time (:meth:`GameStore.prefetch`).
 * :class:`AlfredGame` - a ``PddlEnv`` whose ``reset`` starts from a prepared game: it only loads
   the SAS text into its own copy of Fast Downward's library and reads the initial state.
-* :func:`install_parse_caches` - memoizes TatSu parses of grammar snippets and conjunctive queries
-  (pure functions of their text) inside TextWorld's text generator.
+* :func:`install_textgen_speedups` - memoizes TatSu parses of grammar snippets and conjunctive
+  queries (pure functions of their text) in TextWorld's text generator, and copies derivation
+  contexts shallowly.
 
 Thread safety: TatSu parser objects and Fast Downward's translator options are module globals,
 so parsing runs under :data:`PARSE_LOCK` and translation under :data:`TRANSLATE_LOCK`. Playing
@@ -35,6 +36,8 @@ Here the translator modules get a ``print`` that drops stdout-bound lines instea
 from __future__ import annotations
 
 import builtins
+import concurrent.futures
+import contextlib
 import copy
 import io
 import json
@@ -42,9 +45,10 @@ import queue
 import sys
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 PARSE_LOCK = threading.RLock()
 TRANSLATE_LOCK = threading.RLock()
@@ -53,12 +57,12 @@ TRANSLATE_LOCK = threading.RLock()
 # unoptimized for play (keeps every operator and fact, so admissible commands are complete) and
 # optimized for the planner's re-planning task.
 _TRANSLATE_OPTIONS: dict[bool, dict[str, Any]] = {
-    False: dict(filter_unimportant_vars=False, filter_unreachable_facts=False,
-                use_partial_encoding=False, skip_variable_reordering=True,
-                add_implied_preconditions=False, invariant_generation_max_candidates=0),
-    True: dict(filter_unimportant_vars=True, filter_unreachable_facts=True,
-               use_partial_encoding=True, skip_variable_reordering=False,
-               add_implied_preconditions=True, invariant_generation_max_candidates=0),
+    False: {"filter_unimportant_vars": False, "filter_unreachable_facts": False,
+            "use_partial_encoding": False, "skip_variable_reordering": True,
+            "add_implied_preconditions": False, "invariant_generation_max_candidates": 0},
+    True: {"filter_unimportant_vars": True, "filter_unreachable_facts": True,
+           "use_partial_encoding": True, "skip_variable_reordering": False,
+           "add_implied_preconditions": True, "invariant_generation_max_candidates": 0},
 }
 
 _translator: dict[str, Any] = {}
@@ -108,25 +112,29 @@ def translate_pddl(domain: str, problem: str, *, optimize: bool = False) -> tupl
 
 
 # -- memoized TatSu parses ---------------------------------------------------------------------
-_parse_caches: dict[str, Any] = {}
+_textgen_speedups: dict[str, Any] = {}
 _PARSE_CACHE_LIMIT = 200_000  # entries; cleared when full (they are small strings -> symbols)
 
 
-def install_parse_caches() -> None:
-    """Memoize the two TatSu parses TextWorld's PDDL text generator repeats on every step.
+def install_textgen_speedups() -> None:
+    """Make TextWorld's PDDL text generator (``textworld.envs.pddl.textgen``) cheaper per step.
 
-    * ``textgen._parse_and_convert(text, rule_name=...)`` turns a grammar snippet into symbols;
-      callers set ``symbol.context`` on the result, so every call gets a deep copy.
-    * ``Rule.parse_conjunctive_query(text)`` (looked up as ``textgen.Rule``) turns a condition into
-      a rule that is only read afterwards.
+    * ``_parse_and_convert(text, rule_name=...)`` (TatSu: grammar snippet -> symbols) is
+      memoized; callers set ``symbol.context`` on the result, so every call gets a deep copy.
+    * ``Rule.parse_conjunctive_query(text)`` (looked up as ``textgen.Rule``) is memoized; the
+      rule it returns is only read afterwards.
+    * ``copy_context`` copies the context's ``variables`` and ``mapping`` dicts instead of
+      deep-copying their values, which derivation only reads.
 
-    Both are pure functions of their text; cache misses parse under :data:`PARSE_LOCK`.
-    Idempotent; :func:`uninstall_parse_caches` restores TextWorld's functions.
+    The parses are pure functions of their text; misses parse under :data:`PARSE_LOCK`. The
+    outputs are unchanged: the tests and ``benchmarks/alfworld_expert.py --compare-textworld``
+    compare whole games against plain TextWorld. Idempotent;
+    :func:`uninstall_textgen_speedups` restores TextWorld's functions.
     """
-    import textworld.envs.pddl.textgen as textgen
+    from textworld.envs.pddl import textgen
 
     with PARSE_LOCK:
-        if _parse_caches:
+        if _textgen_speedups:
             return
         original_parse = textgen._parse_and_convert
         original_rule = textgen.Rule
@@ -175,21 +183,22 @@ def install_parse_caches() -> None:
         textgen._parse_and_convert = parse_symbols
         textgen.Rule = CachedQueryRule
         textgen.copy_context = copy_context_shallow
-        _parse_caches.update(module=textgen, original_parse=original_parse,
-                             original_rule=original_rule, original_copy_context=original_copy_context,
-                             symbols=symbols, queries=queries)
+        _textgen_speedups.update(module=textgen, original_parse=original_parse,
+                                 original_rule=original_rule,
+                                 original_copy_context=original_copy_context,
+                                 symbols=symbols, queries=queries)
 
 
-def uninstall_parse_caches() -> None:
-    """Put TextWorld's own parse functions back (used to compare outputs in tests)."""
+def uninstall_textgen_speedups() -> None:
+    """Put TextWorld's own functions back (to compare against plain TextWorld)."""
     with PARSE_LOCK:
-        if not _parse_caches:
+        if not _textgen_speedups:
             return
-        module = _parse_caches["module"]
-        module._parse_and_convert = _parse_caches["original_parse"]
-        module.Rule = _parse_caches["original_rule"]
-        module.copy_context = _parse_caches["original_copy_context"]
-        _parse_caches.clear()
+        module = _textgen_speedups["module"]
+        module._parse_and_convert = _textgen_speedups["original_parse"]
+        module.Rule = _textgen_speedups["original_rule"]
+        module.copy_context = _textgen_speedups["original_copy_context"]
+        _textgen_speedups.clear()
 
 
 # -- prepared games ----------------------------------------------------------------------------
@@ -236,7 +245,7 @@ def prepare_game(path: str) -> PreparedGame:
     start = time.perf_counter()
     with open(path, encoding="utf-8") as f:
         data = json.load(f)
-    install_parse_caches()
+    install_textgen_speedups()
     with PARSE_LOCK:
         logic = pddl_logic.GameLogic(domain=data["pddl_domain"], grammar=data["grammar"])
     task, sas = translate_pddl(data["pddl_domain"], data["pddl_problem"], optimize=False)
@@ -345,10 +354,8 @@ class GameStore:
                 if future is None or future.running() or future.done():
                     continue  # get() took it over
                 future.set_running_or_notify_cancel()
-            try:
+            with contextlib.suppress(BaseException):  # stored in the future; get() re-raises it
                 self._fulfil(path, future)
-            except BaseException:  # the error is stored in the future; get() re-raises it
-                pass
 
     def wait_idle(self, timeout: float | None = None) -> bool:
         """Wait until nothing is queued or being prepared (for benchmarks and tests)."""
@@ -364,7 +371,7 @@ class GameStore:
                 left = None if deadline is None else max(0.0, deadline - time.monotonic())
                 try:
                     future.exception(timeout=left)
-                except Exception:
+                except concurrent.futures.TimeoutError:  # not the builtin before Python 3.11
                     return False
 
     def clear(self) -> None:
@@ -395,7 +402,7 @@ def _alfred_game_class() -> type:
     class PreparedPddlState(pddl_logic.PddlState):
         """TextWorld's PddlState built from an already translated task (no translation)."""
 
-        def __init__(self, downward_lib: Any, game: PreparedGame) -> None:  # noqa: D401
+        def __init__(self, downward_lib: Any, game: PreparedGame) -> None:
             from collections import Counter, defaultdict
 
             import fast_downward
@@ -519,7 +526,7 @@ _GAME_CLASS: list[type] = []
 
 def new_alfred_game() -> Any:
     """A fresh :class:`AlfredGame` (its own copy of Fast Downward's library)."""
-    install_parse_caches()
+    install_textgen_speedups()
     if not _GAME_CLASS:
         _GAME_CLASS.append(_alfred_game_class())
     return _GAME_CLASS[0]()

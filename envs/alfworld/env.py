@@ -25,9 +25,11 @@ next unseeded reset will draw; :meth:`ALFWorldTextEnv.prefetch` names games expl
 from __future__ import annotations
 
 import os
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from crl_bench.envs.alfworld.games import GameRecord, load_split, normalize_task_types
+
 from crl_bench.text_env import TextEnv, coerce_action
 
 INVALID_FEEDBACK = "Nothing happens."  # ALFWorld's answer to a command it does not know
@@ -36,7 +38,7 @@ GOAL_PREFIX = "Your task is to: "
 
 
 def goal_from_observation(observation: str) -> str:
-    """``"... Your task is to: put a clean plate in countertop."`` -> ``"put a clean plate in countertop."``."""
+    """The sentence after ``"Your task is to: "`` (``"put a clean plate in countertop."``)."""
     at = observation.rfind(GOAL_PREFIX)
     return observation[at + len(GOAL_PREFIX):].strip() if at >= 0 else ""
 
@@ -62,13 +64,15 @@ class ALFWorldTextEnv(TextEnv):
 
     family = "alfworld"
 
-    def __init__(self, split: str = "train", task_types: Iterable[str | int] | str | int | None = None,
+    def __init__(self, split: str = "train",
+                 task_types: Iterable[str | int] | str | int | None = None,
                  data_dir: str | os.PathLike[str] | None = None, max_steps: int = 50,
                  timeout_penalty: float = 0.0, prefetch: bool = True,
                  render_mode: str | None = None) -> None:
         super().__init__(max_steps=max_steps, render_mode=render_mode)
         if not timeout_penalty >= 0.0:
-            raise ValueError(f"timeout_penalty must be >= 0 (it is subtracted), got {timeout_penalty}.")
+            raise ValueError("timeout_penalty must be >= 0 (it is subtracted from the reward), "
+                             f"got {timeout_penalty}.")
         self.split = split
         self.task_types = normalize_task_types(task_types)
         self.timeout_penalty = float(timeout_penalty)

@@ -13,8 +13,9 @@ from __future__ import annotations
 import random
 import time
 from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 from crl_bench.envs.alfworld.games import TASK_TYPES, GameRecord
 

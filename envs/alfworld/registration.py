@@ -13,12 +13,15 @@ from __future__ import annotations
 ENTRY_POINT = "crl_bench.envs.alfworld.env:ALFWorldTextEnv"
 
 _SPLIT_IDS = (
-    ("crl/ALFWorld-v0", "train", "ALFWorld text games, all 6 task types (split=train: 3,553 games; "
-                                 "valid_seen/valid_unseen/valid_train), 50 steps, +1 on success"),
-    ("crl/ALFWorld-ValidSeen-v0", "valid_seen", "ALFWorld valid_seen (140 games, seen rooms), 50 steps"),
+    ("crl/ALFWorld-v0", "train",
+     ("ALFWorld text games, all 6 task types (split=train: 3,553 games; "
+      "valid_seen/valid_unseen/valid_train), 50 steps, +1 on success")),
+    ("crl/ALFWorld-ValidSeen-v0", "valid_seen",
+     "ALFWorld valid_seen (140 games, seen rooms), 50 steps"),
     ("crl/ALFWorld-ValidUnseen-v0", "valid_unseen",
      "ALFWorld valid_unseen (134 games in unseen rooms: the usual evaluation set), 50 steps"),
-    ("crl/ALFWorld-ValidTrain-v0", "valid_train", "ALFWorld valid_train (200 train-room games), 50 steps"),
+    ("crl/ALFWorld-ValidTrain-v0", "valid_train",
+     "ALFWorld valid_train (200 train-room games), 50 steps"),
 )
 _TASK_TYPE_IDS = (
     ("crl/ALFWorld-Pick-v0", "pick", "pick_and_place_simple"),
