@@ -19,8 +19,9 @@ One episode plays one ALFWorld game (a trial of a task) through TextWorld's PDDL
 Speed: a game's file is parsed and translated once per process (:mod:`.engine`'s shared
 ``GameStore``); on 2 busy cores a reset of a prepared game took 0.06-0.11 s against 3.6-7 s for
 ``textworld.start`` + ``reset``, a step 0.02-0.03 s against 0.14-0.24 s
-(``benchmarks/alfworld_latency.py``). After each reset the env asks a background thread to prepare the game its
-next unseeded reset will draw; :meth:`ALFWorldTextEnv.prefetch` names games explicitly.
+(``benchmarks/alfworld_latency.py``). After each reset the env asks a background thread to
+prepare the game its next unseeded reset will draw; :meth:`ALFWorldTextEnv.prefetch` names games
+explicitly.
 """
 
 from __future__ import annotations
