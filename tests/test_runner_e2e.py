@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("torch")
-pytest.importorskip("minihack")
+pytest.importorskip("nle")
 
 from crl_bench.runner.records import read_jsonl  # noqa: E402
 
