@@ -58,6 +58,10 @@ class RolloutConfig:
     """Ask for <think>...</think> before the answer."""
     max_episode_tokens: int = 4096
     format_penalty: float = 0.0
+    small_model_prompt: bool = False
+    """Prompt settings under which a ~100M model emits valid answers (no thinking, an example
+    answer, the assistant turn pre-filled with ``<answer>``). The pre-filled answer leaves no room
+    for an ``<ask>``, so Search-and-Ask is effectively off with it."""
     env_max_steps: dict[str, int] = field(default_factory=dict)
     """Per-family env action caps overriding the env defaults, e.g. {"minihack": 10}."""
 
@@ -208,7 +212,7 @@ def _cpu() -> RunConfig:
     return RunConfig(
         preset="cpu", steps=12,
         model=ModelConfig(actor="smollm2-135m", lora_r=16, lora_alpha=32),
-        rollout=RolloutConfig(groups=2, group_size=4, max_new_tokens=40, history=1,
+        rollout=RolloutConfig(groups=2, group_size=4, max_new_tokens=16, history=1, small_model_prompt=True,
                               env_max_steps={"minihack": 12, "webshop": 8, "alfworld": 15, "swe": 10}),
         actor=ActorConfig(lr=5e-5, micro_batch_size=8, max_samples_per_update=48),
         extractor=ExtractorConfig(lr=5e-5, buffer_size=8, max_new_tokens=160, micro_batch_size=4,

@@ -272,8 +272,13 @@ class CoTrainer:
         r = self.cfg.rollout
         sampling = SamplingParams(temperature=r.temperature, top_p=r.top_p, max_new_tokens=r.max_new_tokens,
                                   seed=seed)
-        prompt = PromptConfig(history=r.history, think=r.think, max_episode_tokens=r.max_episode_tokens,
-                              format_penalty=r.format_penalty, max_asks=self.cfg.experience.max_asks)
+        kwargs = dict(history=r.history, think=r.think, max_episode_tokens=r.max_episode_tokens,
+                      format_penalty=r.format_penalty, max_asks=self.cfg.experience.max_asks)
+        if r.small_model_prompt:
+            kwargs.pop("think")
+            prompt = PromptConfig.for_small_model(**kwargs)
+        else:
+            prompt = PromptConfig(**kwargs)
         return RolloutEngine(self.backend, sampling, prompt, adapter="actor", ask_callback=ask,
                              progress=False)
 
