@@ -104,6 +104,24 @@ def test_sampling_logprobs_equal_training_forward_tiny(tiny):
     assert gap <= 1e-3
 
 
+def test_shared_prompt_prefix_changes_nothing_but_cost():
+    shared = HFBackend("tiny-random", roles=("actor",))
+    plain = HFBackend("tiny-random", roles=("actor",), share_prompt_prefix=False)
+    system = "You are an agent in a text world. Read the observation, then act. " * 3
+    prompts = [shared.chat_prompt_ids([{"role": "system", "content": system},
+                                       {"role": "user", "content": q}]) for q in QUESTIONS]
+    prompts.append(list(prompts[0]))                 # identical prompts, as in a GRPO group
+    assert shared._shared_prefix_length(prompts) > 40
+    assert plain._shared_prefix_length(prompts) == 0
+    greedy = SamplingParams(temperature=0, max_new_tokens=10)
+    a, b = shared.generate(prompts, greedy), plain.generate(prompts, greedy)
+    assert [g.completion_ids for g in a] == [g.completion_ids for g in b]
+    gap = max(abs(x - y) for g, h in zip(a, b) for x, y in zip(g.logprobs, h.logprobs))
+    assert gap <= 1e-4
+    sampled = shared.generate(prompts, SamplingParams(max_new_tokens=12, seed=4))
+    assert max_logprob_gap(shared, sampled) <= 1e-3
+
+
 def test_stop_string_truncates_ids_and_text_consistently(tiny):
     prompt = chat_prompts(tiny, 1)
     greedy = SamplingParams(temperature=0, max_new_tokens=20)

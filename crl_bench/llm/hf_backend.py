@@ -9,8 +9,9 @@ separate trainable parameters per role). Options:
 * ``lora=None``: full fine-tuning; each role gets a full trainable copy of the model and
   ``adapter=None`` uses a frozen copy of the base (cheap for the 135M embedded model only).
 
-Generation is our own decode loop rather than ``model.generate``: left-padded batched prefill,
-KV cache, finished rows dropped from the batch, stop strings checked on the decoded completion,
+Generation is our own decode loop rather than ``model.generate``: left-padded batched prefill
+(a prefix common to all prompts of the batch is prefilled once and shared), KV cache, finished
+rows dropped from the batch, stop strings checked on the decoded completion,
 and the sampling log-prob of every token recorded (see :mod:`crl_bench.llm.sampling`).
 Position ids are computed from the attention mask both here and in the training forward, so
 recomputed log-probs equal the sampling ones (<= 1e-3 in fp32; tested).
@@ -53,6 +54,7 @@ class HFBackend:
         device: ``"auto"``, ``"cpu"``, ``"cuda"``, ``"cuda:1"``...
         seed: seeds the LoRA initialisation.
         max_batch_size: generate/logprobs split larger requests into chunks of this many rows.
+        share_prompt_prefix: compute the KV of a prefix common to a batch's prompts once.
     """
 
     kind = "hf"
@@ -61,7 +63,8 @@ class HFBackend:
                  roles: tuple[str, ...] = ("actor", "extractor"),
                  lora: LoraSpec | None = LoraSpec(), separate_bases: bool = False,
                  shared_adapter: bool = False, dtype: str = "auto", device: str = "auto",
-                 seed: int = 0, max_batch_size: int = 64) -> None:
+                 seed: int = 0, max_batch_size: int = 64,
+                 share_prompt_prefix: bool = True) -> None:
         import torch
 
         roles = tuple(roles)
@@ -83,6 +86,8 @@ class HFBackend:
         self.device = pick_device(device)
         self.dtype = pick_dtype(dtype, self.device)
         self.max_batch_size = int(max_batch_size)
+        self.share_prompt_prefix = bool(share_prompt_prefix)
+        self.min_shared_prefix = 8
         self.lock = threading.RLock()
         self.tokenizer = load_tokenizer(model_name)
 
@@ -263,18 +268,25 @@ class HFBackend:
         import torch
 
         B = len(prompt_ids)
-        P = max(len(p) for p in prompt_ids)
+        uniform, extra = self._forward_kwargs(adapter_names)
+        # Rows of one adapter that start with the same tokens (system prompt, goal; a GRPO
+        # group's identical first prompts) share that prefix's KV: it is computed once and
+        # repeated. Layout per row: [shared prefix | left padding | own suffix]; positions count
+        # real tokens only, so every token sees the same positions as without sharing.
+        shared = self._shared_prefix_length(prompt_ids) if uniform is not _MIXED else 0
+        suffixes = [p[shared:] for p in prompt_ids]
+        S = max(len(x) for x in suffixes)
         pad = int(self.tokenizer.pad_token_id)
-        input_ids = torch.full((B, P), pad, dtype=torch.long)
-        attention = torch.zeros((B, P), dtype=torch.long)
-        for b, p in enumerate(prompt_ids):
-            input_ids[b, P - len(p):] = torch.tensor(p, dtype=torch.long)
-            attention[b, P - len(p):] = 1
+        input_ids = torch.full((B, S), pad, dtype=torch.long)
+        attention = torch.zeros((B, shared + S), dtype=torch.long)
+        attention[:, :shared] = 1
+        for b, x in enumerate(suffixes):
+            input_ids[b, S - len(x):] = torch.tensor(x, dtype=torch.long)
+            attention[b, shared + S - len(x):] = 1
         input_ids, attention = input_ids.to(self.device), attention.to(self.device)
-        positions = position_ids_from_mask(attention)
+        positions = position_ids_from_mask(attention)[:, shared:]
         next_pos = positions[:, -1] + 1
 
-        uniform, extra = self._forward_kwargs(adapter_names)
         names = list(adapter_names)
         completions: list[list[int]] = [[] for _ in range(B)]
         logprobs: list[list[float]] = [[] for _ in range(B)]
@@ -285,6 +297,13 @@ class HFBackend:
             if uniform is _MIXED:
                 model.eval()  # PEFT only allows per-row adapters in eval mode
             cache = self._new_cache(model)
+            if shared:
+                prefix = torch.tensor([prompt_ids[0][:shared]], dtype=torch.long,
+                                      device=self.device)
+                model(input_ids=prefix, attention_mask=torch.ones_like(prefix),
+                      position_ids=torch.arange(shared, device=self.device)[None],
+                      use_cache=True, logits_to_keep=1, **{self._cache_kwarg: cache})
+                cache.batch_repeat_interleave(B)
             out = model(input_ids=input_ids, attention_mask=attention, position_ids=positions,
                         use_cache=True, logits_to_keep=1, **{self._cache_kwarg: cache}, **extra)
             logits = out.logits[:, -1, :]
@@ -328,6 +347,18 @@ class HFBackend:
                            logprobs=logprobs[b],
                            text=self.tokenizer.decode(completions[b], skip_special_tokens=True),
                            finish_reason=finish[b] or "length") for b in range(B)]
+
+    def _shared_prefix_length(self, prompt_ids: list[list[int]]) -> int:
+        """Tokens all prompts start with (leaving each row >= 1 token of its own), or 0 when
+        sharing is off, the batch has one row, or the prefix is too short to pay off."""
+        if not self.share_prompt_prefix or len(prompt_ids) < 2:
+            return 0
+        limit = min(len(p) for p in prompt_ids) - 1
+        first = prompt_ids[0]
+        n = 0
+        while n < limit and all(p[n] == first[n] for p in prompt_ids):
+            n += 1
+        return n if n >= self.min_shared_prefix else 0
 
     @staticmethod
     def _new_cache(model: Any) -> Any:
