@@ -212,7 +212,10 @@ def _cpu() -> RunConfig:
     return RunConfig(
         preset="cpu", steps=12,
         model=ModelConfig(actor="smollm2-135m", lora_r=16, lora_alpha=32),
+        # format_penalty: until the 135M model solves a task, every outcome is 0 and GRPO has no
+        # signal; a small penalty per malformed turn gives it one (answer in the format).
         rollout=RolloutConfig(groups=2, group_size=4, max_new_tokens=16, history=1, small_model_prompt=True,
+                              format_penalty=0.05,
                               env_max_steps={"minihack": 12, "webshop": 8, "alfworld": 15, "swe": 10}),
         actor=ActorConfig(lr=5e-5, micro_batch_size=8, max_samples_per_update=48),
         extractor=ExtractorConfig(lr=5e-5, buffer_size=8, max_new_tokens=160, micro_batch_size=4,
