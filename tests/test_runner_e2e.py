@@ -68,6 +68,7 @@ def test_tiny_run_leaves_a_complete_run_directory(tiny_runs, agent):
     assert modes == ({False} if agent == "grpo" else {False, True})
     assert (run / "checkpoints" / "last" / "loop_state.json").exists()
     assert (run / "bank.sqlite").exists() == (agent != "grpo")
+    assert ("bank/size" in metrics[-1]) == (agent != "grpo")  # the report plots it under this name
     assert len(list((run / "trajectories").glob("train_step_*.jsonl.gz"))) == STEPS
 
 

@@ -462,8 +462,8 @@ class CoTrainer:
             sub = [t for t in trajs if t.task_name == task]
             metrics[f"charts/success_rate/{task}"] = sum(t.success for t in sub) / len(sub)
         if self.manager is not None:
-            metrics.update({f"bank/{k}": v for k, v in self.manager.stats().items()
-                            if isinstance(v, (int, float))})
+            metrics.update({(k if k.startswith("bank/") else f"bank/{k}"): v
+                            for k, v in self.manager.stats().items() if isinstance(v, (int, float))})
         if self.track is not None:
             metrics["extractor/backlog"] = self.track.backlog
             metrics.update({f"extractor/{k}": v for k, v in self.track.stats.items()})
