@@ -65,6 +65,38 @@ def goal_texts(rng: np.random.Generator, n: int) -> list[str]:
             f"(task {int(rng.integers(0, 10**6))})" for _ in range(n)]
 
 
+SITUATIONS = ["the room is dark", "a monster is next to you", "the door is locked",
+              "the item is not in the list", "the price is above the budget", "you are hungry",
+              "the object is dirty", "the search returns nothing", "you hold a key",
+              "the stairs are not visible", "the product has no size option", "it is too hot"]
+ACTIONS = ["look around first", "step back and wait", "search the nearest container",
+           "open the inventory", "compare the attributes one by one", "go back to the results",
+           "pick it up before moving on", "read the goal again", "use the tool you carry",
+           "try the other direction", "clean it in the sink", "check every drawer"]
+
+
+def strategy_texts(rng: np.random.Generator, n: int) -> list[str]:
+    """n entry-like texts ("title: content") from templates, for --data text."""
+    return [f"{rng.choice(VERBS).capitalize()} the {rng.choice(SUBJECTS)}: when "
+            f"{rng.choice(SITUATIONS)} in the {rng.choice(PLACES)}, {rng.choice(ACTIONS)}, then "
+            f"{rng.choice(VERBS)} the {rng.choice(ADJECTIVES)} {rng.choice(SUBJECTS)} "
+            f"({int(rng.integers(0, 10**6))})." for _ in range(n)]
+
+
+def embed_cached(embedder, texts: list[str], cache: Path) -> np.ndarray:
+    """Embeddings of ``texts`` (float32 [n, dim]), cached in ``cache`` (.npy)."""
+    if cache.exists():
+        vecs = np.load(cache)
+        if vecs.shape[0] == len(texts):
+            return vecs
+    t0 = time.perf_counter()
+    vecs = np.concatenate([embedder.encode(texts[i:i + 512])
+                           for i in range(0, len(texts), 512)]).astype(np.float32)
+    print(f"# embedded {len(texts)} texts in {time.perf_counter() - t0:.0f}s", flush=True)
+    np.save(cache, vecs)
+    return vecs
+
+
 class BruteForce:
     """Exact cosine top-1 over a float32 matrix, with appends (the baseline for every figure)."""
 
@@ -92,9 +124,10 @@ class BruteForce:
                 self.start += 1
 
 
-def build_bank(path: Path, n: int, dim: int, seed: int) -> tuple[float, bool]:
-    """Write n random entries (SQLite only; the index is built on open). Returns (seconds,
-    reused) — a bank file already holding exactly n entries of this seed is reused."""
+def build_bank(path: Path, n: int, dim: int, seed: int,
+               vectors: np.ndarray | None = None) -> tuple[float, bool]:
+    """Write n entries (random unit vectors, or ``vectors``) to SQLite only (the index is built
+    on open). Returns (seconds, reused): a file already holding exactly these is reused."""
     marker = path.with_suffix(".built")
     if path.exists() and marker.exists() and marker.read_text() == f"{n} {dim} {seed}":
         return 0.0, True
@@ -109,9 +142,10 @@ def build_bank(path: Path, n: int, dim: int, seed: int) -> tuple[float, bool]:
         chunk = 5000
         for start in range(0, n, chunk):
             m = min(chunk, n - start)
+            vecs = (unit_rows(rng, m, dim) if vectors is None
+                    else vectors[start:start + m])
             bank.add([{"title": f"entry {start + j}", "content": "synthetic entry for the "
-                       "benchmark", "family": "bench"} for j in range(m)],
-                     unit_rows(rng, m, dim), step=0)
+                       "benchmark", "family": "bench"} for j in range(m)], vecs, step=0)
     marker.write_text(f"{n} {dim} {seed}")
     return time.perf_counter() - t0, False
 
@@ -181,8 +215,15 @@ def run_size(n: int, args: argparse.Namespace, embedder, workdir: Path) -> list[
     """Build (or reuse) a bank of n entries, open it (index rebuild), then measure latency and
     recall for every (ef_search, search_threads) pair, then throughput at the first pair."""
     dim = args.dim
-    path = workdir / f"bank_{n}_{dim}_M{args.M}_efc{args.ef_construction}.sqlite"
-    write_s, reused = build_bank(path, n, dim, args.seed)
+    path = workdir / f"bank_{args.data}_{n}_{dim}_M{args.M}_efc{args.ef_construction}.sqlite"
+    text_vecs = text_queries = None
+    if args.data == "text":
+        text_vecs = embed_cached(embedder, strategy_texts(np.random.default_rng(args.seed), n),
+                                 workdir / f"text_entries_{n}_{args.seed}.npy")
+        text_queries = embed_cached(
+            embedder, goal_texts(np.random.default_rng(args.seed + 7), args.repeats * args.batch),
+            workdir / f"text_queries_{args.repeats * args.batch}_{args.seed}.npy")
+    write_s, reused = build_bank(path, n, dim, args.seed, text_vecs)
     cfg = IndexConfig(M=args.M, ef_construction=args.ef_construction, ef_search=args.ef[0],
                       search_threads=args.search_threads[0],
                       build_threads=args.build_threads)
@@ -194,7 +235,10 @@ def run_size(n: int, args: argparse.Namespace, embedder, workdir: Path) -> list[
     rng = np.random.default_rng(args.seed + 1)
     b = args.batch
     base = brute.mat[: brute.n]
-    near = [near_queries(rng, base, b, args.near_cos) for _ in range(args.repeats)]
+    if text_queries is None:
+        near = [near_queries(rng, base, b, args.near_cos) for _ in range(args.repeats)]
+    else:  # goal texts against strategy texts, both embedded with the real embedder
+        near = [text_queries[i * b:(i + 1) * b] for i in range(args.repeats)]
     rand = [unit_rows(rng, b, dim) for _ in range(args.repeats)]
     texts = [goal_texts(rng, b) for _ in range(args.embed_repeats)]
 
@@ -270,6 +314,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--embed-repeats", type=int, default=30)
     p.add_argument("--no-embed", action="store_true", help="skip the with-embedding latency")
     p.add_argument("--near-cos", type=float, default=0.7)
+    p.add_argument("--data", choices=["random", "text"], default="random",
+                   help="random unit vectors (default), or template texts embedded with the "
+                        "real embedder (entries: strategies; near queries: goals)")
     p.add_argument("--ef", type=int, nargs="+", default=[IndexConfig.ef_search],
                    help="ef_search values (first value is used for throughput)")
     p.add_argument("--M", type=int, default=IndexConfig.M)
@@ -295,6 +342,9 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         pass
     embedder = None
+    if args.data == "text" and args.no_embed:
+        print("--data text needs the embedder (drop --no-embed)", file=sys.stderr)
+        return 2
     if not args.no_embed:
         from crl_bench.experience.embedder import load_embedder
 
@@ -303,8 +353,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"--dim {args.dim} differs from the embedder's {embedder.dim}", file=sys.stderr)
             return 2
     print(f"# bank benchmark: cpus={os.cpu_count()} load(1 min)={os.getloadavg()[0]:.1f} "
-          f"dim={args.dim} batch={args.batch} data=random unit vectors, near-query cos="
-          f"{args.near_cos}, BLAS threads={os.environ['OPENBLAS_NUM_THREADS']}", flush=True)
+          f"dim={args.dim} batch={args.batch} data={args.data}"
+          f"{f', near-query cos={args.near_cos}' if args.data == 'random' else ''}, BLAS threads={os.environ['OPENBLAS_NUM_THREADS']}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         workdir = args.workdir or Path(tmp)
         workdir.mkdir(parents=True, exist_ok=True)
@@ -330,7 +380,7 @@ def print_latency(r: dict) -> None:
                          ("with embedding p50 (ms)", "ann_embed_p50_ms", "bf_embed_p50_ms"),
                          ("with embedding p99 (ms)", "ann_embed_p99_ms", "bf_embed_p99_ms")):
         print(f"{label:<34}{r[a]:>12.2f}{r[bf]:>14.2f}{r[bf] / r[a]:>9.1f}x")
-    print(f"{'recall@1 near queries':<34}{r['recall1_near']:>12.3f}{1.0:>14.3f}")
+    print(f"{'recall@1 near (or text) queries':<34}{r['recall1_near']:>12.3f}{1.0:>14.3f}")
     print(f"{'recall@1 random queries':<34}{r['recall1_random']:>12.3f}{1.0:>14.3f}")
     sys.stdout.flush()
 

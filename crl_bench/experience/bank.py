@@ -1,18 +1,19 @@
 """The persistent experience bank: SQLite (WAL) for the entries, hnswlib for nearest neighbours.
 
 The SQLite file is the truth. Every entry row carries its text, provenance, usage counters and its
-embedding (float32 blob), so the in-memory hnswlib index can always be rebuilt from the file; it
-is rebuilt on open and then kept in step incrementally: each write changes the table in one
-transaction, commits, then applies the same change to the index while readers are held off by a
-readers-writer lock. A process killed at any moment therefore leaves a file that reopens with
-every committed entry and nothing half-written.
+embedding (float32 blob), so the in-memory hnswlib graphs can always be rebuilt from the file;
+they are rebuilt on open and then kept in step incrementally: each write changes the table in
+one transaction, commits, then applies the same change to the graphs while readers are held off
+by a readers-writer lock. A process killed at any moment therefore leaves a file that reopens
+with every committed entry and nothing half-written.
 
 One process owns a bank for writing (the co-training loop's ExperienceManager). Others may open
 it read-only (``crl-bench bank ...``) while it runs; WAL lets them read without blocking it.
 
-Layout: one cosine hnswlib index per env family, because retrieval is almost always restricted
-to the family of the task at hand and a filtered search over a mixed index wastes most of its
-candidate budget on other families.
+Layout: one cosine graph per env family (``ann.FamilyIndex``), because retrieval is almost
+always restricted to the family of the task at hand and a filtered search over a mixed graph
+wastes most of its candidate budget on other families. Graphs are insert-only: deletions and
+re-embeddings leave tombstones, and a graph with too many is rebuilt in the background.
 """
 
 from __future__ import annotations
@@ -419,7 +420,7 @@ class ExperienceBank:
                expect_versions: dict[int, int] | None = None,
                missing_ok: bool = False) -> BankCommit:
         """The general write: adds, updates and deletes in ONE SQLite transaction, then the same
-        change in the ANN index. All or nothing: on any error the file and index are unchanged.
+        change in the ANN index. All or nothing: an error before COMMIT changes nothing.
 
         ``updates``: (id, fields, embedding [dim] or None). ``deletes`` must exist unless
         ``missing_ok``. ``expect_versions``: id -> version the caller read; a mismatch (or a
@@ -538,7 +539,13 @@ class ExperienceBank:
                 self._last.pop(entry_id, None)
             self.evicted_total += len(result.evicted_ids)
             if self._index_built:
-                self._apply_index_changes(index_changes)
+                try:
+                    self._apply_index_changes(index_changes)
+                except BaseException:
+                    # The table is committed and right; the graphs may be half-changed. Drop
+                    # them: the next search rebuilds them from the table.
+                    self._index, self._compacting, self._index_built = {}, {}, False
+                    raise
         return result
 
     @staticmethod
