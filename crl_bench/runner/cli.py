@@ -11,7 +11,7 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="task set: a mix (`crl-bench list mixes`: minihack, webshop, alfworld, swe, 3mix, "
                         "6mix) or comma-separated env ids; default 3mix")
     p.add_argument("--preset", choices=["tiny", "cpu", "paper"], default=None,
-                   help="tiny (tests), cpu (embedded SmolLM2, < 1 h on 2 cores), paper (GPUs); "
+                   help="tiny (tests), cpu (embedded SmolLM2; minutes per step on 2 cores), paper (GPUs); "
                         "default: cpu without a GPU, paper with one")
     p.add_argument("--seed", type=int, nargs="+", default=[0], help="one or more seeds (one run each)")
     p.add_argument("--steps", type=int, default=None, help="actor steps (overrides the preset)")
