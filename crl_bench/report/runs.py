@@ -17,21 +17,8 @@ __all__ = ["Run", "MissingRun", "RunSet", "load_run", "find_run_dirs", "load_run
            "read_jsonl", "is_run_dir"]
 
 
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """Records of a JSONL file; a torn last line (a crash mid-write) is skipped."""
-    if not path.exists():
-        return []
-    out = []
-    with open(path) as fh:
-        for line in fh:
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
-    return out
+# one reader for the run directory's JSONL files: the runner's (torn last lines skipped)
+from crl_bench.runner.records import read_jsonl  # noqa: E402
 
 
 @dataclass
