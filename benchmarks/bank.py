@@ -322,7 +322,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--M", type=int, default=IndexConfig.M)
     p.add_argument("--ef-construction", type=int, default=IndexConfig.ef_construction)
     p.add_argument("--search-threads", type=int, nargs="+", default=[IndexConfig.search_threads],
-                   help="hnswlib threads per batch (first value is used for throughput)")
+                   help="hnswlib threads per batch, 0 = min(4, CPUs) (first value is used for "
+                        "throughput)")
     p.add_argument("--build-threads", type=int, default=0, help="index rebuild threads (0 = all)")
     p.add_argument("--readers", type=int, default=8)
     p.add_argument("--seconds", type=float, default=5.0,
