@@ -183,6 +183,48 @@ def build_extraction_messages(goal: str, trajectory_text: str, outcome: dict[str
             {"role": "user", "content": user}]
 
 
+@dataclass(frozen=True)
+class ContentTemplate:
+    """The answer skeleton for extractors too small to write the JSON themselves.
+
+    Measured on the embedded SmolLM2-135M (8 samples each for a solved and a failed MiniHack
+    episode): 0/16 valid free answers, 0/16 with ``<answer>[{"op": "`` pre-filled, 0/16 with
+    the op and title pre-filled (`python benchmarks/extractor_format.py`). With this template
+    the assistant turn is pre-filled up to the content of one ``add``: the op and the title are
+    fixed (the title names the goal and whether the episode succeeded) and the model writes only
+    the content, ending it with a double quote. :meth:`answer` rebuilds the full answer for
+    :func:`parse_operations`: the content up to the first ``"``, JSON-escaped; content that never
+    ends (the token cap) or is empty stays malformed, so training still sees the failure.
+
+    With the template the extractor can only add: update, return and merge decisions need a
+    model that follows the free format (the ``paper`` preset).
+    """
+
+    stop: tuple[str, ...] = ('"',)
+    title_chars: int = 80
+
+    def title(self, goal: str, success: bool) -> str:
+        goal = " ".join(str(goal).split()).rstrip(".") or "the task"
+        goal = goal if len(goal) <= self.title_chars else goal[: self.title_chars - 3].rstrip() + "..."
+        return f"{goal}: {'what worked' if success else 'what went wrong'}"
+
+    def prefill(self, goal: str, success: bool) -> str:
+        """The text the assistant turn starts with (ends inside the open content string)."""
+        return ('<answer>[{"op": "add", "title": ' + json.dumps(self.title(goal, success))
+                + ', "content": "')
+
+    def answer(self, prefill: str, text: str) -> str:
+        """``prefill`` + sampled ``text`` -> an answer for :func:`parse_operations`."""
+        end = text.find('"')
+        if end < 0:  # the content never closed: leave it unparseable
+            return prefill + text
+        return prefill[:-1] + json.dumps(text[:end]) + "}]</answer>"
+
+
+ANSWER_TEMPLATES: dict[str, ContentTemplate | None] = {"free": None, "content": ContentTemplate()}
+"""Extractor answer formats by config name (``extractor.answer_template``)."""
+
+
 # ---------------------------------------------------------------------------------------------
 # the parser
 # ---------------------------------------------------------------------------------------------

@@ -113,6 +113,10 @@ class ExtractorConfig(OptimConfig):
     """Actor steps after which an extractor sample whose entries were never used is dropped."""
     asynchronous: bool = True
     """Run the extractor track in a background thread (False: inline, for debugging)."""
+    answer_template: str = "free"
+    """"free": the extractor writes its JSON operations itself. "content": the answer is
+    pre-filled up to the content of one ``add`` and the model writes only that content (for
+    models too small for the format; see ``crl_bench.experience.extraction.ContentTemplate``)."""
 
 
 @dataclass
@@ -183,6 +187,9 @@ class RunConfig:
                 raise ConfigError(f"{name}.lr must be positive.")
             if opt.micro_batch_size < 1:
                 raise ConfigError(f"{name}.micro_batch_size must be >= 1.")
+        if self.extractor.answer_template not in ("free", "content"):
+            raise ConfigError(f"extractor.answer_template must be 'free' or 'content', got "
+                              f"{self.extractor.answer_template!r}.")
         if self.experience.k < 1:
             raise ConfigError("experience.k must be >= 1.")
 
@@ -219,8 +226,10 @@ def _cpu() -> RunConfig:
                               format_penalty=0.05,
                               env_max_steps={"minihack": 12, "webshop": 8, "alfworld": 15, "swe": 10}),
         actor=ActorConfig(lr=5e-5, micro_batch_size=8, max_samples_per_update=48),
-        extractor=ExtractorConfig(lr=5e-5, buffer_size=8, max_new_tokens=160, micro_batch_size=4,
-                                  max_samples_per_update=16),
+        # answer_template="content": SmolLM2-135M writes no valid JSON operations on its own
+        # (0/48 samples, benchmarks/extractor_format.py); it writes only the content of an add.
+        extractor=ExtractorConfig(lr=5e-5, buffer_size=8, max_new_tokens=48, micro_batch_size=4,
+                                  max_samples_per_update=16, answer_template="content"),
         experience=ExperienceConfig(warmup_steps=1, merge_every=5),
         eval=EvalConfig(every=6, episodes_per_task=8),
     )

@@ -62,11 +62,13 @@ class ExtractorTrack:
         merge_every: merge the bank every this many actor steps (0: never).
         count_reweight: use count-aware weights (False: weight 1, no cooldown).
         asynchronous: run in a thread (False: :meth:`submit` processes inline).
+        run_name: recorded as the provenance of the entries this track writes.
     """
 
     def __init__(self, manager: Any, generate: Callable[[list[list[dict]]], list[Any]],
                  trainer: RoleTrainer | None, cfg: Any, *, temperature: float, merge_every: int, merge_chunk: int,
-                 count_reweight: bool, asynchronous: bool, log: Callable[[dict[str, Any]], None]) -> None:
+                 count_reweight: bool, asynchronous: bool, log: Callable[[dict[str, Any]], None],
+                 run_name: str = "") -> None:
         self.manager = manager
         self.generate = generate
         self.trainer = trainer
@@ -77,6 +79,10 @@ class ExtractorTrack:
         self.count_reweight = count_reweight
         self.asynchronous = asynchronous
         self.log = log
+        self.run_name = run_name
+        from crl_bench.experience.extraction import ANSWER_TEMPLATES
+
+        self.template = ANSWER_TEMPLATES[getattr(cfg, "answer_template", "free")]
         self.samples: list[ExtractorSample] = []
         self._entry_to_samples: dict[int, list[ExtractorSample]] = {}
         self._state_lock = threading.RLock()
@@ -169,18 +175,30 @@ class ExtractorTrack:
                      for turn in traj.turns]
             text = trajectory_to_text(pairs, max_chars=3000)
             outcome = {"success": traj.success, "score": traj.score, "n_actions": traj.n_actions}
-            messages.append(build_extraction_messages(traj.goal, text, outcome, retrieved))
-            metas.append((traj, {e.id for e in retrieved}))
-        generations = self.generate(messages) if messages else []
+            msgs = build_extraction_messages(traj.goal, text, outcome, retrieved)
+            prefill = ""
+            if self.template is not None:
+                prefill = self.template.prefill(traj.goal, bool(traj.success))
+                msgs.append({"role": "assistant", "content": prefill})
+            messages.append(msgs)
+            metas.append((traj, {e.id for e in retrieved}, prefill))
+        if not messages:
+            generations = []
+        elif self.template is not None:
+            generations = self.generate(messages, stop=self.template.stop)
+        else:
+            generations = self.generate(messages)
         new_samples = []
-        for gen, (traj, retrieved_ids) in zip(generations, metas):
-            ops, malformed = parse_operations(gen.text, valid_target_ids=retrieved_ids,
+        for gen, (traj, retrieved_ids, prefill) in zip(generations, metas):
+            answer = gen.text if self.template is None else self.template.answer(prefill, gen.text)
+            ops, malformed = parse_operations(answer, valid_target_ids=retrieved_ids,
                                               max_ops=self.cfg.max_ops)
             written: list[int] = []
             if not malformed and ops:
                 written = self.manager.apply_operations(
                     ops, family=traj.meta.get("family", ""), task_id=traj.task_id,
-                    provenance={"step": step, "trajectory": f"{traj.task_name}/{traj.seed}/{traj.group_id}"},
+                    provenance={"run": self.run_name,
+                                "trajectories": [f"{traj.task_name}/seed{traj.seed}/group{traj.group_id}"]},
                     step=step)
             sample = ExtractorSample(list(gen.prompt_ids), list(gen.completion_ids), list(gen.logprobs),
                                      kind="extract", created_step=step, malformed=malformed,

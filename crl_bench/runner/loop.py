@@ -20,6 +20,7 @@ actor loop spent waiting for that lock while the extractor track held it is logg
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import threading
@@ -165,7 +166,7 @@ class CoTrainer:
                                              max_new_tokens=r.max_new_tokens)
         e = cfg.extractor
         self.extractor_sampling = SamplingParams(temperature=e.temperature, top_p=e.top_p,
-                                                 max_new_tokens=e.max_new_tokens)
+                                                 max_new_tokens=e.max_new_tokens, stop=("</answer>",))
         self.actor_trainer = (RoleTrainer(raw, "actor", cfg.actor, total_steps=cfg.steps, lock=self.lock,
                                           seed=cfg.seed) if spec.train_actor else None)
         self.manager = None
@@ -193,7 +194,8 @@ class CoTrainer:
                                         temperature=self.extractor_sampling.logprob_temperature,
                                         merge_every=x.merge_every if spec.merge else 0,
                                         merge_chunk=x.merge_chunk, count_reweight=spec.count_reweight,
-                                        asynchronous=cfg.extractor.asynchronous, log=self._log_track)
+                                        asynchronous=cfg.extractor.asynchronous, log=self._log_track,
+                                        run_name=self.run.path.name)
         self._track_metrics: list[dict[str, Any]] = []
         self._track_metrics_lock = threading.Lock()
         try:
@@ -229,9 +231,21 @@ class CoTrainer:
         return backend
 
     # -- model calls ---------------------------------------------------------------------------
-    def extractor_generate(self, message_lists: list[list[dict]]) -> list[Any]:
-        prompts = [self.ext_backend.chat_prompt_ids(m) for m in message_lists]
-        return self.ext_backend.generate(prompts, self.extractor_sampling, adapter="extractor")
+    def extractor_generate(self, message_lists: list[list[dict]], stop: tuple[str, ...] = ()
+                           ) -> list[Any]:
+        """The extractor role. A message list ending with an assistant message is a pre-fill:
+        the assistant turn starts with that text (prompt tokens) and the model continues it.
+        ``stop`` replaces the default stop strings."""
+        prompts = []
+        for m in message_lists:
+            if m and m[-1].get("role") == "assistant":
+                ids = self.ext_backend.chat_prompt_ids(m[:-1])
+                ids += self.ext_backend.tokenizer(m[-1]["content"], add_special_tokens=False)["input_ids"]
+            else:
+                ids = self.ext_backend.chat_prompt_ids(m)
+            prompts.append(ids)
+        sampling = dataclasses.replace(self.extractor_sampling, stop=tuple(stop)) if stop else self.extractor_sampling
+        return self.ext_backend.generate(prompts, sampling, adapter="extractor")
 
     def _log_track(self, metrics: dict[str, Any]) -> None:
         with self._track_metrics_lock:

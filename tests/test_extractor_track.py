@@ -1,0 +1,110 @@
+"""The extractor track's extraction pass on a real bank with the real embedder; a fixed-answer
+generator stands in for the LLM (it returns real Generation objects with the script's text)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from crl_bench.experience.bank import ExperienceBank
+from crl_bench.experience.embedder import load_embedder
+from crl_bench.experience.extraction import ContentTemplate, parse_operations
+from crl_bench.experience.manager import ExperienceManager, RetrievalConfig
+from crl_bench.llm.rollout import Trajectory, Turn
+from crl_bench.llm.types import Generation
+from crl_bench.runner.config import ExtractorConfig
+from crl_bench.runner.extractor_track import ExtractorTrack
+
+
+class FixedAnswers:
+    """generate(messages, stop=...) -> Generations whose text is the next scripted answer, cut
+    after the first stop string as a backend cuts it. Records every call."""
+
+    def __init__(self, answers: list[str]) -> None:
+        self.answers = list(answers)
+        self.calls: list[tuple[list, tuple]] = []
+
+    def __call__(self, batch, stop=("</answer>",)):
+        self.calls.append((batch, tuple(stop)))
+        out = []
+        for _ in batch:
+            text = self.answers.pop(0)
+            cuts = [text.find(s) + len(s) for s in stop if s in text]
+            text = text[: min(cuts)] if cuts else text
+            out.append(Generation(prompt_ids=[1, 2], completion_ids=[3] * max(1, len(text) // 4),
+                                  logprobs=[-0.5] * max(1, len(text) // 4), text=text,
+                                  finish_reason="stop" if cuts else "length"))
+        return out
+
+
+def trajectory(goal: str, success: bool) -> Trajectory:
+    turn = Turn(prompt_ids=[1], completion_ids=[2], logprobs=[-0.1], completion_text="east</answer>",
+                action="east", observation="The stairs down are 1 step to the east.", reward=float(success),
+                format_valid=True, tool_query=None)
+    return Trajectory(env_id="crl/MiniHack-Room-5x5-v0", task_name="room", task_id="room-5x5", seed=3,
+                      goal=goal, group_id=0, with_experience=False, experience_ids=[], experience_text="",
+                      turns=[turn], reward=float(success), score=float(success), success=success,
+                      n_actions=1, n_invalid_format=0, n_tool_calls=0, truncated=False, tokens=1, wall_s=0.1,
+                      meta={"family": "minihack"})
+
+
+@pytest.fixture(scope="module")
+def embedder():
+    import torch
+
+    torch.set_num_threads(1)
+    return load_embedder()
+
+
+def make_track(tmp_path, embedder, generate, template: str) -> ExtractorTrack:
+    bank = ExperienceBank(tmp_path / "bank.sqlite", dim=embedder.dim, embedder_name=embedder.name)
+    manager = ExperienceManager(bank, embedder, RetrievalConfig())
+    cfg = ExtractorConfig(answer_template=template)
+    return ExtractorTrack(manager, generate, None, cfg, temperature=1.0, merge_every=0, merge_chunk=5,
+                          count_reweight=True, asynchronous=False, log=lambda m: None)
+
+
+def test_content_template_rebuilds_a_valid_add():
+    t = ContentTemplate()
+    pre = t.prefill("Reach the stairs down.", True)
+    assert pre == '<answer>[{"op": "add", "title": "Reach the stairs down: what worked", "content": "'
+    ops, malformed = parse_operations(t.answer(pre, 'Walk east\\ then "north".'), set())
+    assert not malformed
+    assert ops[0].kind == "add" and ops[0].title == "Reach the stairs down: what worked"
+    assert ops[0].content == "Walk east\\ then"  # the content ends at the first quote, escaped
+    # a newline inside the content is escaped, not a JSON error
+    assert parse_operations(t.answer(pre, 'line one\nline two"'), set())[0][0].content == "line one\nline two"
+    # never closed (token cap) or empty -> malformed
+    assert parse_operations(t.answer(pre, "walk east and keep going"), set()) == ([], True)
+    assert parse_operations(t.answer(pre, '   ",'), set()) == ([], True)
+    failed = t.prefill("x" * 200, False)
+    title = json.loads(failed[len('<answer>[{"op": "add", "title": '):-len(', "content": "')])
+    assert title.endswith("...: what went wrong") and len(title) <= 80 + len(": what went wrong")
+
+
+def test_track_with_content_template_prefills_and_applies(tmp_path, embedder):
+    gen = FixedAnswers(['Step east until you stand on the stairs." trailing', "never closes the content"])
+    track = make_track(tmp_path, embedder, gen, "content")
+    track.submit(1, [trajectory("Reach the stairs down.", True), trajectory("Reach the stairs down.", False)])
+    (batch, stop), = gen.calls
+    assert stop == ('"',)
+    assert [m[-1]["role"] for m in batch] == ["assistant", "assistant"]
+    assert batch[0][-1]["content"].endswith('"title": "Reach the stairs down: what worked", "content": "')
+    assert batch[1][-1]["content"].endswith('what went wrong", "content": "')
+    entries = track.manager.bank.get(track.manager.bank.all_ids())
+    assert [(e.title, e.content) for e in entries] == [
+        ("Reach the stairs down: what worked", "Step east until you stand on the stairs.")]
+    assert track.stats["extractions"] == 2 and track.stats["malformed"] == 1
+    assert sorted(s.malformed for s in track.samples) == [False, True]
+
+
+def test_track_free_format_is_unchanged(tmp_path, embedder):
+    answer = '<answer>[{"op": "add", "title": "Stairs", "content": "Walk to the stairs."}]</answer>'
+    gen = FixedAnswers([answer + " extra"])
+    track = make_track(tmp_path, embedder, gen, "free")
+    track.submit(1, [trajectory("Reach the stairs down.", True)])
+    (batch, stop), = gen.calls
+    assert stop == ("</answer>",) and batch[0][-1]["role"] == "user"
+    assert [e.title for e in track.manager.bank.get(track.manager.bank.all_ids())] == ["Stairs"]
+    assert track.stats["malformed"] == 0
