@@ -363,6 +363,36 @@ def test_reproduce_runs_the_matrix_then_resumes(tmp_path):
     assert result.missing == [] and result.n_runs == 8
 
 
+def process_runner(*, agent, tasks, preset, seed, out_dir, steps, overrides, resume):
+    """A picklable run_fn for ``reproduce(jobs=2)``: writes a fixture run and the worker's pid;
+    fails for exp_only."""
+    import os
+
+    if agent == "exp_only":
+        raise RuntimeError("no data for this cell")
+    path = write_fixture_run(Path(out_dir), agent=agent, tasks=tasks, task_names=task_names(tasks),
+                             seed=seed, steps=steps or 4, eval_every=2)
+    (Path(out_dir) / "pid.txt").write_text(str(os.getpid()))
+    return path
+
+
+def test_reproduce_jobs_trains_runs_in_worker_processes(tmp_path):
+    import os
+
+    logs: list[str] = []
+    result = reproduce("multi", "tiny", 1, tmp_path, steps=4, tasks=["3mix"], plots=False,
+                       run_fn=process_runner, jobs=2, log=logs.append)
+    runs = tmp_path / "runs"
+    pids = {int((runs / run_dir_name("3mix", a, 0) / "pid.txt").read_text())
+            for a in ("grpo", "static_exp", "comp_rl")}
+    assert os.getpid() not in pids and 1 <= len(pids) <= 2
+    assert [(m.tasks, m.agent) for m in result.missing] == [("3mix", "exp_only")]
+    assert "3mix__exp_only__seed0 raised RuntimeError: no data for this cell" in result.markdown.read_text()
+    assert sum("finished" in m for m in logs) == 3
+    with pytest.raises(ValueError, match="jobs must be >= 1"):
+        reproduce("multi", "tiny", 1, tmp_path, tasks=["3mix"], run_fn=process_runner, jobs=0)
+
+
 def test_reproduce_dry_run(tmp_path, capsys):
     assert cli_main(["reproduce", "--suite", "ablation", "--seeds", "2", "--dry-run",
                      "--out", str(tmp_path)]) == 0

@@ -98,6 +98,9 @@ def configure_reproduce(p: argparse.ArgumentParser) -> None:
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="config override passed to every run (repeatable), e.g. "
                         "--set rollout.groups=2")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="runs trained at once, each in its own process (default 1). On a CPU, "
+                        "give each run one torch thread: --jobs 2 --set threads=1 on 2 cores")
     p.add_argument("--dry-run", action="store_true", help="print the matrix and exit")
     p.add_argument("--no-plots", action="store_true", help="tables only")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
@@ -107,7 +110,7 @@ def configure_reproduce(p: argparse.ArgumentParser) -> None:
 def reproduce(suite: str, preset: str, seeds: int, out_dir: str | Path, *,
               steps: int | None = None, tasks: list[str] | None = None,
               overrides: dict[str, Any] | None = None, report_dir: str | Path | None = None,
-              plots: bool = True, run_fn: RunFn | None = None,
+              plots: bool = True, run_fn: RunFn | None = None, jobs: int = 1,
               log: Callable[[str], None] = print) -> Any:
     """Run a suite's matrix (skipping finished runs), then write the report.
 
@@ -119,7 +122,9 @@ def reproduce(suite: str, preset: str, seeds: int, out_dir: str | Path, *,
         suite, preset, seeds, steps, tasks, overrides: see ``crl-bench reproduce --help``.
         out_dir: runs go to ``out_dir/runs/<mix>__<agent>__seed<k>``.
         report_dir: report folder (default ``out_dir/report``).
-        run_fn: the runner; default ``crl_bench.runner.api.run_experiment``.
+        run_fn: the runner; default ``crl_bench.runner.api.run_experiment``. With ``jobs > 1``
+            it must be picklable (a module-level function).
+        jobs: runs trained at once, each in a worker process (spawned: no state is shared).
 
     Returns:
         The :class:`crl_bench.report.writer.ReportResult`.
@@ -133,7 +138,10 @@ def reproduce(suite: str, preset: str, seeds: int, out_dir: str | Path, *,
     out = Path(out_dir)
     runs_root = out / "runs"
     runs_root.mkdir(parents=True, exist_ok=True)
+    if jobs < 1:
+        raise ValueError(f"jobs must be >= 1, got {jobs}")
     notes: list[str] = []
+    todo: list[tuple[str, PlannedRun, Path]] = []
     for i, planned in enumerate(plan, 1):
         run_dir = runs_root / planned.dir_name
         tag = f"[{i}/{len(plan)}] {planned.tasks} / {planned.agent} / seed {planned.seed}"
@@ -152,16 +160,42 @@ def reproduce(suite: str, preset: str, seeds: int, out_dir: str | Path, *,
                     log(f"{tag}: warning: {msg}")
                 log(f"{tag}: done already, skipped")
                 continue
-        log(f"{tag}: running -> {run_dir}")
-        try:
-            run_fn(agent=planned.agent, tasks=planned.tasks, preset=preset, seed=planned.seed,
-                   out_dir=run_dir, steps=steps, overrides=dict(overrides or {}), resume=True)
-        except KeyboardInterrupt:
-            raise
-        except Exception as exc:  # keep going: one broken cell must not lose the others
-            msg = f"{planned.dir_name} raised {type(exc).__name__}: {exc}"
-            notes.append(msg)
-            log(f"{tag}: FAILED: {type(exc).__name__}: {exc}")
+        todo.append((tag, planned, run_dir))
+
+    def failed(tag: str, planned: PlannedRun, exc: BaseException) -> None:
+        # keep going: one broken cell must not lose the others
+        notes.append(f"{planned.dir_name} raised {type(exc).__name__}: {exc}")
+        log(f"{tag}: FAILED: {type(exc).__name__}: {exc}")
+
+    def kwargs(planned: PlannedRun, run_dir: Path) -> dict[str, Any]:
+        return dict(agent=planned.agent, tasks=planned.tasks, preset=preset, seed=planned.seed,
+                    out_dir=run_dir, steps=steps, overrides=dict(overrides or {}), resume=True)
+
+    if jobs == 1 or len(todo) <= 1:
+        for tag, planned, run_dir in todo:
+            log(f"{tag}: running -> {run_dir}")
+            try:
+                run_fn(**kwargs(planned, run_dir))
+            except KeyboardInterrupt:
+                raise
+            except Exception as exc:
+                failed(tag, planned, exc)
+    else:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+            futures = {}
+            for tag, planned, run_dir in todo:
+                log(f"{tag}: queued -> {run_dir}")
+                futures[pool.submit(run_fn, **kwargs(planned, run_dir))] = (tag, planned)
+            for fut in as_completed(futures):
+                tag, planned = futures[fut]
+                try:
+                    fut.result()
+                    log(f"{tag}: finished")
+                except Exception as exc:
+                    failed(tag, planned, exc)
     result = write_report([runs_root], Path(report_dir) if report_dir else out / "report",
                           expected=[(p.tasks, p.agent, p.seed) for p in plan], plots=plots,
                           title=f"crl-bench reproduce --suite {suite} --preset {preset} "
@@ -182,7 +216,7 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
         return 0
     result = reproduce(args.suite, args.preset, args.seeds, out, steps=args.steps, tasks=tasks,
                        overrides=parse_overrides(args.overrides), report_dir=args.report_out,
-                       plots=not args.no_plots)
+                       plots=not args.no_plots, jobs=args.jobs)
     _print_summary(result)
     return 1 if result.missing else 0
 
