@@ -173,7 +173,7 @@ class ExtractorTrack:
             retrieved = self.manager.bank.get(list(traj.experience_ids)) if traj.experience_ids else []
             pairs = [(turn.observation, turn.completion_text if turn.action is None else turn.action)
                      for turn in traj.turns]
-            text = trajectory_to_text(pairs, max_chars=3000)
+            text = trajectory_to_text(pairs, max_chars=getattr(self.cfg, "max_trajectory_chars", 3000))
             outcome = {"success": traj.success, "score": traj.score, "n_actions": traj.n_actions}
             msgs = build_extraction_messages(traj.goal, text, outcome, retrieved)
             prefill = ""
