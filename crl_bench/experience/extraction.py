@@ -188,8 +188,9 @@ class ContentTemplate:
     """The answer skeleton for extractors too small to write the JSON themselves.
 
     Measured on the embedded SmolLM2-135M (8 samples each for a solved and a failed MiniHack
-    episode): 0/16 valid free answers, 0/16 with ``<answer>[{"op": "`` pre-filled, 0/16 with
-    the op and title pre-filled (`python benchmarks/extractor_format.py`). With this template
+    episode, ``benchmarks/extractor_format.py``): valid answers 0/16 free, 0/16 with
+    ``<answer>[{"op": "`` pre-filled, 0/16 pre-filled up to the title, 15/16 with this template
+    (the one failure ran out of tokens before closing the content). With this template
     the assistant turn is pre-filled up to the content of one ``add``: the op and the title are
     fixed (the title names the goal and whether the episode succeeded) and the model writes only
     the content, ending it with a double quote. :meth:`answer` rebuilds the full answer for

@@ -232,7 +232,8 @@ def _cpu() -> RunConfig:
                               env_max_steps={"minihack": 10, "webshop": 8, "alfworld": 15, "swe": 10}),
         actor=ActorConfig(lr=1e-4, micro_batch_size=8, max_samples_per_update=24),
         # answer_template="content": SmolLM2-135M writes no valid JSON operations on its own
-        # (benchmarks/extractor_format.py); it writes only the content of an add.
+        # (0/16 valid, 15/16 with the template: benchmarks/extractor_format.py); with the
+        # template it writes only the content of an add.
         extractor=ExtractorConfig(lr=1e-4, buffer_size=8, max_new_tokens=48, micro_batch_size=4,
                                   max_samples_per_update=8, answer_template="content",
                                   max_trajectory_chars=1500),
