@@ -143,3 +143,25 @@ def test_report_tables_and_plots_from_real_tiny_runs(tiny_runs, tmp_path):
     for p in result.plots:
         assert p.path.stat().st_size > 5_000
     assert (tmp_path / "report.md").read_text().count("|") > 10
+
+
+@pytest.mark.slow
+def test_extracted_entries_reach_the_bank_and_later_prompts(tmp_path):
+    """The whole experience path with the answer template: the extractor's answers become bank
+    entries (with provenance), retrieval hands them to later "with experience" episodes, and
+    `crl-bench bank show` lists them."""
+    out = tmp_path / "run"
+    res = run_cli("run", "--agent", "comp_rl", "--tasks", "minihack", "--preset", "tiny", "--steps", str(STEPS),
+                  "--out", str(out), "--no-progress", "--set", "extractor.answer_template=content")
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    metrics = read_jsonl(out / "metrics.jsonl")
+    assert metrics[-1]["bank/size"] >= 1
+    extract = [m for m in metrics if "extractor/malformed_frac" in m]
+    assert extract and min(m["extractor/malformed_frac"] for m in extract) < 1.0
+    episodes = read_jsonl(out / "episodes.jsonl")
+    used = [e for e in episodes if e["experience_ids"]]
+    assert used and all(e["with_experience"] for e in used)
+    shown = run_cli("bank", "show", str(out / "bank.sqlite"))
+    assert shown.returncode == 0
+    assert "what went wrong" in shown.stdout or "what worked" in shown.stdout
+    assert f"run {out.name}" in shown.stdout
