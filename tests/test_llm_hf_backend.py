@@ -104,6 +104,39 @@ def test_sampling_logprobs_equal_training_forward_tiny(tiny):
     assert gap <= 1e-3
 
 
+def test_score_mask_gives_the_same_logprobs_and_gradients(tiny):
+    """Projecting only the completion positions onto the vocabulary changes nothing that
+    training reads: same log-probs there, zeros elsewhere, same LoRA gradients."""
+    prompts = chat_prompts(tiny)[:4]
+    prompts[1] = prompts[1] + prompts[0]  # uneven lengths: right padding in the batch
+    gens = tiny.generate(prompts, SamplingParams(temperature=0.9, max_new_tokens=10, seed=3))
+    batch = collate_sequences([g.prompt_ids for g in gens], [g.completion_ids for g in gens],
+                              tiny.tokenizer.pad_token_id, [g.logprobs for g in gens])
+    mask = batch.loss_mask.bool()
+    params = [p for p in tiny.trainable_parameters("actor") if p.requires_grad]
+
+    def run(score_mask):
+        for p in params:
+            p.grad = None
+        lp, ent = tiny.forward_token_logprobs("actor", batch.input_ids, batch.attention_mask,
+                                              temperature=0.9, return_entropy=True,
+                                              score_mask=score_mask)
+        (lp * mask).sum().backward()
+        return lp.detach(), ent.detach(), [p.grad.clone() for p in params]
+
+    full_lp, full_ent, full_grads = run(None)
+    part_lp, part_ent, part_grads = run(mask)
+    assert torch.allclose(part_lp[mask], full_lp[mask], atol=1e-5)
+    assert torch.allclose(part_ent[mask], full_ent[mask], atol=1e-5)
+    assert (part_lp[~mask] == 0).all() and (part_ent[~mask] == 0).all()
+    assert any(g.abs().sum() > 0 for g in full_grads)
+    for a, b in zip(full_grads, part_grads):
+        assert torch.allclose(a, b, atol=1e-6, rtol=1e-4)
+    with pytest.raises(ValueError, match="score_mask must be"):
+        tiny.forward_token_logprobs("actor", batch.input_ids, batch.attention_mask,
+                                    score_mask=mask[:, 1:])
+
+
 def test_shared_prompt_prefix_changes_nothing_but_cost():
     shared = HFBackend("tiny-random", roles=("actor",))
     plain = HFBackend("tiny-random", roles=("actor",), share_prompt_prefix=False)

@@ -209,10 +209,12 @@ class VLLMBackend:
         return self.trainer.logprobs(prompt_ids, completion_ids, adapter, temperature=temperature)
 
     def forward_token_logprobs(self, adapter: str | None, input_ids: Any, attention_mask: Any, *,
-                               temperature: float = 1.0, return_entropy: bool = False) -> Any:
+                               temperature: float = 1.0, return_entropy: bool = False,
+                               score_mask: Any = None) -> Any:
         return self.trainer.forward_token_logprobs(adapter, input_ids, attention_mask,
                                                    temperature=temperature,
-                                                   return_entropy=return_entropy)
+                                                   return_entropy=return_entropy,
+                                                   score_mask=score_mask)
 
     def trainable_model(self, adapter: str) -> Any:
         return self.trainer.trainable_model(adapter)

@@ -25,6 +25,7 @@ import traceback
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
+from crl_bench.runner.memory import release_free_memory
 from crl_bench.runner.trainer import RoleTrainer, TrainSample
 
 
@@ -266,6 +267,7 @@ class ExtractorTrack:
                     s.last_trained_step = self.updates
             self.samples = [s for s in self.samples if s.times_trained < self.cfg.max_reuse]
         self.updates += 1
+        release_free_memory()
         out.update({f"losses/extractor_{k}": v for k, v in m.items()})
         out["extractor/reward_mean"] = float(rewards.mean())
         out["extractor/updates"] = self.updates

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from crl_bench.agent_spec import AgentSpec
+from crl_bench.runner.memory import limit_malloc_arenas, release_free_memory, rss_gb
 from crl_bench.mixes import MixTask, resolve_tasks
 from crl_bench.runner.config import ConfigError, RunConfig
 from crl_bench.runner.extractor_track import ExtractorSample, ExtractorTrack
@@ -149,6 +150,7 @@ class CoTrainer:
         random.seed(cfg.seed)
         np.random.seed(cfg.seed)
         torch.manual_seed(cfg.seed)
+        limit_malloc_arenas(2)
         for task in self.tasks:
             check_family_available(task, self._env_kwargs(task, "train"))
 
@@ -450,6 +452,8 @@ class CoTrainer:
                         self.track.wait_idle()
                 with timed(metrics, "timing_s/eval"):
                     metrics.update(self.evaluate(step))
+            release_free_memory()
+            metrics["memory/rss_gb"] = rss_gb()
             metrics["timing_s/extractor_wait"] = self.lock.take_wait("MainThread")
             metrics["timing_s/step"] = time.perf_counter() - t_step
             metrics["timing_s/extractor_wait_frac"] = metrics["timing_s/extractor_wait"] / metrics["timing_s/step"]

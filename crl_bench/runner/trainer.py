@@ -129,8 +129,10 @@ class RoleTrainer:
             for start in range(0, len(active), mb):
                 chunk = active[start:start + mb]
                 ids, attn, lp_old, adv, cmask = self._collate(chunk)
+                # only the completion positions go through the vocabulary projection
                 logprobs = self.backend.forward_token_logprobs(self.adapter, ids, attn,
-                                                               temperature=temperature)
+                                                               temperature=temperature,
+                                                               score_mask=cmask[:, 1:] > 0)
                 logprobs = logprobs.float()
                 # align: token t (t >= 1) is predicted at position t-1 of the log-prob tensor
                 lp = logprobs * cmask[:, 1:]
