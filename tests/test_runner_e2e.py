@@ -68,7 +68,10 @@ def test_tiny_run_leaves_a_complete_run_directory(tiny_runs, agent):
     assert modes == ({False} if agent == "grpo" else {False, True})
     assert (run / "checkpoints" / "last" / "loop_state.json").exists()
     assert (run / "bank.sqlite").exists() == (agent != "grpo")
-    assert ("bank/size" in metrics[-1]) == (agent != "grpo")  # the report plots it under this name
+    for key in ("bank/size", "bank/retrievals"):  # the report plots them under these names
+        assert (key in metrics[-1]) == (agent != "grpo")
+    if agent in ("static_exp", "exp_only", "comp_rl"):
+        assert sum(m["bank/retrievals"] for m in metrics[1:]) > 0
     assert len(list((run / "trajectories").glob("train_step_*.jsonl.gz"))) == STEPS
 
 

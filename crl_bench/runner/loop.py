@@ -198,6 +198,7 @@ class CoTrainer:
                                         merge_chunk=x.merge_chunk, count_reweight=spec.count_reweight,
                                         asynchronous=cfg.extractor.asynchronous, log=self._log_track,
                                         run_name=self.run.path.name)
+        self._bank_counters = (0.0, 0.0)  # (queries, empty results) at the last step
         self._track_metrics: list[dict[str, Any]] = []
         self._track_metrics_lock = threading.Lock()
         try:
@@ -480,8 +481,16 @@ class CoTrainer:
             sub = [t for t in trajs if t.task_name == task]
             metrics[f"charts/success_rate/{task}"] = sum(t.success for t in sub) / len(sub)
         if self.manager is not None:
+            stats = self.manager.stats()
             metrics.update({(k if k.startswith("bank/") else f"bank/{k}"): v
-                            for k, v in self.manager.stats().items() if isinstance(v, (int, float))})
+                            for k, v in stats.items() if isinstance(v, (int, float))})
+            # per-step figures from the manager's running counters (they restart with the process)
+            queries, empty = stats["bank/queries"], stats["bank/empty_results"]
+            prev_q, prev_e = self._bank_counters
+            metrics["bank/retrievals"] = queries - prev_q
+            if queries > prev_q:
+                metrics["bank/hit_rate"] = 1.0 - (empty - prev_e) / (queries - prev_q)
+            self._bank_counters = (queries, empty)
         if self.track is not None:
             metrics["extractor/backlog"] = self.track.backlog
             metrics.update({f"extractor/{k}": v for k, v in self.track.stats.items()})
