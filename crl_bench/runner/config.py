@@ -77,6 +77,10 @@ class OptimConfig:
     """"constant" or "cosine" (after warm-up)."""
     micro_batch_size: int = 4
     """Turn samples per forward/backward; gradients are accumulated over the whole batch."""
+    micro_batch_tokens: int = 0
+    """If > 0, a micro-batch also holds at most this many padded tokens (samples x longest
+    sequence; a single longer sample still goes alone). Bounds activation memory when prompt
+    lengths vary across env families; 0 = only ``micro_batch_size`` counts."""
     max_samples_per_update: int = 0
     """If > 0, train on a uniform random subset of this many turn samples per update (bounds CPU
     time; the subset is an unbiased sample of the batch). 0 uses every sample."""
@@ -190,6 +194,8 @@ class RunConfig:
                 raise ConfigError(f"{name}.lr must be positive.")
             if opt.micro_batch_size < 1:
                 raise ConfigError(f"{name}.micro_batch_size must be >= 1.")
+            if opt.micro_batch_tokens < 0:
+                raise ConfigError(f"{name}.micro_batch_tokens must be >= 0 (0: no token cap).")
         if self.extractor.answer_template not in ("free", "content"):
             raise ConfigError(f"extractor.answer_template must be 'free' or 'content', got "
                               f"{self.extractor.answer_template!r}.")
@@ -231,11 +237,12 @@ def _cpu() -> RunConfig:
                               format_penalty=0.05,
                               env_max_steps={"minihack": 10, "webshop": 8, "alfworld": 15, "swe": 10}),
         # micro-batches of 4 turns: with 8 (x ~400 tokens) the backward pass peaked at 10.5 GB
-        actor=ActorConfig(lr=1e-4, micro_batch_size=4, max_samples_per_update=24),
+        actor=ActorConfig(lr=1e-4, micro_batch_size=4, micro_batch_tokens=2048, max_samples_per_update=24),
         # answer_template="content": SmolLM2-135M writes no valid JSON operations on its own
         # (0/16 valid, 15/16 with the template: benchmarks/extractor_format.py); with the
         # template it writes only the content of an add.
         extractor=ExtractorConfig(lr=1e-4, buffer_size=8, max_new_tokens=48, micro_batch_size=2,
+                                  micro_batch_tokens=2048,
                                   max_samples_per_update=8, answer_template="content",
                                   max_trajectory_chars=1500),
         experience=ExperienceConfig(warmup_steps=1, merge_every=5),

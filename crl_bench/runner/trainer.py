@@ -126,8 +126,7 @@ class RoleTrainer:
         total_loss = 0.0
         with self.lock:
             self.optimizer.zero_grad(set_to_none=True)
-            for start in range(0, len(active), mb):
-                chunk = active[start:start + mb]
+            for chunk in micro_batches(active, mb, getattr(self.cfg, "micro_batch_tokens", 0)):
                 ids, attn, lp_old, adv, cmask = self._collate(chunk)
                 # only the completion positions go through the vocabulary projection
                 logprobs = self.backend.forward_token_logprobs(self.adapter, ids, attn,
@@ -178,6 +177,29 @@ class RoleTrainer:
             adv[i, p:p + c] = s.advantage * s.weight
             cmask[i, p:p + c] = 1.0
         return ids, attn, lp_old, adv, cmask
+
+
+def micro_batches(samples: Sequence[TrainSample], size: int, max_tokens: int = 0
+                  ) -> list[list[TrainSample]]:
+    """Consecutive chunks of ``samples`` (sorted longest first by the caller) with at most
+    ``size`` samples and, when ``max_tokens > 0``, at most ``max_tokens`` padded tokens
+    (chunk length x its longest sequence); a sample longer than ``max_tokens`` goes alone."""
+    if size < 1:
+        raise ValueError(f"micro-batch size must be >= 1, got {size}")
+    chunks: list[list[TrainSample]] = []
+    current: list[TrainSample] = []
+    longest = 0
+    for s in samples:
+        n = len(s.prompt_ids) + len(s.completion_ids)
+        grown = max(longest, n)
+        if current and (len(current) >= size or (max_tokens > 0 and grown * (len(current) + 1) > max_tokens)):
+            chunks.append(current)
+            current, grown = [], n
+        current.append(s)
+        longest = grown
+    if current:
+        chunks.append(current)
+    return chunks
 
 
 @contextlib.contextmanager
