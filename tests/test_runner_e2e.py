@@ -68,6 +68,11 @@ def test_tiny_run_leaves_a_complete_run_directory(tiny_runs, agent):
     assert modes == ({False} if agent == "grpo" else {False, True})
     assert (run / "checkpoints" / "last" / "loop_state.json").exists()
     assert (run / "bank.sqlite").exists() == (agent != "grpo")
+    # tiny preset: 1 warm-up step, in which agents with a bank only fill it
+    trained = ["losses/actor_samples" in m for m in metrics[1:]]
+    assert trained == {"grpo": [True] * STEPS, "exp_only": [False] * STEPS,
+                       "static_exp": [False] + [True] * (STEPS - 1),
+                       "comp_rl": [False] + [True] * (STEPS - 1)}[agent]
     for key in ("bank/size", "bank/retrievals"):  # the report plots them under these names
         assert (key in metrics[-1]) == (agent != "grpo")
     if agent in ("static_exp", "exp_only", "comp_rl"):

@@ -404,7 +404,8 @@ class CoTrainer:
         keys = group_keys(groups, with_exp, split=self.spec.split_advantages)
         adv = group_advantages(scores, keys, method=self.cfg.actor.advantage)
         metrics["charts/adv_abs_mean"] = float(adv.abs().mean())
-        if self.actor_trainer is None or step < self.cfg.experience.warmup_steps and self.spec.use_bank:
+        # warm-up: steps 1..warmup_steps only fill the bank (agents with one)
+        if self.actor_trainer is None or step <= self.cfg.experience.warmup_steps and self.spec.use_bank:
             metrics["losses/actor_skipped"] = 1.0
             return
         samples = [TrainSample(turn.prompt_ids, turn.completion_ids, turn.logprobs, float(a))
