@@ -63,3 +63,14 @@ def test_overrides_are_typed_and_unknown_keys_rejected():
         apply_overrides(cfg, {"steps": "many"})
     with pytest.raises(ConfigError, match="Unknown preset 'huge'"):
         build_config(agent="grpo", tasks="minihack", preset="huge")
+
+
+def test_resume_accepts_only_speed_overrides():
+    from crl_bench.runner.config import apply_resume_overrides
+
+    cfg = build_config(agent="grpo", tasks="minihack", preset="tiny")
+    assert apply_resume_overrides(cfg, {"threads": 2}).threads == 2
+    assert apply_resume_overrides(cfg, None) is cfg
+    assert apply_resume_overrides(cfg, {"actor.lr": cfg.actor.lr}).actor.lr == cfg.actor.lr  # unchanged: fine
+    with pytest.raises(ConfigError, match="actor.lr cannot change mid-run .* another --out"):
+        apply_resume_overrides(cfg, {"actor.lr": 1e-3, "threads": 1})

@@ -23,10 +23,11 @@ def run_experiment(agent: str, tasks: str, preset: str | None, seed: int, out_di
 
     With ``resume`` and an existing checkpoint in ``out_dir`` the run continues after the last
     checkpointed step (records of later, unfinished steps are cut first); a finished run is left
-    as it is. The configuration of a resumed run is the one stored in ``config.json``.
+    as it is. The configuration of a resumed run is the one stored in ``config.json``; of the
+    ``overrides`` only speed settings (``threads``) may change it, others are refused.
     """
     from crl_bench.agent_spec import load_agent
-    from crl_bench.runner.config import build_config, config_from_dict
+    from crl_bench.runner.config import apply_resume_overrides, build_config, config_from_dict
     from crl_bench.runner.loop import CoTrainer, write_config
     from crl_bench.runner.records import RunDir
 
@@ -39,6 +40,7 @@ def run_experiment(agent: str, tasks: str, preset: str | None, seed: int, out_di
                                 if k not in ("agent_spec", "task_names", "env_ids", "host")})
         if steps is not None:
             cfg.steps = steps
+        cfg = apply_resume_overrides(cfg, overrides)
     else:
         if run.config_path.exists() and status.get("state") != "missing":
             raise FileExistsError(f"{run.path} already holds a run ({status.get('state')}); pass "

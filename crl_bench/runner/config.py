@@ -18,6 +18,7 @@ JSON where possible. ``__post_init__`` checks reject bad combinations with the f
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 from dataclasses import asdict, dataclass, field, fields
@@ -315,6 +316,30 @@ def apply_overrides(cfg: RunConfig, overrides: dict[str, Any]) -> RunConfig:
             raise ConfigError(f"--set {key}: unknown field {parts[-1]!r}. Fields here: {', '.join(sorted(names))}")
         setattr(obj, parts[-1], _coerce(value, getattr(obj, parts[-1]), key))
     return cfg
+
+
+RESUMABLE_OVERRIDES = frozenset({"threads"})
+"""Fields a resumed run may change: they set how fast it runs, not what it computes."""
+
+
+def apply_resume_overrides(cfg: RunConfig, overrides: dict[str, Any] | None) -> RunConfig:
+    """Overrides for a resumed run: only :data:`RESUMABLE_OVERRIDES`; anything else would make
+    the continued run a different experiment, so it is refused with the way out."""
+    overrides = dict(overrides or {})
+    trial = apply_overrides(copy.deepcopy(cfg), overrides)
+
+    def value(c: RunConfig, key: str) -> Any:
+        for part in key.split("."):
+            c = getattr(c, part)
+        return c
+
+    # the same values as stored are fine (reproduce passes its overrides to every run it resumes)
+    other = sorted(k for k in overrides if k not in RESUMABLE_OVERRIDES and value(trial, k) != value(cfg, k))
+    if other:
+        raise ConfigError(f"--resume continues the stored configuration; {', '.join(other)} cannot "
+                          f"change mid-run (allowed: {', '.join(sorted(RESUMABLE_OVERRIDES))}). "
+                          "Start a new run with another --out to change it.")
+    return apply_overrides(cfg, overrides)
 
 
 def build_config(*, agent: str, tasks: str, preset: str | None, seed: int = 0, steps: int | None = None,
