@@ -6,8 +6,9 @@ configurations:
 * ``tiny`` — a tiny random model with SmolLM2's tokenizer; for tests and CI (a run takes
   well under a minute or two on 2 CPU cores). Numbers from it mean nothing.
 * ``cpu`` — the embedded SmolLM2-135M-Instruct and MiniLM embedder, small groups and short
-  episodes. Measured on 2 shared CPU cores: a MiniHack step of 8 episodes takes 3–5 minutes, so
-  the default 12 steps on one family take about an hour and ``3mix`` several.
+  episodes. Measured on 2 CPU cores, two runs side by side with one thread each: 10 MiniHack
+  steps plus 3 evaluations took 68 min for ``grpo``; a ``comp_rl`` step takes about 7 min (the
+  extractor shares the model); ``3mix`` plays three families and takes several hours.
 * ``paper`` — the paper's configuration for GPUs (Qwen2.5-7B-Instruct actor, Qwen3-4B-Thinking
   extractor, K=8, 16 task groups, 512 steps, lr 1e-6, clip 0.2, CISPO 0.1/0.1, ...). It needs
   CUDA and the models from the hub and fails early, with the reason, where they are missing.
