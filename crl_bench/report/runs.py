@@ -126,14 +126,14 @@ def find_run_dirs(paths: Iterable[str | Path], allow_empty: bool = False) -> lis
         FileNotFoundError: a path does not exist, or (unless ``allow_empty``) holds no run
             directory.
     """
-    found: dict[Path, None] = {}
+    found: dict[Path, Path] = {}  # resolved (to drop duplicates) -> as given (for the report)
     for p in paths:
         path = Path(p)
         if not path.exists():
             raise FileNotFoundError(f"{path} does not exist; give run directories (with "
                                     "config.json) or folders that contain them")
         if is_run_dir(path):
-            found[path.resolve()] = None
+            found.setdefault(path.resolve(), path)
             continue
         below = [c.parent for c in sorted(path.rglob("config.json"))
                  if "checkpoints" not in c.parent.relative_to(path).parts and is_run_dir(c.parent)]
@@ -142,8 +142,8 @@ def find_run_dirs(paths: Iterable[str | Path], allow_empty: bool = False) -> lis
                 f"no run directory under {path}: a run directory holds config.json and "
                 "status.json/metrics.jsonl/eval.jsonl, as written by `crl-bench run`")
         for d in below:
-            found[d.resolve()] = None
-    return sorted(found)
+            found.setdefault(d.resolve(), d)
+    return sorted(found.values())
 
 
 def load_run(path: str | Path) -> Run:
