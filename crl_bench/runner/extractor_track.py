@@ -83,7 +83,7 @@ class ExtractorTrack:
         self.run_name = run_name
         from crl_bench.experience.extraction import ANSWER_TEMPLATES
 
-        self.template = ANSWER_TEMPLATES[getattr(cfg, "answer_template", "free")]
+        self.template = ANSWER_TEMPLATES[cfg.answer_template]
         self.samples: list[ExtractorSample] = []
         self._entry_to_samples: dict[int, list[ExtractorSample]] = {}
         self._state_lock = threading.RLock()
@@ -174,7 +174,7 @@ class ExtractorTrack:
             retrieved = self.manager.bank.get(list(traj.experience_ids)) if traj.experience_ids else []
             pairs = [(turn.observation, turn.completion_text if turn.action is None else turn.action)
                      for turn in traj.turns]
-            text = trajectory_to_text(pairs, max_chars=getattr(self.cfg, "max_trajectory_chars", 3000))
+            text = trajectory_to_text(pairs, max_chars=self.cfg.max_trajectory_chars)
             outcome = {"success": traj.success, "score": traj.score, "n_actions": traj.n_actions}
             msgs = build_extraction_messages(traj.goal, text, outcome, retrieved)
             prefill = ""

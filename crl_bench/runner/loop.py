@@ -30,10 +30,10 @@ from pathlib import Path
 from typing import Any
 
 from crl_bench.agent_spec import AgentSpec
-from crl_bench.runner.memory import limit_malloc_arenas, release_free_memory, rss_gb
 from crl_bench.mixes import MixTask, resolve_tasks
 from crl_bench.runner.config import ConfigError, RunConfig
 from crl_bench.runner.extractor_track import ExtractorSample, ExtractorTrack
+from crl_bench.runner.memory import limit_malloc_arenas, release_free_memory, rss_gb
 from crl_bench.runner.records import RunDir, write_json_atomic
 from crl_bench.runner.trainer import RoleTrainer, TrainSample, timed
 

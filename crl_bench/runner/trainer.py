@@ -126,7 +126,7 @@ class RoleTrainer:
         total_loss = 0.0
         with self.lock:
             self.optimizer.zero_grad(set_to_none=True)
-            for chunk in micro_batches(active, mb, getattr(self.cfg, "micro_batch_tokens", 0)):
+            for chunk in micro_batches(active, mb, self.cfg.micro_batch_tokens):
                 ids, attn, lp_old, adv, cmask = self._collate(chunk)
                 # only the completion positions go through the vocabulary projection
                 logprobs = self.backend.forward_token_logprobs(self.adapter, ids, attn,
