@@ -10,7 +10,7 @@ import pytest
 
 from crl_bench.experience.bank import (
     SCHEMA_VERSION, BankCompatibilityError, ExperienceBank, ReadOnlyBankError, StaleEntriesError,
-    read_meta)
+    read_meta, restore_bank)
 
 DIM = 16
 
@@ -363,3 +363,28 @@ def test_background_compaction_replays_writes_made_during_the_rebuild(tmp_path):
         assert live == ids[320:] + late[5:]
         hits = bank.search(bank.get_embeddings(live), k=1)
         assert [h[0][0] for h in hits] == live
+
+
+def test_backup_then_restore_returns_the_bank_to_that_moment(tmp_path):
+    rng = np.random.default_rng(5)
+    path, copy = tmp_path / "bank.sqlite", tmp_path / "ckpt" / "bank.sqlite"
+    copy.parent.mkdir()
+    vecs = unit(rng, 30)
+    with ExperienceBank(path, dim=DIM, embedder_name="e") as bank:
+        kept = bank.add([entry(i) for i in range(20)], vecs[:20], step=1)
+        bank.record_retrievals(kept[:2], when=3.0)
+        assert bank.backup(copy) == copy
+        later = bank.add([entry(i) for i in range(20, 30)], vecs[20:], step=2)
+        bank.update(kept[0], {"title": "changed after the backup"}, unit(rng, 1)[0], step=2)
+        bank.delete(kept[1:3])
+    assert not copy.with_name("bank.sqlite.tmp").exists()
+    restore_bank(copy, path)
+    assert not (tmp_path / "bank.sqlite-wal").exists()
+    with ExperienceBank(path, dim=DIM, embedder_name="e") as bank:
+        assert bank.all_ids() == kept and not set(later) & set(bank.all_ids())
+        assert bank.get([kept[0]])[0].title == "title 0"
+        assert bank.usage([kept[0]])[0] == {kept[0]: 1}
+        assert bank.verify() == []
+        assert [h[0][0] for h in bank.search(vecs[:20], k=1)] == kept
+    with pytest.raises(FileNotFoundError, match="no bank backup"):
+        restore_bank(tmp_path / "missing.sqlite", path)

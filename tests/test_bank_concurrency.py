@@ -31,7 +31,9 @@ SUBJECTS = ["the stairs", "a locked door", "a hungry monster", "the cheapest shi
 VERBS = ["find", "avoid", "open", "buy", "heat", "pick up", "cross", "search for"]
 
 
-def run_threads(readers, writers, seconds: float):
+def run_threads(readers, writers, seconds: float, enough=None, max_seconds: float = 120.0):
+    """Run the threads for ``seconds``, then on until ``enough()`` holds (at most
+    ``max_seconds``): a loaded machine gets more time to do the same amount of work."""
     stop = threading.Event()
     errors: list[BaseException] = []
 
@@ -49,6 +51,9 @@ def run_threads(readers, writers, seconds: float):
     for t in threads:
         t.start()
     time.sleep(seconds)
+    deadline = time.monotonic() + max_seconds - seconds
+    while enough is not None and not enough() and not stop.is_set() and time.monotonic() < deadline:
+        time.sleep(0.1)
     stop.set()
     for t in threads:
         t.join(timeout=60)
@@ -120,7 +125,8 @@ def test_manager_readers_and_writers(tmp_path):
                                             step=0)
             expected[w][i] = f"w{w}-seed{j}"
 
-    run_threads([reader] * READERS, [writer] * WRITERS, seconds=5.0)
+    run_threads([reader] * READERS, [writer] * WRITERS, seconds=5.0,
+                enough=lambda: sum(n_reads) >= 50 and min(n_writes) >= 5)
 
     assert sum(n_reads) >= 50 and min(n_writes) >= 5, (n_reads, n_writes)
     want = {i: t for mine in expected for i, t in mine.items()}
@@ -194,7 +200,8 @@ def test_bank_readers_and_writers_with_eviction(tmp_path):
                 added.update(res.added_ids)
                 removed.update(res.deleted_ids + res.evicted_ids)
 
-    run_threads([reader] * READERS, [writer] * WRITERS, seconds=4.0)
+    run_threads([reader] * READERS, [writer] * WRITERS, seconds=4.0,
+                enough=lambda: sum(n_search) >= 20 and len(added) > 400)
     assert sum(n_search) >= 20
     assert len(added) > 400                      # eviction happened
     bank.wait_for_compaction()

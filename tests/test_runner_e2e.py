@@ -103,8 +103,22 @@ def test_sigkill_mid_step_then_resume_has_no_duplicate_or_missing_records(tmp_pa
             proc.kill()
     killed_at = json.loads((out / "status.json").read_text())
     assert killed_at["state"] == "running"
+    # work after the checkpoint is redone on resume, so its bank writes must go too: the bank
+    # comes back from the checkpoint's copy (a marker written now stands for such a write)
+    import numpy as np
+
+    from crl_bench.experience.bank import ExperienceBank
+
+    assert (out / "checkpoints" / "last" / "bank.sqlite").is_file()
+    with ExperienceBank.open(out / "bank.sqlite") as bank:
+        vec = np.ones((1, bank.dim), dtype=np.float32) / np.sqrt(bank.dim)
+        bank.add([{"title": "written after the checkpoint", "content": "x",
+                  "family": "minihack"}], vec, step=99)
     res = run_cli("run", "--out", str(out), "--resume", "--no-progress")
     assert res.returncode == 0, res.stderr[-3000:]
+    with ExperienceBank.open(out / "bank.sqlite", read_only=True) as bank:
+        assert "written after the checkpoint" not in {e.title for e in bank.get(bank.all_ids())}
+        assert bank.verify() == []
     assert json.loads((out / "status.json").read_text())["state"] == "done"
     episodes = read_jsonl(out / "episodes.jsonl")
     train = [e for e in episodes if e["phase"] == "train"]

@@ -22,6 +22,7 @@ import json
 import math
 import os
 import queue
+import shutil
 import sqlite3
 import threading
 import time
@@ -175,6 +176,21 @@ def _read_meta_rows(conn: sqlite3.Connection, path: Path) -> dict[str, str]:
             f"{path} is a SQLite file but not an experience bank (no 'meta'/'entries' tables). "
             f"Pass the path of a bank file, or a new path to start an empty bank.")
     return {k: v for k, v in conn.execute("SELECT key, value FROM meta")}
+
+
+def restore_bank(backup: str | Path, path: str | Path) -> None:
+    """Replace the (closed) bank at ``path`` with ``backup`` (from :meth:`ExperienceBank.backup`).
+
+    The live file's WAL and shared-memory files go too: they belong to the replaced file.
+    """
+    backup, path = Path(backup), Path(path)
+    if not backup.is_file():
+        raise FileNotFoundError(f"no bank backup at {backup}")
+    tmp = path.with_name(path.name + ".restore")
+    shutil.copyfile(backup, tmp)
+    for suffix in ("-wal", "-shm"):
+        Path(str(path) + suffix).unlink(missing_ok=True)
+    os.replace(tmp, path)
 
 
 class ExperienceBank:
@@ -952,6 +968,27 @@ class ExperienceBank:
         return problems
 
     # ------------------------------------------------------------------ lifecycle
+    def backup(self, dest: str | Path) -> Path:
+        """Write a consistent copy of the bank to ``dest`` (SQLite online backup).
+
+        Taken between two write transactions (readers go on meanwhile); the copy is complete
+        or absent (written to a temporary name, then renamed). Run checkpoints keep one, so a
+        resumed run starts from the bank as it was at its checkpoint.
+        """
+        if self._closed:
+            raise RuntimeError(f"the bank at {self.path} is closed")
+        dest = Path(dest)
+        tmp = dest.with_name(dest.name + ".tmp")
+        tmp.unlink(missing_ok=True)
+        target = sqlite3.connect(str(tmp))
+        try:
+            with self._sql_lock:
+                self._conn.backup(target)
+        finally:
+            target.close()
+        os.replace(tmp, dest)
+        return dest
+
     def close(self) -> None:
         """Close every connection (further use raises). Safe to call twice."""
         if self._closed:

@@ -114,8 +114,9 @@ def reproduce(suite: str, preset: str, seeds: int, out_dir: str | Path, *,
               log: Callable[[str], None] = print) -> Any:
     """Run a suite's matrix (skipping finished runs), then write the report.
 
-    Resumable: a run whose ``status.json`` says ``done`` is skipped; any other run is started or
-    continued by the runner with ``resume=True``. A run that raises is logged and the matrix goes
+    Resumable: a run whose ``status.json`` says ``done`` is skipped, and so is one that another
+    live process is training (its lock is held); any other run is started or continued by the
+    runner with ``resume=True``. A run that raises is logged and the matrix goes
     on; the report lists it as missing with the error.
 
     Args:
@@ -131,6 +132,7 @@ def reproduce(suite: str, preset: str, seeds: int, out_dir: str | Path, *,
     """
     from crl_bench.report.runs import load_run
     from crl_bench.report.writer import write_report
+    from crl_bench.runner.records import RunInUseError, run_holder
 
     plan: list[PlannedRun] = plan_suite(suite, seeds, tasks)
     if run_fn is None:
@@ -145,6 +147,12 @@ def reproduce(suite: str, preset: str, seeds: int, out_dir: str | Path, *,
     for i, planned in enumerate(plan, 1):
         run_dir = runs_root / planned.dir_name
         tag = f"[{i}/{len(plan)}] {planned.tasks} / {planned.agent} / seed {planned.seed}"
+        holder = run_holder(run_dir)
+        if holder is not None:
+            msg = f"{run_dir} is being trained by another process (pid {holder}); left to it"
+            notes.append(msg)
+            log(f"{tag}: skipped: {msg}")
+            continue
         status_path = run_dir / "status.json"
         if status_path.exists():
             try:
@@ -163,6 +171,10 @@ def reproduce(suite: str, preset: str, seeds: int, out_dir: str | Path, *,
         todo.append((tag, planned, run_dir))
 
     def failed(tag: str, planned: PlannedRun, exc: BaseException) -> None:
+        if isinstance(exc, RunInUseError):  # another process took it after we planned
+            notes.append(str(exc))
+            log(f"{tag}: skipped: {exc}")
+            return
         # keep going: one broken cell must not lose the others
         notes.append(f"{planned.dir_name} raised {type(exc).__name__}: {exc}")
         log(f"{tag}: FAILED: {type(exc).__name__}: {exc}")

@@ -26,12 +26,24 @@ def run_experiment(agent: str, tasks: str, preset: str | None, seed: int, out_di
     as it is. The configuration of a resumed run is the one stored in ``config.json``; of the
     ``overrides`` only speed settings (``threads``) may change it, others are refused.
     """
-    from crl_bench.agent_spec import load_agent
-    from crl_bench.runner.config import apply_resume_overrides, build_config, config_from_dict
-    from crl_bench.runner.loop import CoTrainer, write_config
     from crl_bench.runner.records import RunDir
 
     run = RunDir(out_dir)
+    run.acquire()  # RunInUseError when another process trains this folder
+    try:
+        return _run_locked(run, agent=agent, tasks=tasks, preset=preset, seed=seed, steps=steps,
+                           overrides=overrides, resume=resume, progress=progress)
+    finally:
+        run.release()
+
+
+def _run_locked(run: Any, *, agent: str, tasks: str, preset: str | None, seed: int,
+                steps: int | None, overrides: dict[str, Any] | None, resume: bool,
+                progress: bool) -> Path:
+    from crl_bench.agent_spec import load_agent
+    from crl_bench.runner.config import apply_resume_overrides, build_config, config_from_dict
+    from crl_bench.runner.loop import CoTrainer, write_config
+
     status = run.status()
     if resume and run.config_path.exists():
         if status.get("state") == "done":
@@ -52,8 +64,13 @@ def run_experiment(agent: str, tasks: str, preset: str | None, seed: int, out_di
     write_config(run, cfg, spec, trainer.tasks)
     start = 0
     try:
-        trainer.setup()
         checkpoint = run.last_checkpoint() if resume else None
+        if checkpoint is not None and (checkpoint / "bank.sqlite").is_file():
+            from crl_bench.experience.bank import restore_bank
+
+            # entries written after the checkpoint belong to work that is redone now
+            restore_bank(checkpoint / "bank.sqlite", run.bank_path)
+        trainer.setup()
         if checkpoint is not None:
             start = trainer.load_checkpoint(checkpoint)
             dropped = run.truncate_after(start)

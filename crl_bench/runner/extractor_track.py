@@ -189,26 +189,28 @@ class ExtractorTrack:
             generations = self.generate(messages, stop=self.template.stop)
         else:
             generations = self.generate(messages)
-        new_samples = []
-        for gen, (traj, retrieved_ids, prefill) in zip(generations, metas):
-            answer = gen.text if self.template is None else self.template.answer(prefill, gen.text)
-            ops, malformed = parse_operations(answer, valid_target_ids=retrieved_ids,
-                                              max_ops=self.cfg.max_ops)
-            written: list[int] = []
-            if not malformed and ops:
-                written = self.manager.apply_operations(
-                    ops, family=traj.meta.get("family", ""), task_id=traj.task_id,
-                    provenance={"run": self.run_name,
-                                "trajectories": [f"{traj.task_name}/seed{traj.seed}/group{traj.group_id}"]},
-                    step=step)
-            sample = ExtractorSample(list(gen.prompt_ids), list(gen.completion_ids), list(gen.logprobs),
-                                     kind="extract", created_step=step, malformed=malformed,
-                                     entry_ids=[int(i) for i in written])
-            new_samples.append(sample)
-            self.stats["extractions"] += 1
-            self.stats["malformed"] += int(malformed)
-            self.stats["ops_applied"] += len(written)
+        # bank writes and the pending list change together: a checkpoint (state() under the
+        # same lock, with the bank backup) sees a batch either wholly applied or still pending
         with self._state_lock:
+            new_samples = []
+            for gen, (traj, retrieved_ids, prefill) in zip(generations, metas):
+                answer = gen.text if self.template is None else self.template.answer(prefill, gen.text)
+                ops, malformed = parse_operations(answer, valid_target_ids=retrieved_ids,
+                                                  max_ops=self.cfg.max_ops)
+                written: list[int] = []
+                if not malformed and ops:
+                    written = self.manager.apply_operations(
+                        ops, family=traj.meta.get("family", ""), task_id=traj.task_id,
+                        provenance={"run": self.run_name,
+                                    "trajectories": [f"{traj.task_name}/seed{traj.seed}/group{traj.group_id}"]},
+                        step=step)
+                sample = ExtractorSample(list(gen.prompt_ids), list(gen.completion_ids), list(gen.logprobs),
+                                         kind="extract", created_step=step, malformed=malformed,
+                                         entry_ids=[int(i) for i in written])
+                new_samples.append(sample)
+                self.stats["extractions"] += 1
+                self.stats["malformed"] += int(malformed)
+                self.stats["ops_applied"] += len(written)
             for s in new_samples:
                 if s.malformed or s.entry_ids:
                     self.samples.append(s)
@@ -274,8 +276,12 @@ class ExtractorTrack:
         return out
 
     # -- checkpoints ---------------------------------------------------------------------------
-    def state(self) -> dict[str, Any]:
+    def state(self, also: Callable[[], Any] | None = None) -> dict[str, Any]:
+        """The pool, counters and unprocessed batches; ``also()`` (e.g. a bank backup) runs
+        under the same lock, so the two agree: no batch half applied to the bank."""
         with self._state_lock:
+            if also is not None:
+                also()
             return {"samples": [s.to_json() for s in self.samples], "updates": self.updates,
                     "last_merge_step": self.last_merge_step, "stats": dict(self.stats),
                     "pending": list(self._pending)}

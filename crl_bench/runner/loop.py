@@ -444,14 +444,14 @@ class CoTrainer:
                 self.actor_update(trajs, metrics, step)
             if self.track is not None:
                 self.track.submit(step, trajs)
+                if step == cfg.steps:  # the last batches (and a due merge) land in this record
+                    with timed(metrics, "timing_s/final_drain"):
+                        self.track.wait_idle()
             self._step_metrics(trajs, metrics)
             if cfg.eval.every and step % cfg.eval.every == 0 and step != cfg.steps:
                 with timed(metrics, "timing_s/eval"):
                     metrics.update(self.evaluate(step))
             if step == cfg.steps:
-                if self.track is not None:
-                    with timed(metrics, "timing_s/final_drain"):
-                        self.track.wait_idle()
                 with timed(metrics, "timing_s/eval"):
                     metrics.update(self.evaluate(step))
             release_free_memory()
@@ -538,7 +538,18 @@ class CoTrainer:
             torch.save(trainers, tmp / "trainers.pt")
         torch.save({"python": random.getstate(), "numpy": np.random.get_state(),
                     "torch": torch.get_rng_state()}, tmp / "rng.pt")
-        state = {"step": step, "track": self.track.state() if self.track is not None else None}
+        # the bank as of this checkpoint, copied under the track's lock so that it agrees with
+        # the track's list of unprocessed batches (a resumed run re-extracts exactly those)
+        backup = (lambda: self.manager.bank.backup(tmp / "bank.sqlite")) if self.manager is not None else None
+        if self.track is not None:
+            track_state = self.track.state(also=backup)
+        else:
+            track_state = None
+            if backup is not None:
+                backup()
+        with self._track_metrics_lock:  # finished extractor batches not yet in a metrics record
+            pending_metrics = list(self._track_metrics)
+        state = {"step": step, "track": track_state, "track_metrics": pending_metrics}
         (tmp / "loop_state.json").write_text(json.dumps(state))
         self.run.commit_checkpoint(tmp)
 
@@ -559,6 +570,8 @@ class CoTrainer:
         np.random.set_state(rng["numpy"])
         torch.set_rng_state(rng["torch"])
         state = json.loads((path / "loop_state.json").read_text())
+        with self._track_metrics_lock:
+            self._track_metrics = list(state.get("track_metrics", [])) + self._track_metrics
         if self.track is not None and state.get("track"):
             from crl_bench.llm.rollout import Trajectory
 

@@ -11,6 +11,7 @@ Layout (read by ``crl-bench report``)::
       trajectories/      step_XXXXX.jsonl.gz: full trajectories (token ids, log-probs) per step
       bank.sqlite        the experience bank (SQLite, WAL)
       checkpoints/last/  adapters, optimiser states, RNG states, loop state (atomic rename)
+      .lock              held (flock) by the process training the run; holds its pid
 
 Every record carries ``step``. A step's records are written *before* its checkpoint; on
 ``--resume`` the records of steps after the last checkpoint are cut, so a crash anywhere
@@ -19,6 +20,8 @@ leaves neither duplicated nor missing records.
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import gzip
 import json
 import os
@@ -29,6 +32,33 @@ from pathlib import Path
 from typing import Any, Iterable
 
 RECORD_FILES = ("metrics.jsonl", "episodes.jsonl", "eval.jsonl")
+LOCK_FILE = ".lock"
+
+
+class RunInUseError(RuntimeError):
+    """Another live process is training this run directory."""
+
+
+def run_holder(path: str | os.PathLike[str]) -> int | None:
+    """The pid of the process training the run in ``path``, or None when no process holds it.
+
+    The lock is an ``flock`` on ``RUN_DIR/.lock``: the kernel drops it when its holder exits,
+    SIGKILL included, so a crashed run never stays locked.
+    """
+    lock = Path(path) / LOCK_FILE
+    if not lock.exists():
+        return None
+    with open(lock, "a+") as fh:
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                raise
+            fh.seek(0)
+            text = fh.read().strip()
+            return int(text) if text.isdigit() else -1
+        fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+    return None
 
 
 def _json_default(obj: Any) -> Any:
@@ -76,6 +106,41 @@ class RunDir:
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
         (self.path / "trajectories").mkdir(exist_ok=True)
+
+    # -- ownership -----------------------------------------------------------------------------
+    def acquire(self) -> None:
+        """Take the run for this process; :class:`RunInUseError` when another one trains it.
+
+        Two processes appending to the same records would duplicate steps and race on the
+        checkpoint, so a second ``crl-bench run --resume`` (or a second ``reproduce`` over the
+        same folder) is refused instead.
+        """
+        if getattr(self, "_lock_fh", None) is not None:
+            return
+        fh = open(self.path / LOCK_FILE, "a+")
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            fh.seek(0)
+            holder = fh.read().strip() or "?"
+            fh.close()
+            if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                raise
+            raise RunInUseError(
+                f"{self.path} is being trained by another process (pid {holder}); wait for it to "
+                f"finish, or stop it (kill {holder}) and continue with --resume.") from None
+        fh.seek(0)
+        fh.truncate()
+        fh.write(str(os.getpid()))
+        fh.flush()
+        self._lock_fh = fh
+
+    def release(self) -> None:
+        fh = getattr(self, "_lock_fh", None)
+        if fh is not None:
+            self._lock_fh = None
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+            fh.close()
 
     # -- files ---------------------------------------------------------------------------------
     @property
