@@ -108,3 +108,29 @@ def test_track_free_format_is_unchanged(tmp_path, embedder):
     assert stop == ("</answer>",) and batch[0][-1]["role"] == "user"
     assert [e.title for e in track.manager.bank.get(track.manager.bank.all_ids())] == ["Stairs"]
     assert track.stats["malformed"] == 0
+
+
+def test_extractor_update_marks_the_entries_it_trained_on(tmp_path, embedder):
+    """Credit arrives (a trajectory used the entry), the buffer fills, the extractor is updated
+    with CISPO on the tiny-random model, and the bank counts the entry as trained."""
+    from crl_bench.llm.hf_backend import HFBackend
+    from crl_bench.runner.trainer import RoleTrainer
+
+    backend = HFBackend("tiny-random", roles=("extractor",), seed=0)
+    cfg = ExtractorConfig(answer_template="content", buffer_size=2, micro_batch_size=2)
+    trainer = RoleTrainer(backend, "extractor", cfg, total_steps=4)
+    bank = ExperienceBank(tmp_path / "bank.sqlite", dim=embedder.dim, embedder_name=embedder.name)
+    manager = ExperienceManager(bank, embedder, RetrievalConfig())
+    gen = FixedAnswers(['Step east onto the stairs."', "no closing quote", 'Go east."'])
+    logs: list[dict] = []
+    track = ExtractorTrack(manager, gen, trainer, cfg, temperature=1.0, merge_every=0, merge_chunk=5,
+                           count_reweight=True, asynchronous=False, log=logs.append)
+    track.submit(1, [trajectory("Reach the stairs down.", True), trajectory("Reach the stairs down.", False)])
+    (entry_id,) = bank.all_ids()
+    assert "extractor/updates" not in logs[-1]  # the added entry has no credit yet: 1 ready sample
+    track.record_usage([entry_id], 1.0)  # a later episode used it and succeeded
+    track.submit(2, [trajectory("Reach the stairs down.", True)])
+    assert logs[-1]["extractor/updates"] == 1 and track.updates == 1
+    trained = bank.get([entry_id])[0]
+    assert (trained.times_trained, trained.last_trained_step) == (1, 2)
+    bank.close()

@@ -262,12 +262,16 @@ class ExtractorTrack:
                                 loss_kwargs={"eps_low": self.cfg.eps_low, "eps_high": self.cfg.eps_high}
                                 if self.cfg.loss == "cispo" else {"clip_eps": 0.2},
                                 agg=self.cfg.agg, temperature=self.temperature)
+        trained_entries: list[int] = []
         with self._state_lock:
             for s, w in zip(ready, weights.tolist()):
                 if w > 0:
                     s.times_trained += 1
                     s.last_trained_step = self.updates
+                    trained_entries.extend(s.entry_ids)
             self.samples = [s for s in self.samples if s.times_trained < self.cfg.max_reuse]
+        if trained_entries:  # the bank's own count, for `crl-bench bank` and the report
+            self.manager.mark_trained(sorted(set(trained_entries)), step)
         self.updates += 1
         release_free_memory()
         out.update({f"losses/extractor_{k}": v for k, v in m.items()})
