@@ -142,7 +142,7 @@ def test_single_value_and_empty_have_no_interval():
 def test_tables_have_the_papers_rows_and_columns(report):
     _, doc, _ = report
     names = [t["name"] for t in doc["tables"]]
-    assert names == ["single_success", "single_actions", "single_vs_baseline", "multi_3mix",
+    assert names == ["single_success", "single_score", "single_actions", "single_vs_baseline", "multi_3mix",
                      "multi_6mix", "ablation_3mix", "task_scaling"]
 
     multi = table(doc, "multi_3mix")
@@ -190,6 +190,10 @@ def test_cell_ci_equals_scipy_t_interval_on_the_run_values(report, runs_root):
     c = cell(table(doc, "single_actions"), "Baseline", "MiniHack Room")
     lo, hi = stats.t.interval(0.95, SEEDS - 1, loc=sum(actions) / SEEDS, scale=stats.sem(actions))
     assert c["ci_low"] == pytest.approx(lo) and c["ci_high"] == pytest.approx(hi)
+
+    scores = final_eval_values(runs_root, "minihack", "comp_rl", "MiniHack Room", True, "score")
+    c = cell(table(doc, "single_score"), "Comp. RL w/ exp", "MiniHack Room")
+    assert c["values"] == scores and c["n"] == SEEDS
 
 
 def test_average_is_the_per_run_task_mean_and_gain_is_welch(report, runs_root):

@@ -165,6 +165,17 @@ def test_report_tables_and_plots_from_real_tiny_runs(tiny_runs, tmp_path):
     for p in result.plots:
         assert p.path.stat().st_size > 5_000
     assert (tmp_path / "report.md").read_text().count("|") > 10
+    # what each run took, from its own records
+    for rec in doc["runs"]:
+        run_dir = Path(rec["path"])
+        train = [e for e in read_jsonl(run_dir / "episodes.jsonl") if e["phase"] == "train"]
+        assert rec["steps"] == STEPS and rec["train_episodes"] == len(train) == STEPS * TRAIN_EPISODES_PER_STEP
+        metrics = read_jsonl(run_dir / "metrics.jsonl")
+        assert "timing_s/eval" in metrics[0]  # the step-0 evaluation is timed too
+        timed = metrics[0]["timing_s/eval"] + sum(m["timing_s/step"] for m in metrics[1:])
+        assert rec["time_min"] == pytest.approx(timed / 60)
+        assert (rec["bank_size"] is None) == (rec["agent"] == "grpo")
+    assert f"## Runs ({len(doc['runs'])})" in (tmp_path / "report.md").read_text()
 
 
 @pytest.mark.slow

@@ -74,6 +74,21 @@ class Run:
         """``episodes.jsonl`` (read on demand: it is the largest record file)."""
         return read_jsonl(self.path / "episodes.jsonl")
 
+    def facts(self) -> dict[str, Any]:
+        """What it took: steps, training episodes, evaluation episodes per mode, the time the
+        steps (and the timed evaluations) took, the final bank size; None where not recorded."""
+        timed = [float(m[k]) for m in self.metrics
+                 for k in (("timing_s/step",) if m.get("step") else ("timing_s/eval",)) if k in m]
+        final = self.final_eval()
+        bank = [m["bank/size"] for m in self.metrics if "bank/size" in m]
+        return {
+            "steps": self.config.get("steps"),
+            "train_episodes": sum(1 for e in self.episodes() if e.get("phase") == "train"),
+            "eval_episodes": max((int(r.get("n", 0)) for r in final.values()), default=None),
+            "time_min": sum(timed) / 60 if timed else None,
+            "bank_size": int(bank[-1]) if bank else None,
+        }
+
     def final_eval(self) -> dict[tuple[str, bool], dict[str, Any]]:
         """The last evaluation: ``(task, with_experience) -> record`` at the largest eval step."""
         if not self.evals:

@@ -2,8 +2,8 @@
 
 Tables (each emitted only when some run or expectation belongs to it):
 
-- ``single_success`` / ``single_actions``: agents x env families (single-task runs), success rate
-  and average actions per episode at the final evaluation;
+- ``single_success`` / ``single_score`` / ``single_actions``: agents x env families (single-task
+  runs), success rate, the env's score and average actions per episode at the final evaluation;
 - ``single_vs_baseline``: Comp. RL against the baseline per family — the form of the paper's
   single-task claims (success ratio, success gain, action reduction);
 - ``multi_<mix>``: the paper's multi-task layout (Baseline; Static Online Exp. w/ and w/o exp;
@@ -173,6 +173,9 @@ def _single_tables(rs: RunSet, vals: _Values, conf: float) -> list[Table]:
     tables = []
     for metric, name, title, unit, digits in (
             ("success_rate", "single_success", "Single-task success rate", "fraction of episodes", 2),
+            # the env's own score: partial credit (WebShop's attribute match, the share of
+            # SWE tests passing) moves before success does
+            ("score", "single_score", "Single-task score", "env score, 0-1", 2),
             ("avg_actions", "single_actions", "Single-task average actions per episode",
              "actions per episode", 1)):
         rows = []

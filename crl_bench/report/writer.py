@@ -123,6 +123,21 @@ def _missing_markdown(missing: list[MissingRun]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _runs_markdown(runs: list[Any], facts: list[dict[str, Any]]) -> str:
+    if not runs:
+        return "None.\n"
+    lines = ["| mix | agent | seed | preset | steps | training episodes | eval episodes per mode "
+             "| time (min) | bank entries | path |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r, f in zip(runs, facts):
+        def show(v: Any, fmt: str = "{}") -> str:
+            return "-" if v is None else fmt.format(v)
+        lines.append(f"| {r.tasks} | {r.agent} | {r.seed} | {r.config.get('preset', '?')} | "
+                     f"{show(f['steps'])} | {f['train_episodes']} | {show(f['eval_episodes'])} | "
+                     f"{show(f['time_min'], '{:.0f}')} | {show(f['bank_size'])} | {r.path} |")
+    return ("\n".join(lines) + "\n\nTime: the training steps and the timed evaluations as the "
+            "run recorded them (`timing_s/`), on whatever machine ran it.\n")
+
+
 def write_report(run_dirs: Iterable[str | Path], out_dir: str | Path, *,
                  expected: Iterable[tuple[str, str, int]] | None = None,
                  plots: bool = True, confidence: float = 0.95,
@@ -168,6 +183,7 @@ def write_report(run_dirs: Iterable[str | Path], out_dir: str | Path, *,
             w.writerow({k: ("" if v is None else v) for k, v in m.as_dict().items()})
     csvs.append(missing_csv)
 
+    facts = [r.facts() for r in rs.runs]
     pct = int(round(confidence * 100))
     generated = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     presets = sorted({str(r.config.get("preset", "?")) for r in rs.runs})
@@ -178,7 +194,8 @@ def write_report(run_dirs: Iterable[str | Path], out_dir: str | Path, *,
           f"Every cell: mean ± half-width of the two-sided {pct}% Student-t interval over seeds "
           f"(n = seeds; `n=2/3` means one expected seed is missing), at the final evaluation. "
           f"`paper` is the value reported by {PAPER_REF}, where it reports one.\n",
-          f"## Missing or unfinished runs ({len(missing)})\n", _missing_markdown(missing)]
+          f"## Missing or unfinished runs ({len(missing)})\n", _missing_markdown(missing),
+          f"## Runs ({len(rs.runs)})\n", _runs_markdown(rs.runs, facts)]
     if rs.notes:
         md.append("Notes:\n\n" + "\n".join(f"- {n}" for n in rs.notes) + "\n")
     md.append("## Tables\n")
@@ -199,8 +216,8 @@ def write_report(run_dirs: Iterable[str | Path], out_dir: str | Path, *,
         "paper": PAPER_REF,
         "runs": [{"path": str(r.path), "tasks": r.tasks, "agent": r.agent, "seed": r.seed,
                   "state": r.state, "step": r.status.get("step"),
-                  "preset": r.config.get("preset"), "model": r.config.get("model")}
-                 for r in rs.runs],
+                  "preset": r.config.get("preset"), "model": r.config.get("model"), **f}
+                 for r, f in zip(rs.runs, facts)],
         "expected": [{"tasks": t, "agent": a, "seeds": s} for (t, a), s in rs.expected.items()],
         "missing": [m.as_dict() for m in missing],
         "notes": rs.notes,

@@ -421,8 +421,9 @@ class CoTrainer:
 
         cfg = self.cfg
         if start_step == 0 and cfg.eval.at_start:
-            with self._phase("evaluating at step 0"):
-                m = self.evaluate(0)
+            m: dict[str, Any] = {}
+            with self._phase("evaluating at step 0"), timed(m, "timing_s/eval"):
+                m.update(self.evaluate(0))
             self._write_metrics(0, m)
         bar = tqdm(range(start_step + 1, cfg.steps + 1), desc=f"{self.spec.name} {cfg.tasks}",
                    unit="step", disable=not self.progress, initial=start_step, total=cfg.steps)
