@@ -402,3 +402,15 @@ def test_reproduce_dry_run(tmp_path, capsys):
                      "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "14 run(s)" in out and "3mix__comp_rl_no_ask__seed1" in out
+
+
+def test_ratio_with_zero_denominator_is_undefined_not_missing():
+    from crl_bench.report.stats import ratio_of_means
+    from crl_bench.report.tables import Cell, format_cell
+
+    assert format_cell(Cell("r", ratio_of_means([0.0], [0.0]), kind="ratio")) == \
+        "undefined: denominator 0 (n=1)"
+    assert format_cell(Cell("r", ratio_of_means([0.5, 0.7], [0.2, 0.4]), paper=1.3, kind="ratio")) == \
+        "2.00x (n=2) · paper 1.3x"
+    assert format_cell(Cell("r", None, kind="ratio")) == "no runs"
+    assert format_cell(Cell("r", None, expected_n=3, kind="ratio")) == "missing (n=0/3)"

@@ -349,7 +349,9 @@ def format_cell(cell: Cell, digits: int = 2) -> str:
     """``0.62 ± 0.08 (n=3)``, ``+0.07 ± 0.05 (n=3)``, ``1.25x``; paper value after ``·``."""
     est = cell.estimate
     expected = f"/{cell.expected_n}" if cell.expected_n and cell.n < cell.expected_n else ""
-    if est is None or est.n == 0 or math.isnan(est.mean):
+    if est is not None and est.n > 0 and math.isnan(est.mean) and cell.kind == "ratio":
+        text = f"undefined: denominator 0 (n={est.n}{expected})"  # runs exist, ratio has no value
+    elif est is None or est.n == 0 or math.isnan(est.mean):
         # "missing" when the matrix expected runs here; "no runs" when nothing was asked for
         text = f"missing (n=0{expected})" if expected else "no runs"
     elif cell.kind == "ratio":
