@@ -77,8 +77,9 @@ class Run:
     def facts(self) -> dict[str, Any]:
         """What it took: steps, training episodes, evaluation episodes per mode, the time the
         steps (and the timed evaluations) took, the final bank size; None where not recorded."""
-        timed = [float(m[k]) for m in self.metrics
-                 for k in (("timing_s/step",) if m.get("step") else ("timing_s/eval",)) if k in m]
+        # a step's record times the whole step; the step-0 record only its evaluation
+        keys = [(m, "timing_s/step" if m.get("step") else "timing_s/eval") for m in self.metrics]
+        timed = [float(m[k]) for m, k in keys if k in m]
         final = self.final_eval()
         bank = [m["bank/size"] for m in self.metrics if "bank/size" in m]
         return {

@@ -123,17 +123,19 @@ def _missing_markdown(missing: list[MissingRun]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _show(v: Any, fmt: str = "{}") -> str:
+    return "-" if v is None else fmt.format(v)
+
+
 def _runs_markdown(runs: list[Any], facts: list[dict[str, Any]]) -> str:
     if not runs:
         return "None.\n"
     lines = ["| mix | agent | seed | preset | steps | training episodes | eval episodes per mode "
              "| time (min) | bank entries | path |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r, f in zip(runs, facts):
-        def show(v: Any, fmt: str = "{}") -> str:
-            return "-" if v is None else fmt.format(v)
         lines.append(f"| {r.tasks} | {r.agent} | {r.seed} | {r.config.get('preset', '?')} | "
-                     f"{show(f['steps'])} | {f['train_episodes']} | {show(f['eval_episodes'])} | "
-                     f"{show(f['time_min'], '{:.0f}')} | {show(f['bank_size'])} | {r.path} |")
+                     f"{_show(f['steps'])} | {f['train_episodes']} | {_show(f['eval_episodes'])} | "
+                     f"{_show(f['time_min'], '{:.0f}')} | {_show(f['bank_size'])} | {r.path} |")
     return ("\n".join(lines) + "\n\nTime: the training steps and the timed evaluations as the "
             "run recorded them (`timing_s/`), on whatever machine ran it.\n")
 

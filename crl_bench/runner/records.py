@@ -39,6 +39,22 @@ class RunInUseError(RuntimeError):
     """Another live process is training this run directory."""
 
 
+def _try_flock(fh: Any) -> bool:
+    """Take an exclusive flock on the open file without waiting; False when another holds it."""
+    try:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        if exc.errno not in (errno.EAGAIN, errno.EACCES):
+            raise
+        return False
+    return True
+
+
+def _recorded_pid(fh: Any) -> str:
+    fh.seek(0)
+    return fh.read().strip()
+
+
 def run_holder(path: str | os.PathLike[str]) -> int | None:
     """The pid of the process training the run in ``path``, or None when no process holds it.
 
@@ -49,14 +65,9 @@ def run_holder(path: str | os.PathLike[str]) -> int | None:
     if not lock.exists():
         return None
     with open(lock, "a+") as fh:
-        try:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            if exc.errno not in (errno.EAGAIN, errno.EACCES):
-                raise
-            fh.seek(0)
-            text = fh.read().strip()
-            return int(text) if text.isdigit() else -1
+        if not _try_flock(fh):
+            pid = _recorded_pid(fh)
+            return int(pid) if pid.isdigit() else -1
         fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
     return None
 
@@ -118,17 +129,12 @@ class RunDir:
         if getattr(self, "_lock_fh", None) is not None:
             return
         fh = open(self.path / LOCK_FILE, "a+")
-        try:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            fh.seek(0)
-            holder = fh.read().strip() or "?"
+        if not _try_flock(fh):
+            holder = _recorded_pid(fh) or "?"
             fh.close()
-            if exc.errno not in (errno.EAGAIN, errno.EACCES):
-                raise
             raise RunInUseError(
                 f"{self.path} is being trained by another process (pid {holder}); wait for it to "
-                f"finish, or stop it (kill {holder}) and continue with --resume.") from None
+                f"finish, or stop it (kill {holder}) and continue with --resume.")
         fh.seek(0)
         fh.truncate()
         fh.write(str(os.getpid()))
