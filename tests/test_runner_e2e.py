@@ -56,6 +56,7 @@ def test_tiny_run_leaves_a_complete_run_directory(tiny_runs, agent):
     assert [m["step"] for m in metrics] == list(range(0, STEPS + 1))
     for m in metrics[1:]:
         assert {"charts/success_rate", "timing_s/rollout", "timing_s/step", "timing_s/extractor_wait"} <= set(m)
+        assert 0 < m["memory/rss_gb"] <= m["memory/peak_rss_gb"]
     episodes = read_jsonl(run / "episodes.jsonl")
     train = [e for e in episodes if e["phase"] == "train"]
     assert [sum(e["step"] == s for e in train) for s in range(1, STEPS + 1)] == [TRAIN_EPISODES_PER_STEP] * STEPS

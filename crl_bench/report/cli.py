@@ -149,7 +149,7 @@ def reproduce(suite: str, preset: str, seeds: int, out_dir: str | Path, *,
         tag = f"[{i}/{len(plan)}] {planned.tasks} / {planned.agent} / seed {planned.seed}"
         holder = run_holder(run_dir)
         if holder is not None:
-            msg = f"{run_dir} is being trained by another process (pid {holder}); left to it"
+            msg = str(RunInUseError(run_dir, holder))
             notes.append(msg)
             log(f"{tag}: skipped: {msg}")
             continue

@@ -326,7 +326,8 @@ RESUMABLE_OVERRIDES = frozenset({"threads"})
 def apply_resume_overrides(cfg: RunConfig, overrides: dict[str, Any] | None) -> RunConfig:
     """Overrides for a resumed run: only :data:`RESUMABLE_OVERRIDES`; anything else would make
     the continued run a different experiment, so it is refused with the way out."""
-    overrides = dict(overrides or {})
+    if not overrides:
+        return cfg
     trial = apply_overrides(copy.deepcopy(cfg), overrides)
 
     def value(c: RunConfig, key: str) -> Any:
@@ -340,7 +341,7 @@ def apply_resume_overrides(cfg: RunConfig, overrides: dict[str, Any] | None) -> 
         raise ConfigError(f"--resume continues the stored configuration; {', '.join(other)} cannot "
                           f"change mid-run (allowed: {', '.join(sorted(RESUMABLE_OVERRIDES))}). "
                           "Start a new run with another --out to change it.")
-    return apply_overrides(cfg, overrides)
+    return trial
 
 
 def build_config(*, agent: str, tasks: str, preset: str | None, seed: int = 0, steps: int | None = None,

@@ -33,7 +33,7 @@ from crl_bench.agent_spec import AgentSpec
 from crl_bench.mixes import MixTask, resolve_tasks
 from crl_bench.runner.config import ConfigError, RunConfig
 from crl_bench.runner.extractor_track import ExtractorSample, ExtractorTrack
-from crl_bench.runner.memory import limit_malloc_arenas, release_free_memory, rss_gb
+from crl_bench.runner.memory import limit_malloc_arenas, peak_rss_gb, release_free_memory, rss_gb
 from crl_bench.runner.records import RunDir, write_json_atomic
 from crl_bench.runner.trainer import RoleTrainer, TrainSample, timed
 
@@ -457,6 +457,7 @@ class CoTrainer:
                     metrics.update(self.evaluate(step))
             release_free_memory()
             metrics["memory/rss_gb"] = rss_gb()
+            metrics["memory/peak_rss_gb"] = peak_rss_gb()  # since the process started
             metrics["timing_s/extractor_wait"] = self.lock.take_wait("MainThread")
             metrics["timing_s/step"] = time.perf_counter() - t_step
             metrics["timing_s/extractor_wait_frac"] = metrics["timing_s/extractor_wait"] / metrics["timing_s/step"]

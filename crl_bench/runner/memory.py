@@ -40,6 +40,13 @@ def release_free_memory() -> bool:
     return bool(libc is not None and libc.malloc_trim(0))
 
 
+def peak_rss_gb() -> float:
+    """The largest resident set size this process has had, in GB (``getrusage``; Linux KB)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9
+
+
 def rss_gb() -> float:
     """This process's resident set size in GB (Linux; NaN elsewhere)."""
     try:

@@ -38,6 +38,10 @@ LOCK_FILE = ".lock"
 class RunInUseError(RuntimeError):
     """Another live process is training this run directory."""
 
+    def __init__(self, path: str | os.PathLike[str], holder: int | str) -> None:
+        super().__init__(f"{path} is being trained by another process (pid {holder}); wait for it "
+                         f"to finish, or stop it (kill {holder}) and continue with --resume.")
+
 
 def _try_flock(fh: Any) -> bool:
     """Take an exclusive flock on the open file without waiting; False when another holds it."""
@@ -117,6 +121,7 @@ class RunDir:
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
         (self.path / "trajectories").mkdir(exist_ok=True)
+        self._lock_fh: Any = None  # the open .lock while this process holds the run
 
     # -- ownership -----------------------------------------------------------------------------
     def acquire(self) -> None:
@@ -126,15 +131,13 @@ class RunDir:
         checkpoint, so a second ``crl-bench run --resume`` (or a second ``reproduce`` over the
         same folder) is refused instead.
         """
-        if getattr(self, "_lock_fh", None) is not None:
+        if self._lock_fh is not None:
             return
         fh = open(self.path / LOCK_FILE, "a+")
         if not _try_flock(fh):
             holder = _recorded_pid(fh) or "?"
             fh.close()
-            raise RunInUseError(
-                f"{self.path} is being trained by another process (pid {holder}); wait for it to "
-                f"finish, or stop it (kill {holder}) and continue with --resume.")
+            raise RunInUseError(self.path, holder)
         fh.seek(0)
         fh.truncate()
         fh.write(str(os.getpid()))
@@ -142,7 +145,7 @@ class RunDir:
         self._lock_fh = fh
 
     def release(self) -> None:
-        fh = getattr(self, "_lock_fh", None)
+        fh = self._lock_fh
         if fh is not None:
             self._lock_fh = None
             fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
