@@ -195,12 +195,12 @@ def test_task_data_and_host_are_invisible_from_the_sandbox(env):
     assert obs.startswith("/testbed\n")
 
 
-def test_a_task_resolves_in_the_rlimits_fallback_too():
+def test_a_task_resolves_in_the_unsafe_rlimits_mode_too():
     # the mode CI hosts without namespaces get; the per-task tests above use the best mode
-    e = SWETextEnv(task_set="mini", split="all", isolation="rlimits")
+    e = SWETextEnv(task_set="mini", split="all", isolation="unsafe-rlimits")
     try:
         e.reset(options={"task_id": "handykit__handykit-116"})
-        assert e.sandbox.describe()["isolation"] == "rlimits"
+        assert e.sandbox.describe()["isolation"] == "unsafe-rlimits"
         assert e.step("submit")[4]["success"] is False
         e.reset(options={"task_id": "handykit__handykit-116"})
         for action in e.reference_actions():

@@ -13,14 +13,15 @@ One interface (:class:`Sandbox`), two backends:
       machine (the task data with the gold patches included) not visible at all. When the host
       is root the command also runs under a uid of its own, so ``RLIMIT_NPROC`` stops a fork
       bomb.
-    * **rlimits** (fallback when the OS refuses namespaces): working directory, scrubbed
-      environment, rlimits and a uid drop when root. Weaker: files outside the workspace stay
-      readable, and world-writable places (``/tmp``) writable. :meth:`LocalSandbox.describe`
-      says which mode is in effect.
+    * **unsafe-rlimits** (only when asked for by this name; ``auto`` refuses to start without
+      namespaces and says how to fix it): working directory, scrubbed environment, rlimits and
+      a uid drop when root. Weaker: files outside the workspace stay readable, world-writable
+      places (``/tmp``) writable, the network reachable.
 
     Always: a wall-clock limit (the whole process group, or the whole PID namespace, is killed),
-    rlimits on CPU seconds, address space, processes and file size, and an output cap (only the
-    head and tail are kept; a command that floods past the hard cap is stopped).
+    rlimits on CPU seconds, address space, processes and file size, an output cap (only the
+    head and tail are kept; a command that floods past the hard cap is stopped), a memory cap
+    for the whole sandbox (a cgroup, or a processes x memory budget) and a disk quota.
 
 ``docker`` (:class:`crl_bench.envs.swe.docker_sandbox.DockerSandbox`)
     A container of the SWE-bench harness image of the instance; see that module.

@@ -42,21 +42,33 @@ class SandboxLimits:
         output_hard_bytes: a command that writes more output than this is stopped.
         network: allow network access (only meaningful in namespaces mode; off by default).
         shm_mb: size of the private ``/dev/shm`` tmpfs, MiB.
+        sandbox_memory_mb: memory of the whole sandbox (all processes of a command together),
+            MiB. Enforced by a memory cgroup where the host allows one; otherwise by a process
+            budget: at most ``sandbox_memory_mb // memory_mb`` processes, each capped at
+            ``memory_mb`` (``LocalSandbox.describe()["memory"]`` says which).
+        disk_mb: bytes the workspace and the sandbox's ``/tmp`` may hold together, MiB. Before a
+            command, ``RLIMIT_FSIZE`` is lowered to what is left, so one write past the quota
+            fails (``File too large``); a command that still ends over the quota (several files
+            written at once) is reported, and the next commands may not grow any file until
+            files are removed.
     """
 
     timeout_s: float = 60.0
     cpu_s: float | None = None
-    memory_mb: int = 4096
+    memory_mb: int = 2048
     max_processes: int = 256
     max_file_mb: int = 256
     output_keep_bytes: int = 2 * MiB
     output_hard_bytes: int = 32 * MiB
     network: bool = False
     shm_mb: int = 64
+    sandbox_memory_mb: int = 16384
+    disk_mb: int = 4096
 
     def __post_init__(self) -> None:
         for name in ("timeout_s", "memory_mb", "max_processes", "max_file_mb",
-                     "output_keep_bytes", "output_hard_bytes", "shm_mb"):
+                     "output_keep_bytes", "output_hard_bytes", "shm_mb", "sandbox_memory_mb",
+                     "disk_mb"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"SandboxLimits.{name} must be positive, got "
                                  f"{getattr(self, name)}.")
@@ -88,6 +100,7 @@ class CommandResult:
     output_truncated: bool = False
     output_flood: bool = False
     duration_s: float = 0.0
+    note: str = ""
 
     @property
     def ok(self) -> bool:
@@ -95,6 +108,10 @@ class CommandResult:
 
     def status_line(self, limits: SandboxLimits | None = None) -> str:
         """One line that says how the command ended (for the agent's observation)."""
+        line = self._status(limits)
+        return f"{line}\n[{self.note}]" if self.note else line
+
+    def _status(self, limits: SandboxLimits | None) -> str:
         if self.timed_out:
             limit = f" after {limits.timeout_s:g} s" if limits else ""
             return (f"[command timed out{limit}: it and every process it started were killed]")

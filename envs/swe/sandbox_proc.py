@@ -8,6 +8,7 @@ import itertools
 import json
 import os
 import selectors
+import shutil
 import signal
 import subprocess
 import sys
@@ -76,8 +77,14 @@ def _launch(cfg: dict[str, Any]) -> subprocess.Popen[bytes]:
         start_new_session=True, close_fds=True, env={})
 
 
+NO_NAMESPACES_ENV = "CRL_SWE_NO_NAMESPACES"  # "1": behave as if the OS refused namespaces
+NO_CGROUP_ENV = "CRL_SWE_NO_CGROUP"  # "1": do not use a memory cgroup (the process budget applies)
+
+
 def namespaces_available() -> tuple[bool, str]:
     """Whether namespaced sandboxes work here, and why not when they do not (cached)."""
+    if os.environ.get(NO_NAMESPACES_ENV) == "1":
+        return False, f"disabled by {NO_NAMESPACES_ENV}=1"
     with _probe_lock:
         if "ok" not in _namespace_probe:
             ok, why = _probe_namespaces()
@@ -108,22 +115,26 @@ def _probe_namespaces() -> tuple[bool, str]:
 
 def _base_config(mode: str, root: str, ws: str, tmpdir: str, ro_binds: list[str],
                  limits: SandboxLimits, *, uid: int | None, command: str,
-                 env: dict[str, str], timeout_s: float | None = None) -> dict[str, Any]:
+                 env: dict[str, str], timeout_s: float | None = None,
+                 fsize_bytes: int | None = None, max_processes: int | None = None,
+                 cgroup_procs: str | None = None) -> dict[str, Any]:
     cpu = limits.cpu_s if limits.cpu_s is not None else (timeout_s or limits.timeout_s) + 5
+    nproc = limits.max_processes if max_processes is None else max_processes
     rlimits: dict[str, float] = {
         "cpu": max(1, int(cpu)),
         "as": limits.memory_mb * MiB,
-        "fsize": limits.max_file_mb * MiB,
+        "fsize": limits.max_file_mb * MiB if fsize_bytes is None else fsize_bytes,
         "core": 0,
         "nofile": 4096,
     }
     if uid is not None:
-        rlimits["nproc"] = limits.max_processes
+        rlimits["nproc"] = nproc
     elif not _is_root():
         # RLIMIT_NPROC counts every process of the real uid, the user's own included, so the
         # budget is added to what the user already runs. (Root ignores RLIMIT_NPROC.)
-        rlimits["nproc"] = _count_processes(os.getuid()) + limits.max_processes
+        rlimits["nproc"] = _count_processes(os.getuid()) + nproc
     return {
+        "cgroup_procs": cgroup_procs,
         "mode": mode,
         "user_ns": mode == "namespaces" and not _is_root(),
         "host_uid": os.getuid(),
@@ -276,3 +287,151 @@ def collect_output(proc: subprocess.Popen[bytes], stdin: str | None, timeout: fl
     return CommandResult(output=text, exit_code=exit_code, timed_out=timed_out,
                          output_bytes=total, output_truncated=truncated, output_flood=flood)
 
+
+
+# ---------------------------------------------------------------------------------------------
+# Per-sandbox memory (a cgroup) and leftovers of killed runs
+# ---------------------------------------------------------------------------------------------
+
+WORKSPACE_PREFIX = "crl-swe-"
+OWNER_FILE = "owner.json"
+
+
+def _process_start(pid: int) -> str | None:
+    """The start time of ``pid`` in clock ticks since boot (tells a reused pid apart)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def owner_record() -> dict[str, Any]:
+    return {"pid": os.getpid(), "start": _process_start(os.getpid())}
+
+
+def owner_alive(record: Any) -> bool:
+    try:
+        pid = int(record["pid"])
+    except (TypeError, KeyError, ValueError):
+        return False
+    return _process_start(pid) is not None and _process_start(pid) == record.get("start")
+
+
+def clean_stale_workspaces(base_dir: str | None) -> list[str]:
+    """Remove the workspaces (``crl-swe-*`` with an owner file) of processes that are gone.
+
+    A killed run cannot clean up after itself; the next sandbox made in the same place does.
+    Folders whose owner still runs, or that have no owner file, are left alone.
+    """
+    base = Path(base_dir or tempfile.gettempdir())
+    removed = []
+    try:
+        candidates = [p for p in base.iterdir() if p.name.startswith(WORKSPACE_PREFIX)]
+    except OSError:
+        return removed
+    for folder in candidates:
+        try:
+            record = json.loads((folder / OWNER_FILE).read_text())
+        except (OSError, ValueError):
+            continue
+        if not owner_alive(record):
+            _remove_tree(folder)
+            removed.append(str(folder))
+    for group in _stale_cgroups():
+        remove_cgroup(group)
+    return removed
+
+
+def memory_cgroup_root() -> tuple[Path | None, str]:
+    """A memory cgroup folder this process may create children in, and its version ("v1"/"v2").
+
+    ``(None, why)`` when there is none (not root, read-only cgroupfs, or ``CRL_SWE_NO_CGROUP=1``).
+    """
+    if os.environ.get(NO_CGROUP_ENV) == "1":
+        return None, f"disabled by {NO_CGROUP_ENV}=1"
+    for root, version in ((Path("/sys/fs/cgroup"), "v2"), (Path("/sys/fs/cgroup/unified"), "v2"),
+                          (Path("/sys/fs/cgroup/memory"), "v1")):
+        if version == "v2":
+            try:
+                if "memory" not in (root / "cgroup.subtree_control").read_text().split():
+                    continue
+            except OSError:
+                continue
+        elif not (root / "memory.limit_in_bytes").exists():
+            continue
+        if os.access(root, os.W_OK):
+            return root, version
+    return None, "no writable memory cgroup (needs root and a writable cgroupfs)"
+
+
+def make_memory_cgroup(name: str, limit_bytes: int) -> tuple[Path | None, str]:
+    """Create a memory cgroup capped at ``limit_bytes`` (swap included where the kernel can)."""
+    root, version = memory_cgroup_root()
+    if root is None:
+        return None, version
+    group = root / name
+    try:
+        group.mkdir(exist_ok=True)
+        if version == "v2":
+            (group / "memory.max").write_text(str(limit_bytes))
+            if (group / "memory.swap.max").exists():
+                (group / "memory.swap.max").write_text("0")
+        else:
+            (group / "memory.limit_in_bytes").write_text(str(limit_bytes))
+            if (group / "memory.memsw.limit_in_bytes").exists():
+                (group / "memory.memsw.limit_in_bytes").write_text(str(limit_bytes))
+        return group, version
+    except OSError as exc:
+        remove_cgroup(group)
+        return None, f"could not set up a memory cgroup at {group}: {exc}"
+
+
+def remove_cgroup(group: Path) -> None:
+    """Kill what is left in the cgroup, then remove it."""
+    for _round in range(50):
+        try:
+            pids = [int(x) for x in (group / "cgroup.procs").read_text().split()]
+        except OSError:
+            pids = []
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        try:
+            group.rmdir()
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            time.sleep(0.02)
+
+
+def _stale_cgroups() -> list[Path]:
+    root, _version = memory_cgroup_root()
+    if root is None:
+        return []
+    stale = []
+    for group in root.glob(WORKSPACE_PREFIX + "*"):
+        try:
+            pid, start = group.name[len(WORKSPACE_PREFIX):].split("-")[:2]
+        except ValueError:
+            continue
+        if not owner_alive({"pid": pid, "start": start}):
+            stale.append(group)
+    return stale
+
+
+def tree_bytes(*tops: Path) -> int:
+    """Bytes the files under ``tops`` take on disk (allocated blocks; links not followed)."""
+    total = 0
+    for top in tops:
+        for dirpath, dirnames, filenames in os.walk(top):
+            for name in dirnames + filenames:
+                try:
+                    st = os.lstat(os.path.join(dirpath, name))
+                except OSError:
+                    continue
+                total += max(st.st_blocks * 512, st.st_size if name in filenames else 0)
+    return total
