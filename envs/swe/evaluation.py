@@ -70,26 +70,30 @@ def _driver():
     main = pytest.main
     watch = [_pytest.runner, _pytest.reports, _pytest.skipping, _pytest.main,
              _pytest.reports.TestReport, _pytest.reports.BaseReport, _pytest.runner.CallInfo]
+    skip = ("__dict__", "__weakref__", "__doc__", "__builtins__", "__warningregistry__",
+            "__cached__", "__loader__", "__spec__", "__abstractmethods__", "_abc_impl")
     def snap():
-        return {(getattr(o, "__name__", "?"), k): id(v) for o in watch
-                for k, v in list(vars(o).items()) if not k.startswith("__")}
+        return {(getattr(o, "__name__", "?"), k, type(o) is type(os)): id(v) for o in watch
+                for k, v in list(vars(o).items()) if k not in skip}
     before = snap()
     rank = {"ERROR": 0, "FAILED": 1, "XPASS": 1, "SKIPPED": 2, "XFAIL": 3, "PASSED": 4}
     tests, plugins = {}, []
     class Collector:
         def pytest_runtest_logreport(self, report):
-            xfail = hasattr(report, "wasxfail")
-            if report.when == "call":
-                if report.passed:
+            own = vars(report)
+            xfail = "wasxfail" in own
+            outcome, when = own.get("outcome"), own.get("when")
+            if when == "call":
+                if outcome == "passed":
                     st = "XPASS" if xfail else "PASSED"
-                elif report.skipped:
+                elif outcome == "skipped":
                     st = "XFAIL" if xfail else "SKIPPED"
                 else:
                     st = "FAILED"
-            elif report.passed:
+            elif outcome == "passed":
                 return
             else:
-                st = "SKIPPED" if report.skipped else "ERROR"
+                st = "SKIPPED" if outcome == "skipped" else "ERROR"
             prev = tests.get(report.nodeid)
             if prev is None or rank.get(st, -1) < rank.get(prev, -1):
                 tests[report.nodeid] = st
@@ -110,7 +114,8 @@ def _driver():
     except BaseException as exc:
         rc = -1
     after = snap()
-    internals = sorted("%s.%s" % k for k, v in after.items() if k in before and before[k] != v)
+    internals = sorted("%s.%s" % k[:2] for k in set(before) | set(after)
+                       if before.get(k) != after.get(k) and (not k[2] or k in before and k in after))
     try:
         sys.stdout.flush()
     except BaseException:
