@@ -16,9 +16,10 @@ as ``[clicked button]``). An episode ends when the agent buys (``terminated``) o
   item / sub_page / done);
 * after a purchase: ``webshop_reward`` (WebShop's raw value) and ``reward_breakdown``.
 
-The step reward is WebShop's reward, given at the purchase; ``score`` is that reward clipped to
-[0, 1] (it exceeds 1 only when a human goal names fewer options than were chosen) and
-``success`` is ``score == 1.0``.
+The step reward is WebShop's reward, given at the purchase, in [0, 1] (each goal option counts at
+most once, as in WebShop); ``score`` is the same value and ``success`` is ``score == 1.0``. Note
+that WebShop's reward is below 1.0 for some goals even when the goal's product is bought exactly
+as asked (458 of the 6,910 synthetic goals, see ``benchmarks/webshop_oracle_ceiling.py``).
 
 Invalid actions (unknown element, malformed brackets, empty search, searching on a page without
 a search box, anything after the purchase) change nothing; the observation says why and then
