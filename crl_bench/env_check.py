@@ -89,6 +89,19 @@ def _check_info(info: Any, where: str) -> None:
         raise TextEnvCheckError(f"{where}: info['task_id'] must be str")
 
 
+def _admissible(action: str, admissible: list[str]) -> bool:
+    """``action`` is listed, or fills a listed template such as ``search[<query>]``."""
+    if action in admissible:
+        return True
+    text = action.strip().lower()
+    for entry in admissible:
+        at = entry.find("[<")
+        if at > 0 and entry.endswith(">]") and text.startswith(entry[:at + 1].lower()) \
+                and text.endswith("]"):
+            return True
+    return False
+
+
 def _check_clean(obs: str, info: dict[str, Any], where: str) -> None:
     if not is_safe_text(obs):
         try:
@@ -207,7 +220,7 @@ def check_text_env(env_or_id: Any, *, seed: int = 0, n_random_steps: int = 12,
                 "Invalid actions must be returned as feedback with info['action_valid']=False.") from exc
         obs, _r, terminated, truncated, info = _check_step_result(res, f"{env_id} step({action[:20]!r})")
         _check_clean(obs, info, f"{env_id} step({action[:20]!r})")
-        if admissible is not None and action not in admissible and info["action_valid"]:
+        if admissible is not None and not _admissible(action, admissible) and info["action_valid"]:
             raise TextEnvCheckError(f"{env_id}: fuzzed action {action[:40]!r} is not admissible but "
                                     "info['action_valid'] is True")
         if terminated or truncated:
