@@ -42,7 +42,7 @@ import numpy as np
 from crl_bench.envs.minihack.actions import ActionWord, build_action_words, normalise_action
 from crl_bench.envs.minihack.language import describe
 from crl_bench.envs.minihack.tasks import PAPER_MAX_STEPS, goal_for
-from crl_bench.text_env import TextEnv, coerce_action, reset_options
+from crl_bench.text_env import TextEnv, coerce_action, reset_options, safe_text
 
 LEVEL_SEED_LIMIT = 2**63  # NLE seeds are C unsigned longs; we keep them in int64 range
 _NEEDED_KEYS = ("glyphs", "chars", "blstats", "message")
@@ -141,7 +141,7 @@ class MiniHackTextEnv(TextEnv):
         self._success = False
         self._end_status = "RUNNING"
         self._started = True
-        self._description = self._describe(nle_obs)
+        self._description = safe_text(self._describe(nle_obs))
         self._last_observation = self._description
         return self._description, self._info(action_valid=True)
 

@@ -37,7 +37,7 @@ from typing import Any
 from crl_bench.envs.webshop.data import WebShopData, load_webshop_data
 from crl_bench.envs.webshop.engine import DONE, Outcome, ShopSession, clip_text
 from crl_bench.envs.webshop.goals import GOAL_SOURCES, SPLITS, WebShopGoal, split_indices
-from crl_bench.text_env import TextEnv, coerce_action, reset_options
+from crl_bench.text_env import TextEnv, coerce_action, reset_options, safe_text
 
 SEARCH_PLACEHOLDER = "search[<query>]"
 OBSERVATION_MODES: tuple[str, ...] = ("text", "text_rich")
@@ -140,7 +140,8 @@ class WebShopTextEnv(TextEnv):
                                    show_attributes=self.show_attributes)
         self._steps = 0
         self._finished = False
-        obs = self._render_page()
+        obs = safe_text(self._render_page())
+        self._last_observation = obs
         return obs, self._info(Outcome(True))
 
     def step(self, action: Any) -> tuple[str, float, bool, bool, dict[str, Any]]:
