@@ -244,10 +244,14 @@ class Range:
         below = value < self.hi if self.hi_open else value <= self.hi
         return above and below
 
-    def describe(self) -> str:
-        lo = f"> {self.lo:g}" if self.lo_open else f">= {self.lo:g}"
-        hi = f"< {self.hi:g}" if self.hi_open else f"<= {self.hi:g}"
-        return f"a finite number {lo} and {hi}" + (f" ({self.note})" if self.note else "")
+    def describe(self, integer: bool = False) -> str:
+        def num(x: float) -> str:
+            return str(int(x)) if float(x).is_integer() and abs(x) < 1e15 else f"{x:g}"
+
+        lo = f"> {num(self.lo)}" if self.lo_open else f">= {num(self.lo)}"
+        hi = f"< {num(self.hi)}" if self.hi_open else f"<= {num(self.hi)}"
+        kind = "an integer" if integer else "a finite number"
+        return f"{kind} {lo} and {hi}" + (f" ({self.note})" if self.note else "")
 
 
 _OPTIM_RANGES = {
@@ -391,7 +395,8 @@ def validate_config(cfg: "RunConfig") -> None:
             rng = FIELD_RANGES.get(key)
             if rng is not None and value not in rng:
                 default = getattr(type(obj)(), f.name) if prefix else getattr(RunConfig(), f.name)
-                raise ConfigError(f"{key}={value!r}: must be {rng.describe()}; "
+                raise ConfigError(f"{key}={value!r}: must be "
+                                  f"{rng.describe(str(f.type).strip() == 'int')}; "
                                   f"{_fix(key, default)}.")
     r = cfg.rollout
     if r.groups * r.group_size > MAX_EPISODES_PER_STEP:
@@ -629,12 +634,27 @@ def build_config(*, agent: str, tasks: str, preset: str | None, seed: int = 0, s
     return cfg
 
 
-def config_from_dict(data: dict[str, Any]) -> RunConfig:
-    """Rebuild a :class:`RunConfig` from ``config.json`` (used by ``--resume``)."""
+def config_from_dict(data: Any) -> RunConfig:
+    """Rebuild a :class:`RunConfig` from ``config.json`` (used by ``--resume``).
+
+    Raises:
+        ConfigError: ``data`` is not a configuration (not an object, unknown or mistyped
+            sections/fields); the caller names the file.
+    """
+    if not isinstance(data, dict):
+        raise ConfigError(f"expected a JSON object of run settings, got {type(data).__name__}")
     sections = {"model": ModelConfig, "rollout": RolloutConfig, "actor": ActorConfig,
                 "extractor": ExtractorConfig, "experience": ExperienceConfig, "eval": EvalConfig}
     kwargs = dict(data)
     for name, cls in sections.items():
         if name in kwargs:
-            kwargs[name] = cls(**kwargs[name])
-    return RunConfig(**kwargs)
+            if not isinstance(kwargs[name], dict):
+                raise ConfigError(f"section {name!r} must be a JSON object, got {kwargs[name]!r}")
+            try:
+                kwargs[name] = cls(**kwargs[name])
+            except TypeError as exc:
+                raise ConfigError(f"section {name!r}: {exc}") from None
+    try:
+        return RunConfig(**kwargs)
+    except TypeError as exc:
+        raise ConfigError(str(exc)) from None
