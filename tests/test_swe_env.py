@@ -70,7 +70,7 @@ def test_bad_arguments_name_the_choices():
 
 def test_check_text_env_passes():
     report = check_text_env("crl/SWE-v0", make_kwargs={"command_timeout_s": 20})
-    assert len(report.checks) == 4
+    assert len(report.checks) == 7
 
 
 def test_fuzzed_actions_are_feedback_and_the_episode_goes_on(env):

@@ -27,7 +27,7 @@ from crl_bench.envs.swe.patches import patch_to_actions
 from crl_bench.envs.swe.sandbox import MiB, Sandbox, SandboxError, SandboxLimits
 from crl_bench.envs.swe.tasks import SWETask, TaskSet, make_task_set
 from crl_bench.envs.swe.tools import TOOL_HELP, ToolOutput, ToolRunner, run_action_text
-from crl_bench.text_env import TextEnv, coerce_action
+from crl_bench.text_env import TextEnv, coerce_action, reset_options
 
 INTRO = """\
 <issue>
@@ -110,7 +110,6 @@ class SWETextEnv(TextEnv):
         self.task: SWETask | None = None
         self._test_command = ""
         self._steps = 0
-        self._done = False
         self._last_grade: GradeReport | None = None
         self._model_patch = ""
         self._test_log = ""
@@ -123,18 +122,14 @@ class SWETextEnv(TextEnv):
     def reset(self, *, seed: int | None = None,
               options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
         super().reset(seed=seed)
-        if options is None:
-            options = {}
-        if not isinstance(options, dict):
-            raise TypeError(f"reset(options=...) must be a dict such as {{'task_id': ...}}, got "
-                            f"{type(options).__name__} {options!r:.80}.")
+        options = reset_options(options)
+        self.start_episode()
         task_id = options.get("task_id")
         if task_id is None:
             task_id = self.task_ids[int(self.np_random.integers(len(self.task_ids)))]
         self.task = self.task_set.task(str(task_id))
         self._prepare_sandbox(self.task)
         self._steps = 0
-        self._done = False
         self._last_grade = None
         self._grading = None
         self._model_patch = ""
@@ -147,10 +142,9 @@ class SWETextEnv(TextEnv):
     def step(self, action: Any) -> tuple[str, float, bool, bool, dict[str, Any]]:
         if self.task is None or self._runner is None:
             raise RuntimeError("step() before reset(): call env.reset() first.")
-        if self._done:
-            obs = "The episode is over. Call reset() to start a new task."
-            self._last_observation = obs
-            return obs, 0.0, True, False, self._info(action_valid=False)
+        after_end = self.step_after_end()  # the text-env convention (crl_bench.text_env)
+        if after_end is not None:
+            return after_end
         text = coerce_action(action)
         self._steps += 1
         try:
@@ -172,12 +166,11 @@ class SWETextEnv(TextEnv):
                 report = self._grade()
                 obs += " Your changes were graded as they are:\n" + report.summary()
         if terminated or truncated:
-            self._done = True
             if self._last_grade is not None:
                 reward = (1.0 if self._last_grade.resolved else 0.0) \
                     if self.reward_mode == "success" else self._last_grade.score
-        self._last_observation = obs
-        return obs, reward, terminated, truncated, self._info(action_valid=out.ok, **extra)
+        return self.finish_step(obs, reward, terminated, truncated,
+                                self._info(action_valid=out.ok, **extra))
 
     def close(self) -> None:
         if self.sandbox is not None:
