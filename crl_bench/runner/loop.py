@@ -346,7 +346,8 @@ class CoTrainer:
                 "score": float(traj.score), "reward": float(traj.reward), "n_actions": traj.n_actions,
                 "n_turns": len(traj.turns), "n_invalid_format": traj.n_invalid_format,
                 "n_tool_calls": traj.n_tool_calls, "tokens": traj.tokens,
-                "experience_ids": list(traj.experience_ids), "wall_s": round(traj.wall_s, 3)}
+                "experience_ids": list(traj.experience_ids), "wall_s": round(traj.wall_s, 3),
+                "error": getattr(traj, "error", None)}  # the env failed this episode (rollout.py)
 
     # -- the loop ------------------------------------------------------------------------------
     def train_plan(self, step: int) -> list[Any]:
@@ -476,6 +477,7 @@ class CoTrainer:
         metrics["charts/invalid_format_frac"] = (sum(t.n_invalid_format for t in trajs)
                                                  / max(1, sum(len(t.turns) for t in trajs)))
         metrics["charts/tokens"] = sum(t.tokens for t in trajs)
+        metrics["charts/env_errors"] = sum(1 for t in trajs if getattr(t, "error", None))  # env raised: episode ended
         for flag, tag in ((True, "with_exp"), (False, "without_exp")):
             sub = [t for t in trajs if t.with_experience == flag]
             if sub:
