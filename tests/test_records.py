@@ -247,3 +247,16 @@ def test_resume_with_other_agent_or_tasks_is_refused(finished_run, tmp_path):
         run_experiment("comp_rl", "webshop", None, None, run.path, progress=False)
     with pytest.raises(ConfigError, match=r"--seed 5 \(stored: 0\)"):
         run_experiment("grpo", "minihack", "tiny", 5, run.path, progress=False)
+
+
+def test_resume_of_a_finished_run_checks_identity_then_leaves_it(finished_run, tmp_path):
+    from crl_bench.runner.api import run_experiment
+    from crl_bench.runner.config import ConfigError
+
+    run = RunDir(tmp_path / "run")
+    shutil.copytree(finished_run, run.path, dirs_exist_ok=True)
+    before = (run.path / "metrics.jsonl").read_text()
+    assert run_experiment("grpo", None, None, None, run.path, progress=False) == run.path
+    assert (run.path / "metrics.jsonl").read_text() == before
+    with pytest.raises(ConfigError, match=r"--agent comp_rl \(stored: grpo\)"):
+        run_experiment("comp_rl", None, None, None, run.path, progress=False)
