@@ -385,7 +385,8 @@ def test_tiny_run_goes_on_when_the_env_raises_and_counts_the_errors(tmp_path, ra
     register_env(raising_env_id, f"{__name__}:RaisingEnv", family="raising", kwargs=raising_kwargs)
     out = tmp_path / "run"
     run_experiment("grpo", raising_env_id, "tiny", 0, out, steps=1, progress=False,
-                   overrides={"threads": 1, "eval.at_start": False})
+                   overrides={"threads": 1, "eval.at_start": False, "rollout.groups": 1,
+                              "rollout.group_size": 4, "eval.episodes_per_task": 2})
     status = json.loads((out / "status.json").read_text())
     assert status["state"] == "done", status
     episodes = read_jsonl(out / "episodes.jsonl")
