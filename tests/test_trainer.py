@@ -329,6 +329,11 @@ def test_max_samples_per_update_trains_a_subset(backend, gens):
     other = RoleTrainer(backend, "actor", cfg, total_steps=1, seed=99)
     other.load_state_dict(state)
     assert other.updates == 1 and other._rng.getstate() == trainer._rng.getstate()
+    # the optimiser's moments come back too
+    mine, theirs = trainer.optimizer.state_dict()["state"], other.optimizer.state_dict()["state"]
+    assert mine and mine.keys() == theirs.keys()
+    for k in mine:
+        assert torch.equal(mine[k]["exp_avg"], theirs[k]["exp_avg"])
 
 
 def test_log_prob_count_must_match_the_completion(backend, gens):
