@@ -354,3 +354,9 @@ def test_schedule_factor_by_hand():
         assert _schedule_factor(step, cos, 10) == pytest.approx(want)
     assert _schedule_factor(6, cos, 10) == pytest.approx(0.5)
     assert _schedule_factor(5, OptimConfig(), 10) == 1.0
+    # one step after warm-up: span 1, so the next step is already at the end of the cosine
+    short = OptimConfig(warmup_steps=2, schedule="cosine")
+    assert _schedule_factor(2, short, 3) == pytest.approx(1.0)
+    assert _schedule_factor(3, short, 3) == pytest.approx(0.0, abs=1e-12)
+    # no steps left after warm-up (span floored at 1): still ends at 0, no division by zero
+    assert _schedule_factor(3, short, 2) == pytest.approx(0.0, abs=1e-12)
