@@ -1,0 +1,236 @@
+"""A Ray-backed :class:`~crl_bench.runner.context.RunContext`: any agent's ``train_step`` runs
+unchanged, its parts spread over a Ray cluster.
+
+What moves (per the :class:`~crl_bench.distributed.plan.ResourcePlan`, checked against the
+cluster at start):
+
+* envs -> :class:`~crl_bench.distributed.env_workers.RemoteEnvPool` workers (SPREAD placement
+  group); the rollout engine steps every worker at once per turn; a dead worker's episodes are
+  replayed on another;
+* actor generation -> generation engine actors
+  (:class:`~crl_bench.distributed.generation.RemoteGenerationBackend`); the driver keeps the
+  tokenizer and chat template, so prompts are built exactly as in one process;
+* the actor's update -> :class:`~crl_bench.distributed.learner.DataParallelLearner` ranks
+  (placement group, gloo on CPU, NCCL on GPU). After each update the new weights are loaded into
+  the driver's model (checkpoints, the extractor when parameters are shared) and pushed to the
+  engines as one object ref before the next rollout.
+
+What stays on the driver (as in one process): the plan, advantages, the experience manager and
+the extractor track (its generation and training). ``crl_bench.distributed.experience`` has the
+experience service actor; wiring it and an extractor actor into this context is the next step
+(see docs/scaling.md).
+
+Synchronous: every verb returns when its remote work is done, in the single-process order, so a
+run with one generation engine plays the same tokens as the single-process run for a seed
+(tested on the ``tiny`` preset); only the learner's gradient sum changes order (fp32 rounding).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from crl_bench.distributed import require_ray
+from crl_bench.distributed.plan import ResourcePlan, check_plan_against_ray, get_plan
+from crl_bench.runner.context import RunContext
+
+
+class _LearnerTrainer:
+    """Stands where ``ctx.actor_trainer`` (a RoleTrainer) stands: ``update`` runs on the ranks,
+    then the driver's model gets the new weights; checkpoints hold the ranks' optimiser state."""
+
+    def __init__(self, ctx: "RayRunContext", learner: Any, local: Any) -> None:
+        self.ctx = ctx
+        self.learner = learner
+        self.local = local  # the driver's RoleTrainer: its counters and parameters
+        self.adapter = local.adapter
+        self.params = local.params
+        self.cfg = local.cfg
+
+    @property
+    def updates(self) -> int:
+        return self.local.updates
+
+    def update(self, samples: Any, **kwargs: Any) -> dict[str, float]:
+        from crl_bench.distributed.learner import load_role_weights
+
+        metrics = self.learner.update(samples, **kwargs)
+        if not metrics.get("skipped"):
+            with self.ctx.lock:
+                load_role_weights(self.ctx.raw_backend, self.adapter, self.learner.weights())
+            self.local.updates += 1
+        return metrics
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"ray_learner": self.learner.state_dict(), "updates": self.local.updates}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        from crl_bench.distributed.learner import role_weights
+
+        self.learner.load_state_dict(state["ray_learner"])
+        self.local.updates = int(state["updates"])
+        # the loop loaded the checkpoint's adapters into the driver's model first
+        self.learner.load_weights(role_weights(self.ctx.raw_backend, self.adapter))
+
+
+class RayRunContext(RunContext):
+    """:class:`RunContext` with envs, actor generation and the actor learner on Ray.
+
+    Args:
+        cfg, run_dir: as for :class:`RunContext`.
+        address: a Ray cluster to join (``ray.init(address=...)``; "auto" for the local node's
+            cluster); None: start a local cluster with ``num_cpus`` CPUs.
+        plan: a :class:`ResourcePlan` or the name of one (``cpu``, ``gpu1``, ``paper16``).
+        plan_overrides: fields of the plan to replace (``{"env_workers": 4}``).
+        num_cpus: CPUs of a local cluster (default: enough for the plan).
+    """
+
+    def __init__(self, cfg: Any, run_dir: Any, *, address: str | None = None,
+                 plan: str | ResourcePlan = "cpu", plan_overrides: dict[str, Any] | None = None,
+                 num_cpus: float | None = None) -> None:
+        super().__init__(cfg, run_dir)
+        self.plan = get_plan(plan, **(plan_overrides or {}))
+        self.address = address
+        self.num_cpus = num_cpus
+        self._owns_ray = False
+        self.pool: Any = None
+        self.gen: Any = None
+        self.learner: Any = None
+        self._engine_roles: tuple[str, ...] = ()
+        self._pushed: tuple[int, ...] | None = None
+        self.connect()
+
+    # -- the cluster ---------------------------------------------------------------------------
+    def connect(self) -> None:
+        ray = require_ray()
+        if not ray.is_initialized():
+            env = {"OMP_NUM_THREADS": str(self.cfg.threads or 1)}
+            if self.address:
+                ray.init(address=self.address, include_dashboard=False, log_to_driver=False,
+                         runtime_env={"env_vars": env})
+            else:
+                cpus = self.num_cpus or max(2, int(self.plan.required()["CPU"] + 0.999) + 1)
+                ray.init(num_cpus=cpus, include_dashboard=False, log_to_driver=False,
+                         runtime_env={"env_vars": env})
+                self._owns_ray = True
+        check_plan_against_ray(self.plan)
+
+    def _threads(self) -> int:
+        return int(self.cfg.threads or 1)
+
+    # -- models --------------------------------------------------------------------------------
+    def _actor_backend_spec(self, extractor: bool, shared_params: bool) -> dict[str, Any]:
+        from crl_bench.llm.types import LoraSpec
+
+        m = self.cfg.model
+        spec: dict[str, Any] = dict(model_name=m.actor, lora=LoraSpec(r=m.lora_r, alpha=m.lora_alpha),
+                                    dtype=m.dtype, device=m.device, seed=self.cfg.seed)
+        if extractor and m.extractor and m.extractor != m.actor:
+            spec["roles"] = ("actor",)
+        else:
+            spec["roles"] = ("actor", "extractor") if extractor else ("actor",)
+            spec["shared_adapter"] = shared_params
+        return spec
+
+    def build_models(self, *, extractor: bool, shared_params: bool = False) -> None:
+        from crl_bench.distributed.generation import RemoteGenerationBackend
+        from crl_bench.runner.context import LockedBackend
+
+        super().build_models(extractor=extractor, shared_params=shared_params)
+        spec = self._actor_backend_spec(extractor, shared_params)
+        self._actor_spec = spec
+        local_ext = self.ext_backend  # the extractor keeps generating on the driver
+        self.gen = RemoteGenerationBackend.start(
+            self.raw_backend, self.cfg.model.backend, spec, self.plan.generation_engines,
+            options=self.plan.engine_options(), threads=self._threads())
+        self._engine_roles = tuple(spec["roles"])
+        self._sync_engines(force=True)
+        self.backend = LockedBackend(self.gen, self.lock)
+        self.ext_backend = local_ext
+
+    def _versions(self) -> tuple[int, ...]:
+        return tuple(t.updates if t is not None else -1
+                     for t in (self.actor_trainer, self.extractor_trainer))
+
+    def _sync_engines(self, force: bool = False) -> None:
+        """Push the driver's trainable weights to the engines when an update happened since."""
+        from crl_bench.distributed.learner import role_weights
+
+        if self.gen is None:
+            return
+        now = self._versions()
+        if not force and now == self._pushed:
+            return
+        ray = require_ray()
+        with self.lock:
+            for role in self._engine_roles:
+                self.gen.push_weights(role, ray.put(role_weights(self.raw_backend, role)))
+        self._pushed = now
+
+    def build_actor_trainer(self) -> None:
+        from crl_bench.distributed.learner import DataParallelLearner, role_weights
+
+        super().build_actor_trainer()
+        self.learner = DataParallelLearner(
+            self.plan.learner_ranks, self._actor_spec, "actor", self.cfg.actor,
+            total_steps=self.cfg.steps, seed=self.cfg.seed, bundle=self.plan.rank_bundle(),
+            threads=self._threads())
+        self.learner.load_weights(role_weights(self.raw_backend, "actor"))
+        self.actor_trainer = _LearnerTrainer(self, self.learner, self.actor_trainer)
+
+    # -- envs and episodes ---------------------------------------------------------------------
+    def envs_for(self, task: Any, phase: str, n: int) -> list[Any]:
+        from crl_bench.distributed.env_workers import RemoteEnvPool
+
+        if self.pool is None:
+            self.pool = RemoteEnvPool(self.plan.env_workers,
+                                      worker_options=self.plan.env_worker_options(), spread=True)
+        pool = self._envs.setdefault((task.env_id, phase), [])
+        if len(pool) < n:
+            pool.extend(self.pool.make_many(task.env_id, n - len(pool),
+                                            **self.env_kwargs(task, phase)))
+        return pool[:n]
+
+    def _engine(self, ask: Any, seed: int) -> Any:
+        from crl_bench.distributed.env_workers import as_batched_engine
+
+        return as_batched_engine(super()._engine(ask, seed))
+
+    def play(self, phase: str, step: int, plan: list[Any], *, sampling_seed: int) -> list[Any]:
+        self._sync_engines()
+        if self.pool is not None:
+            self.pool.revive(timeout_s=0.5)
+        return super().play(phase, step, plan, sampling_seed=sampling_seed)
+
+    def ray_stats(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"plan": self.plan.name}
+        if self.pool is not None:
+            out["env_pool"] = self.pool.stats()
+        return out
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            for part in (self.pool, self.gen, self.learner):
+                if part is not None:
+                    try:
+                        part.close()
+                    except Exception:
+                        pass
+            if self._owns_ray:
+                require_ray().shutdown()
+
+
+def attach_ray(trainer: Any, *, address: str | None = None, plan: str | ResourcePlan = "cpu",
+               plan_overrides: dict[str, Any] | None = None, num_cpus: float | None = None) -> Any:
+    """Give a :class:`~crl_bench.runner.loop.Trainer` a :class:`RayRunContext` (before setup)."""
+    trainer.ctx = RayRunContext(trainer.cfg, trainer.run, address=address, plan=plan,
+                                plan_overrides=plan_overrides, num_cpus=num_cpus)
+    trainer.tasks = trainer.ctx.tasks
+    return trainer.ctx
+
+
+def default_address() -> str | None:
+    """``RAY_ADDRESS`` when set (Ray's own convention), else None (a local cluster)."""
+    return os.environ.get("RAY_ADDRESS") or None
