@@ -15,10 +15,12 @@ cluster at start):
   the driver's model (checkpoints, the extractor when parameters are shared) and pushed to the
   engines as one object ref before the next rollout.
 
-What stays on the driver (as in one process): the plan, advantages, the experience manager and
-the extractor track (its generation and training). ``crl_bench.distributed.experience`` has the
-experience service actor; wiring it and an extractor actor into this context is the next step
-(see docs/scaling.md).
+* the experience manager (bank + index) -> the experience service actor
+  (:class:`~crl_bench.distributed.experience.RemoteManager`), pinned to the driver's node.
+
+What stays on the driver (as in one process): the plan, advantages and the extractor track (its
+generation and training, in its background thread, talking to the service). An extractor track
+in its own actor is not built yet (see docs/scaling.md).
 
 Synchronous: every verb returns when its remote work is done, in the single-process order, so a
 run with one generation engine plays the same tokens as the single-process run for a seed
@@ -89,7 +91,7 @@ class RayRunContext(RunContext):
                  plan: str | ResourcePlan = "cpu", plan_overrides: dict[str, Any] | None = None,
                  num_cpus: float | None = None) -> None:
         super().__init__(cfg, run_dir)
-        self.plan = get_plan(plan, **(plan_overrides or {}))
+        self.ray_plan = get_plan(plan, **(plan_overrides or {}))
         self.address = address
         self.num_cpus = num_cpus
         self._owns_ray = False
@@ -109,11 +111,11 @@ class RayRunContext(RunContext):
                 ray.init(address=self.address, include_dashboard=False, log_to_driver=False,
                          runtime_env={"env_vars": env})
             else:
-                cpus = self.num_cpus or max(2, int(self.plan.required()["CPU"] + 0.999) + 1)
+                cpus = self.num_cpus or max(2, int(self.ray_plan.required()["CPU"] + 0.999) + 1)
                 ray.init(num_cpus=cpus, include_dashboard=False, log_to_driver=False,
                          runtime_env={"env_vars": env})
                 self._owns_ray = True
-        check_plan_against_ray(self.plan)
+        check_plan_against_ray(self.ray_plan)
 
     def _threads(self) -> int:
         return int(self.cfg.threads or 1)
@@ -141,8 +143,8 @@ class RayRunContext(RunContext):
         self._actor_spec = spec
         local_ext = self.ext_backend  # the extractor keeps generating on the driver
         self.gen = RemoteGenerationBackend.start(
-            self.raw_backend, self.cfg.model.backend, spec, self.plan.generation_engines,
-            options=self.plan.engine_options(), threads=self._threads())
+            self.raw_backend, self.cfg.model.backend, spec, self.ray_plan.generation_engines,
+            options=self.ray_plan.engine_options(), threads=self._threads())
         self._engine_roles = tuple(spec["roles"])
         self._sync_engines(force=True)
         self.backend = LockedBackend(self.gen, self.lock)
@@ -172,19 +174,32 @@ class RayRunContext(RunContext):
 
         super().build_actor_trainer()
         self.learner = DataParallelLearner(
-            self.plan.learner_ranks, self._actor_spec, "actor", self.cfg.actor,
-            total_steps=self.cfg.steps, seed=self.cfg.seed, bundle=self.plan.rank_bundle(),
+            self.ray_plan.learner_ranks, self._actor_spec, "actor", self.cfg.actor,
+            total_steps=self.cfg.steps, seed=self.cfg.seed, bundle=self.ray_plan.rank_bundle(),
             threads=self._threads())
         self.learner.load_weights(role_weights(self.raw_backend, "actor"))
         self.actor_trainer = _LearnerTrainer(self, self.learner, self.actor_trainer)
+
+    def build_experience(self, *, diversify: bool = True, search_ask: bool = False) -> None:
+        """The bank and its index in the experience service actor (on this node: the bank file
+        and checkpoint backups live in the run directory); same settings as in one process."""
+        from crl_bench.distributed.experience import RemoteManager
+
+        x = self.cfg.experience
+        retrieval = dict(k=x.k, oversample=x.oversample, diversify=diversify, lam=x.lam,
+                         recent_s=x.recent_s, drop_recent_top1_p=x.drop_recent_top1_p,
+                         seed=self.cfg.seed)
+        self.manager = RemoteManager.start(str(self.run.bank_path), x.embedder, x.capacity,
+                                           retrieval, num_cpus=self.ray_plan.cpus_experience)
+        self.search_ask = search_ask
 
     # -- envs and episodes ---------------------------------------------------------------------
     def envs_for(self, task: Any, phase: str, n: int) -> list[Any]:
         from crl_bench.distributed.env_workers import RemoteEnvPool
 
         if self.pool is None:
-            self.pool = RemoteEnvPool(self.plan.env_workers,
-                                      worker_options=self.plan.env_worker_options(), spread=True)
+            self.pool = RemoteEnvPool(self.ray_plan.env_workers,
+                                      worker_options=self.ray_plan.env_worker_options(), spread=True)
         pool = self._envs.setdefault((task.env_id, phase), [])
         if len(pool) < n:
             pool.extend(self.pool.make_many(task.env_id, n - len(pool),
@@ -203,7 +218,7 @@ class RayRunContext(RunContext):
         return super().play(phase, step, plan, sampling_seed=sampling_seed)
 
     def ray_stats(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"plan": self.plan.name}
+        out: dict[str, Any] = {"plan": self.ray_plan.name}
         if self.pool is not None:
             out["env_pool"] = self.pool.stats()
         return out
@@ -212,7 +227,8 @@ class RayRunContext(RunContext):
         try:
             super().close()
         finally:
-            for part in (self.pool, self.gen, self.learner):
+            for part in (self.pool, self.gen, self.learner,
+                         self.manager if hasattr(self.manager, "actor") else None):
                 if part is not None:
                     try:
                         part.close()

@@ -71,9 +71,15 @@ class _RemoteBank:
         self._ray = require_ray()
 
     def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+
         def call(*args: Any, **kwargs: Any) -> Any:
             return self._ray.get(self._actor.bank_call.remote(name, args, kwargs))
         return call
+
+    def __len__(self) -> int:
+        return int(self._ray.get(self._actor.bank_call.remote("__len__", (), {})))
 
 
 class RemoteManager:
@@ -94,9 +100,18 @@ class RemoteManager:
 
     @classmethod
     def start(cls, bank_path: str, embedder: str, capacity: int, retrieval: dict[str, Any], *,
-              num_cpus: float = 0.0, max_restarts: int = 3, name: str | None = None) -> "RemoteManager":
+              num_cpus: float = 0.0, max_restarts: int = 3, name: str | None = None,
+              here: bool = True) -> "RemoteManager":
+        """Start the service. ``here``: on this process's node (the bank file and checkpoint
+        backups are paths of this node's file system)."""
+        ray = require_ray()
         opts: dict[str, Any] = {"num_cpus": num_cpus, "max_restarts": max_restarts,
                                 "max_task_retries": 0}
+        if here:
+            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+            opts["scheduling_strategy"] = NodeAffinitySchedulingStrategy(
+                ray.get_runtime_context().get_node_id(), soft=False)
         if name:
             opts["name"] = name
         actor = experience_service_class().options(**opts).remote(str(bank_path), embedder,
@@ -120,5 +135,6 @@ class RemoteManager:
     def close(self) -> None:
         try:
             self.bank.close()
-        finally:
-            self._ray.kill(self.actor)
+        except Exception:  # already closed (RunContext.close closes the bank first)
+            pass
+        self._ray.kill(self.actor)
