@@ -48,10 +48,21 @@ def test_env_workers_spread_over_both_nodes(two_nodes):
         pool.close()
 
 
-def test_tiny_run_on_two_nodes(two_nodes, tmp_path):
+def test_tiny_run_on_two_nodes(two_nodes, tmp_path, monkeypatch):
     import torch
 
+    from crl_bench.distributed import extractor as ext_mod
     from crl_bench.runner.api import run_experiment
+
+    started = []
+    orig = ext_mod.RemoteExtractorTrack.start.__func__
+
+    def start(cls, *args, **kwargs):  # wrapped, not replaced: the real actor starts
+        track = orig(cls, *args, **kwargs)
+        started.append(ray.get(track.actor.pid.remote()))
+        return track
+
+    monkeypatch.setattr(ext_mod.RemoteExtractorTrack, "start", classmethod(start))
 
     torch.set_num_threads(1)
     # comp_rl: the bank in the experience service, the extractor track writing to it
@@ -83,3 +94,8 @@ def test_tiny_run_on_two_nodes(two_nodes, tmp_path):
     assert (out / "bank.sqlite").is_file()
     assert metrics[-1]["bank/size"] > 0 and any(m.get("bank/retrievals", 0) > 0 for m in metrics)
     assert any(e["with_experience"] for e in train) and any(not e["with_experience"] for e in train)
+    # the extractor track ran in its own actor (another process), and its stats reached the loop
+    import os
+
+    assert len(started) == 1 and started[0] != os.getpid()
+    assert any(k.startswith("extractor/") for k in metrics[-1])

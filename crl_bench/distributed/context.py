@@ -18,9 +18,13 @@ cluster at start):
 * the experience manager (bank + index) -> the experience service actor
   (:class:`~crl_bench.distributed.experience.RemoteManager`), pinned to the driver's node.
 
-What stays on the driver (as in one process): the plan, advantages and the extractor track (its
-generation and training, in its background thread, talking to the service). An extractor track
-in its own actor is not built yet (see docs/scaling.md).
+* the extractor track (its model, CISPO trainer and background thread) -> the extractor actor
+  (:class:`~crl_bench.distributed.extractor.RemoteExtractorTrack`), talking to the service; its
+  newest weights come back to the driver before each rollout (Search-and-Ask answers are
+  generated on the driver; checkpoints save the driver's adapters). With shared actor/extractor
+  parameters (the ablation) the track stays on the driver.
+
+What stays on the driver: the plan, advantages, records and checkpoints.
 
 Synchronous: every verb returns when its remote work is done, in the single-process order, so a
 run with one generation engine plays the same tokens as the single-process run for a seed
@@ -73,6 +77,31 @@ class _LearnerTrainer:
         self.local.updates = int(state["updates"])
         # the loop loaded the checkpoint's adapters into the driver's model first
         self.learner.load_weights(role_weights(self.ctx.raw_backend, self.adapter))
+
+
+class _RemoteExtractorTrainer:
+    """Stands where ``ctx.extractor_trainer`` stands when the extractor lives in its actor:
+    update counts and checkpoint state come from there."""
+
+    def __init__(self, track: Any, ctx: "RayRunContext") -> None:
+        self.track = track
+        self.ctx = ctx
+        self.adapter = "extractor"
+
+    @property
+    def updates(self) -> int:
+        return self.track.updates()
+
+    def state_dict(self) -> dict[str, Any]:
+        return require_ray().get(self.track.actor.trainer_state.remote())
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        from crl_bench.distributed.learner import role_weights
+
+        ray = require_ray()
+        ray.get(self.track.actor.load_trainer_state.remote(state))
+        # the loop loaded the checkpoint's adapters into the driver's model first
+        ray.get(self.track.actor.load_weights.remote(role_weights(self.ctx.ext_raw, "extractor")))
 
 
 class RayRunContext(RunContext):
@@ -193,6 +222,65 @@ class RayRunContext(RunContext):
                                            retrieval, num_cpus=self.ray_plan.cpus_experience)
         self.search_ask = search_ask
 
+    def build_extractor(self, *, train: bool, merge: bool = True, count_reweight: bool = True) -> None:
+        """The extractor track in its own actor (its model, trainer and track thread there, the
+        bank through the experience service); on the driver when the plan says so or the
+        parameters are shared with the actor (the shared-parameters ablation)."""
+        from crl_bench.distributed.extractor import RemoteExtractorTrack
+        from crl_bench.distributed.learner import role_weights
+        from crl_bench.llm.types import LoraSpec
+
+        shared = bool(getattr(self.ext_raw, "shared_adapter", False))
+        if not self.ray_plan.extractor_actor or shared or not hasattr(self.manager, "actor"):
+            super().build_extractor(train=train, merge=merge, count_reweight=count_reweight)
+            return
+        if self.manager is None:
+            raise RuntimeError("build_experience() must come before build_extractor()")
+        m, x = self.cfg.model, self.cfg.experience
+        if self.ext_raw is self.raw_backend:
+            spec = dict(self._actor_spec)
+        else:
+            spec = dict(model_name=m.extractor, roles=("extractor",), dtype=m.dtype,
+                        device=m.device, seed=self.cfg.seed,
+                        lora=LoraSpec(r=m.lora_r, alpha=m.lora_alpha))
+        track_kwargs = dict(temperature=self.extractor_sampling.logprob_temperature,
+                            merge_every=x.merge_every if merge else 0, merge_chunk=x.merge_chunk,
+                            count_reweight=count_reweight,
+                            asynchronous=self.cfg.extractor.asynchronous,
+                            run_name=self.run.path.name)
+        p = self.ray_plan
+        self.extractor = RemoteExtractorTrack.start(
+            self.manager.actor, m.backend, spec, self.cfg.extractor, self.extractor_sampling,
+            track_kwargs, train=train, total_steps=self.cfg.steps, seed=self.cfg.seed + 1,
+            threads=self._threads(), options={"num_cpus": p.cpus_extractor,
+                                              "num_gpus": p.extractor_gpus})
+        require_ray().get(self.extractor.actor.load_weights.remote(
+            role_weights(self.ext_raw, "extractor")))
+        self.extractor_trainer = _RemoteExtractorTrainer(self.extractor, self) if train else None
+        self._ext_pulled = 0
+
+    def _pull_extractor(self) -> None:
+        """The extractor actor's newest weights into the driver's model (Search-and-Ask answers
+        are generated here; checkpoints save the driver's adapters)."""
+        from crl_bench.distributed.learner import load_role_weights
+
+        if not isinstance(self.extractor_trainer, _RemoteExtractorTrainer):
+            return
+        n = self.extractor_trainer.updates
+        if n != self._ext_pulled:
+            weights = self.extractor.weights()
+            with self.lock:
+                load_role_weights(self.ext_raw, "extractor", weights)
+            self._ext_pulled = n
+
+    def take_extractor_metrics(self) -> list[dict[str, Any]]:
+        from crl_bench.distributed.extractor import RemoteExtractorTrack
+
+        if isinstance(self.extractor, RemoteExtractorTrack):
+            for m in self.extractor.take_metrics():
+                self._log_extractor(m)
+        return super().take_extractor_metrics()
+
     # -- envs and episodes ---------------------------------------------------------------------
     def envs_for(self, task: Any, phase: str, n: int) -> list[Any]:
         from crl_bench.distributed.env_workers import RemoteEnvPool
@@ -212,6 +300,7 @@ class RayRunContext(RunContext):
         return as_batched_engine(super()._engine(ask, seed))
 
     def play(self, phase: str, step: int, plan: list[Any], *, sampling_seed: int) -> list[Any]:
+        self._pull_extractor()
         self._sync_engines()
         if self.pool is not None:
             self.pool.revive(timeout_s=0.5)
