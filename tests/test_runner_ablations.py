@@ -86,7 +86,7 @@ def test_merge_only_when_on(tiny_run, agent):
     # tiny: merge_every=2 -> one merge, at step 2, in a 3-step run
     assert run.calls.get("merge", []) == ([2] if agent == "comp_rl" else [])
     assert metrics[-1]["extractor/merges"] == (1 if agent == "comp_rl" else 0)
-    assert any("bank/merge_malformed" in m for m in metrics) == (agent == "comp_rl")
+    assert any("extractor/merge_s" in m for m in metrics) == (agent == "comp_rl")
 
 
 @pytest.mark.parametrize("agent", ("comp_rl", "comp_rl_shared_params"))

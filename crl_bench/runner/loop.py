@@ -123,6 +123,8 @@ class CoTrainer:
         self._envs: dict[tuple[str, str], list[Any]] = {}
         self.step = 0
         self.tb = None
+        self.track = None  # set by setup(); close() must work when setup() failed half way
+        self.manager = None
 
     # -- construction --------------------------------------------------------------------------
     def _env_kwargs(self, task: MixTask, phase: str) -> dict[str, Any]:
