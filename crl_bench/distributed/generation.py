@@ -35,6 +35,10 @@ def make_backend(kind: str, spec: dict[str, Any]) -> Any:
     return cls(spec.pop("model_name"), **spec)
 
 
+class StaleWeights(RuntimeError):
+    """A generation engine does not hold the weights the caller expects (it was restarted)."""
+
+
 class GenerationEngineImpl:
     """One generation engine (plain class; :func:`generation_engine_class` makes the actor)."""
 
@@ -45,22 +49,31 @@ class GenerationEngineImpl:
         self.backend = make_backend(kind, spec)
         self.calls = 0
         self.tokens = 0
+        self.versions: dict[str, int] = {}
 
     def pid(self) -> int:
         return os.getpid()
 
     def generate(self, prompts: list[list[int]], sampling: Any, adapter: str | None = None,
-                 max_new_tokens: list[int] | int | None = None) -> list[Any]:
+                 max_new_tokens: list[int] | int | None = None,
+                 versions: dict[str, int] | None = None) -> list[Any]:
+        """``versions``: the weight versions the caller expects; a (restarted) engine that does
+        not have them refuses with :class:`StaleWeights` instead of sampling from old weights."""
+        if versions is not None and versions != self.versions:
+            raise StaleWeights(f"engine has weight versions {self.versions}, caller expects "
+                               f"{versions}")
         self.calls += 1
         kwargs = {} if max_new_tokens is None else {"max_new_tokens": max_new_tokens}
         out = self.backend.generate(prompts, sampling, adapter, **kwargs)
         self.tokens += sum(len(g.completion_ids) for g in out)
         return out
 
-    def load_weights(self, role: str, weights: Sequence[Any]) -> None:
+    def load_weights(self, role: str, weights: Sequence[Any], version: int | None = None) -> None:
         from crl_bench.distributed.learner import load_role_weights
 
         load_role_weights(self.backend, role, weights)
+        if version is not None:
+            self.versions[role] = version
 
     def weights(self, role: str) -> list[Any]:
         from crl_bench.distributed.learner import role_weights
@@ -95,13 +108,18 @@ class RemoteGenerationBackend:
         self._ray = require_ray()
         self._local = local
         self.engines = list(engines)
+        self._weights: dict[str, Any] = {}  # role -> object ref of the last weights pushed
+        self._versions: dict[str, int] = {}
+        self.engine_failures = 0
 
     @classmethod
     def start(cls, local: Any, kind: str, spec: dict[str, Any], n_engines: int = 1, *,
               options: dict[str, Any] | None = None, threads: int = 1) -> "RemoteGenerationBackend":
         actor = generation_engine_class()
-        engines = [actor.options(**(options or {"num_cpus": 1})).remote(kind, spec, threads)
-                   for _ in range(n_engines)]
+        # max_restarts: Ray brings a dead engine back (with its initial weights: the last pushed
+        # ones are loaded again before it is used)
+        engines = [actor.options(**(options or {"num_cpus": 1}), max_restarts=2, max_task_retries=0)
+                   .remote(kind, spec, threads) for _ in range(n_engines)]
         require_ray().get([e.pid.remote() for e in engines])
         return cls(local, engines)
 
@@ -112,23 +130,58 @@ class RemoteGenerationBackend:
                  max_new_tokens: Sequence[int] | int | None = None) -> list[Any]:
         prompts = [list(p) for p in prompts]
         n = len(self.engines)
-        if n == 1 or len(prompts) < 2:
-            return self._ray.get(self.engines[0].generate.remote(prompts, sampling, adapter,
-                                                                 max_new_tokens))
         # contiguous shards, one per engine; a per-prompt cap list is cut the same way
-        size = -(-len(prompts) // n)
-        refs = []
+        size = max(1, -(-len(prompts) // n))
+        shards = []
         for i in range(0, len(prompts), size):
             caps = (list(max_new_tokens[i:i + size])
                     if isinstance(max_new_tokens, (list, tuple)) else max_new_tokens)
-            refs.append(self.engines[len(refs)].generate.remote(prompts[i:i + size], sampling,
-                                                                adapter, caps))
-        return [g for part in self._ray.get(refs) for g in part]
+            shards.append((prompts[i:i + size], caps))
+        versions = dict(self._versions)
+        refs = [self.engines[k].generate.remote(p, sampling, adapter, c, versions)
+                for k, (p, c) in enumerate(shards)]
+        out: list[Any] = []
+        for k, ref in enumerate(refs):
+            try:
+                out.extend(self._ray.get(ref))
+            except (self._ray.exceptions.RayActorError, self._ray.exceptions.ActorUnavailableError,
+                    StaleWeights):
+                # the engine died mid-call: generation is a function of (weights, prompts,
+                # sampling seed), so the same call on a live engine gives the same tokens
+                out.extend(self._retry(k, shards[k], sampling, adapter))
+        return out
+
+    def _retry(self, k: int, shard: tuple[list, Any], sampling: Any, adapter: str | None,
+               timeout_s: float = 300.0) -> list[Any]:
+        import time
+
+        self.engine_failures += 1
+        deadline = time.monotonic() + timeout_s
+        order = [i for i in range(len(self.engines)) if i != k] + [k]
+        while True:
+            for i in order:
+                engine = self.engines[i]
+                try:
+                    self._ray.get(engine.pid.remote(), timeout=5)
+                    # a restarted engine has its initial weights: give it the current ones
+                    self._ray.get([engine.load_weights.remote(role, ref, self._versions[role])
+                                   for role, ref in self._weights.items()])
+                    return self._ray.get(engine.generate.remote(shard[0], sampling, adapter,
+                                                                shard[1], dict(self._versions)))
+                except (self._ray.exceptions.RayActorError, self._ray.exceptions.ActorUnavailableError,
+                        self._ray.exceptions.GetTimeoutError, StaleWeights):
+                    continue
+            if time.monotonic() > deadline:
+                raise RuntimeError("every generation engine is dead and none came back")
+            time.sleep(0.5)
 
     def push_weights(self, role: str, weights: Any) -> None:
         """Load ``weights`` (a list of tensors or an object ref of one) into every engine."""
         ref = weights if isinstance(weights, self._ray.ObjectRef) else self._ray.put(list(weights))
-        self._ray.get([e.load_weights.remote(role, ref) for e in self.engines])
+        self._weights[role] = ref
+        self._versions[role] = self._versions.get(role, 0) + 1
+        self._ray.get([e.load_weights.remote(role, ref, self._versions[role])
+                       for e in self.engines])
 
     def close(self) -> None:
         for e in self.engines:
