@@ -20,7 +20,15 @@ Sections (each timed; a failing section is reported and the others still run):
    exactly G new tokens each (sampling): generated tokens/s.
 
 ``--small`` shrinks the shape (2 layers, hidden 64) and the batch so that everything runs on a
-CPU in well under a minute (the tiny run still takes its ~20-60 s).
+CPU in well under a minute (the tiny run takes ~5 min on 2 shared cores: skip it with
+``--skip tiny_run``).
+
+On a GPU machine without network (torch, transformers, peft present): install the repo without
+dependencies (``pip install --no-deps --no-build-isolation -e .``), bring the missing pure-Python
+wheels (gymnasium, farama-notifications, cloudpickle, rich, tqdm) and the small model cache
+(``$CRL_BENCH_CACHE/models/tiny-random-*`` and ``tiny-sft-*``: the tiny models and their
+tokenizer; set ``CRL_BENCH_CACHE`` to where they are). Sections 3 and 4 need only torch and
+transformers.
 """
 
 from __future__ import annotations
@@ -35,6 +43,10 @@ import time
 import traceback
 from pathlib import Path
 from typing import Any, Callable
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # run from a checkout that is not installed
+    sys.path.insert(0, str(ROOT))
 
 QWEN25_7B = dict(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
                  num_attention_heads=28, num_key_value_heads=4, vocab_size=152064,
@@ -72,7 +84,9 @@ def tiny_run(device: str, tasks: str, out: Path) -> dict[str, Any]:
            "--preset", "tiny", "--steps", "1", "--out", str(out), "--no-progress",
            "--set", f"model.device={device}", "--set", "eval.episodes_per_task=1"]
     t = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=420)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=420, cwd=str(ROOT), env=env)
     wall = time.perf_counter() - t
     if proc.returncode != 0:
         raise RuntimeError(f"crl-bench run failed ({proc.returncode}): "
