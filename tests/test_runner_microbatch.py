@@ -43,6 +43,11 @@ def test_sample_cap_with_a_token_cap_that_never_binds_and_exact_fits():
     assert lengths(micro_batches(samples, 8, 149)) == [[50, 50], [50]]
     # the longest sets the padded width even when it came first
     assert lengths(micro_batches([sample(96), sample(6), sample(6)], 8, 200)) == [[100, 10], [10]]
+    # the completion counts as much as the prompt
+    long_completions = [sample(1, 99), sample(1, 99)]
+    assert lengths(micro_batches(long_completions, 8, 150)) == [[100], [100]]
+    # a cap of 1 token: every sample goes alone
+    assert lengths(micro_batches([sample(1), sample(1)], 8, 1)) == [[5], [5]]
 
 
 def test_timed_adds_up_even_when_the_block_raises():

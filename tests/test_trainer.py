@@ -200,9 +200,11 @@ def test_zero_advantage_and_zero_weight_samples_count_in_the_denominator(backend
 @pytest.mark.parametrize("mb,mb_tokens", [(1, 0), (2, 0), (5, 0), (100, 0), (4, 60)])
 def test_micro_batching_gives_the_full_batch_gradient(backend, gens, mb, mb_tokens):
     samples = samples_from(gens, ADV, WEIGHTS, shift=off_policy)
-    full, _ = trainer_grads(backend, samples, mb=100)
-    got, _ = trainer_grads(backend, samples, mb=mb, mb_tokens=mb_tokens)
+    full, m_full = trainer_grads(backend, samples, mb=100)
+    got, m = trainer_grads(backend, samples, mb=mb, mb_tokens=mb_tokens)
     assert_grads_close(got, full, rtol=5e-5)
+    assert m["loss"] == pytest.approx(m_full["loss"], rel=1e-5, abs=1e-8)  # summed over chunks
+    assert m["clip_frac"] == pytest.approx(m_full["clip_frac"], abs=1e-6)
     # and the same with the sequence mean (each chunk's share is its number of sequences)
     full, _ = trainer_grads(backend, samples, mb=100, agg="seq-mean-token-mean")
     got, _ = trainer_grads(backend, samples, mb=mb, mb_tokens=mb_tokens, agg="seq-mean-token-mean")
@@ -360,3 +362,29 @@ def test_schedule_factor_by_hand():
     assert _schedule_factor(3, short, 3) == pytest.approx(0.0, abs=1e-12)
     # no steps left after warm-up (span floored at 1): still ends at 0, no division by zero
     assert _schedule_factor(3, short, 2) == pytest.approx(0.0, abs=1e-12)
+
+
+def test_defaults_counters_and_cosine_lr_over_updates(fresh, gens):
+    """Default seed 0 (reproducible subsets), default temperature 1, the update counter, and the
+    cosine learning rate read from total_steps."""
+    import random
+
+    backend = fresh  # the last update really moves the weights
+    cfg = OptimConfig(lr=0.0, schedule="cosine", max_samples_per_update=6)
+    trainer = RoleTrainer(backend, "actor", cfg, total_steps=4)
+    assert trainer._rng.getstate() == random.Random(0).getstate()
+    samples = samples_from(gens, [1.0] * 6)
+    for _ in range(3):
+        m = trainer.update(samples, loss="ppo_clip", loss_kwargs={"clip_eps": 0.2})
+    assert trainer.updates == 3
+    # exactly max_samples_per_update samples: all used, no subset drawn (the rng is untouched)
+    assert m["samples"] == 6 and trainer._rng.getstate() == random.Random(0).getstate()
+    # default temperature is 1.0: the same ratios as passing 1.0
+    _, m1 = trainer_grads(backend, samples, temperature=1.0)
+    assert m["ratio_mean"] == pytest.approx(m1["ratio_mean"], abs=1e-6)
+    assert abs(m["ratio_mean"] - 1.0) > 1e-3  # sampled at 0.8
+    # the 4th update (step 3 of 4) is at cosine factor 0.5 (1 + cos(3 pi / 4))
+    cfg.lr = 1e-3
+    m = trainer.update(samples, loss="ppo_clip", loss_kwargs={"clip_eps": 0.2},
+                       temperature=TEMPERATURE)
+    assert m["lr"] == pytest.approx(1e-3 * 0.5 * (1 + math.cos(math.pi * 3 / 4)))
