@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from crl_bench.experience.extraction import (ContentTemplate, build_extraction_messages,
+    from crl_bench.extractor.extraction import (ContentTemplate, build_extraction_messages,
                                                  parse_operations)
     from crl_bench.llm.hf_backend import HFBackend
     from crl_bench.llm.types import LoraSpec, SamplingParams

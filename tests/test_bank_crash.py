@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from crl_bench.extractor.merge import merge_bank
 from crl_bench.experience.bank import ExperienceBank
 
 DIM = 16
@@ -70,7 +71,7 @@ MERGER = textwrap.dedent("""
     from crl_bench.experience.bank import ExperienceBank
     from crl_bench.experience.embedder import load_embedder
     from crl_bench.experience.manager import ExperienceManager
-    from crl_bench.experience.scripted import TextGeneration
+    from _scripted_extractor import TextGeneration
 
     embedder = load_embedder()
     bank = ExperienceBank(sys.argv[1], dim=embedder.dim, embedder_name=embedder.name)
@@ -100,7 +101,7 @@ MERGER = textwrap.dedent("""
     step = 0
     while len(bank) > 2:
         step += 1
-        manager.merge(generate, step=step, chunk=3)
+        merge_bank(manager, generate, step=step, chunk=3)
     print("done", flush=True)
 """)
 

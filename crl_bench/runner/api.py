@@ -40,16 +40,16 @@ def run_experiment(agent: str, tasks: str, preset: str | None, seed: int, out_di
 def _run_locked(run: Any, *, agent: str, tasks: str, preset: str | None, seed: int,
                 steps: int | None, overrides: dict[str, Any] | None, resume: bool,
                 progress: bool) -> Path:
-    from crl_bench.agent_spec import load_agent
-    from crl_bench.runner.config import apply_resume_overrides, build_config, config_from_dict
-    from crl_bench.runner.loop import CoTrainer, write_config
+    from crl_bench.agent import load_agent
+    from crl_bench.runner.config import ConfigError, apply_resume_overrides, build_config, config_from_dict
+    from crl_bench.runner.loop import Trainer, write_config
 
     status = run.status()
     if resume and run.config_path.exists():
         if status.get("state") == "done":
             return run.path
         cfg = config_from_dict({k: v for k, v in json.loads(run.config_path.read_text()).items()
-                                if k not in ("agent_spec", "task_names", "env_ids", "host")})
+                                if k not in ("agent_options", "task_names", "env_ids", "host")})
         if steps is not None:
             cfg.steps = steps
         cfg = apply_resume_overrides(cfg, overrides)
@@ -59,9 +59,12 @@ def _run_locked(run: Any, *, agent: str, tasks: str, preset: str | None, seed: i
                                   "--resume to continue it, or choose another --out.")
         cfg = build_config(agent=agent, tasks=tasks, preset=preset, seed=seed, steps=steps,
                            overrides=overrides)
-    spec = load_agent(cfg.agent)
-    trainer = CoTrainer(cfg, spec, run, progress=progress)
-    write_config(run, cfg, spec, trainer.tasks)
+    try:
+        agent = load_agent(cfg.agent, cfg.method)
+    except ValueError as exc:  # an option the agent does not have, or a bad value
+        raise ConfigError(str(exc)) from exc
+    trainer = Trainer(cfg, agent, run, progress=progress)
+    write_config(run, cfg, agent, trainer.tasks)
     start = 0
     try:
         checkpoint = run.last_checkpoint() if resume else None

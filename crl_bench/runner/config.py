@@ -86,25 +86,33 @@ class OptimConfig:
     max_samples_per_update: int = 0
     """If > 0, train on a uniform random subset of this many turn samples per update (bounds CPU
     time; the subset is an unbiased sample of the batch). 0 uses every sample."""
+    loss: str = "ppo_clip"
+    """The policy loss, a name in ``crl_bench.algorithms.LOSSES`` (``ppo_clip``, ``cispo``, ...)."""
+    loss_args: dict[str, Any] = field(default_factory=dict)
+    """Settings of that loss over its registered defaults, e.g. ``{"clip_eps": 0.2}`` for
+    ``ppo_clip``, ``{"eps_low": 0.1, "eps_high": 0.1}`` for ``cispo``
+    (``--set actor.loss_args.clip_eps=0.3``)."""
+    agg: str = "token-mean"
+    """How token losses become one number: ``token-mean``, ``seq-mean-token-mean``, ...
+    (``crl_bench.algorithms.losses.aggregate``)."""
+
+    def loss_kwargs(self) -> dict[str, Any]:
+        """The loss's keyword arguments: its registered defaults updated by ``loss_args``."""
+        from crl_bench.algorithms import LOSSES
+
+        return {**LOSSES.entry(self.loss).metadata.get("defaults", {}), **self.loss_args}
 
 
 @dataclass
 class ActorConfig(OptimConfig):
-    loss: str = "ppo_clip"
-    clip_eps: float = 0.2
     advantage: str = "mean"
-    """"mean" (subtract the subgroup mean: the official code) or "mean_std"."""
-    agg: str = "token-mean"
-    kl_coef: float = 0.0
-    entropy_coef: float = 0.0
+    """A name in ``crl_bench.algorithms.ADVANTAGES``: "mean" (subtract the subgroup mean: the
+    official code), "mean_std", or one a plugin registers."""
 
 
 @dataclass
 class ExtractorConfig(OptimConfig):
     loss: str = "cispo"
-    eps_low: float = 0.1
-    eps_high: float = 0.1
-    agg: str = "token-mean"
     buffer_size: int = 8
     """Train the extractor whenever this many credited samples are waiting (paper: 64)."""
     temperature: float = 0.99
@@ -133,14 +141,12 @@ class ExperienceConfig:
     embedder: str = "all-MiniLM-L6-v2"
     k: int = 1
     oversample: int = 16
-    diversify: bool = True
     lam: float = 0.4
     recent_s: float = 300.0
     drop_recent_top1_p: float = 0.5
     capacity: int = 20_000
     merge_every: int = 5
     merge_chunk: int = 5
-    search_ask: bool = True
     max_asks: int = 2
     warmup_steps: int = 1
     """First steps only fill the bank; the actor is not trained (paper: 5)."""
@@ -158,6 +164,10 @@ class EvalConfig:
 @dataclass
 class RunConfig:
     agent: str = "comp_rl"
+    """The agent's registered name (``--agent``)."""
+    method: dict[str, Any] = field(default_factory=dict)
+    """The agent's own options over its defaults (``--set method.merge=false``); the agent checks
+    the names (``crl_bench.agent.Agent.with_options``)."""
     tasks: str = "minihack"
     preset: str = "cpu"
     seed: int = 0
@@ -203,6 +213,17 @@ class RunConfig:
                               f"{self.extractor.answer_template!r}.")
         if self.experience.k < 1:
             raise ConfigError("experience.k must be >= 1.")
+        from crl_bench.algorithms import LOSSES
+
+        for name, opt in (("actor", self.actor), ("extractor", self.extractor)):
+            if opt.loss not in LOSSES:
+                raise ConfigError(f"{name}.loss={opt.loss!r} is not a registered loss; known: "
+                                  f"{', '.join(LOSSES.names())}.")
+            allowed = set(LOSSES.entry(opt.loss).metadata.get("defaults", {}))
+            unknown = sorted(set(opt.loss_args) - allowed)
+            if unknown:
+                raise ConfigError(f"{name}.loss_args: {', '.join(unknown)} is not a setting of loss "
+                                  f"{opt.loss!r}; its settings: {', '.join(sorted(allowed)) or '(none)'}.")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -261,9 +282,10 @@ def _paper() -> RunConfig:
         rollout=RolloutConfig(groups=16, group_size=8, temperature=0.99, top_p=0.99,
                               max_new_tokens=512, history=2, think=True, max_episode_tokens=32768,
                               env_max_steps={"minihack": 30, "webshop": 15, "alfworld": 50, "swe": 50}),
-        actor=ActorConfig(lr=1e-6, clip_eps=0.2, micro_batch_size=8, advantage="mean",
-                          kl_coef=0.0, entropy_coef=0.0),
-        extractor=ExtractorConfig(lr=1e-6, eps_low=0.1, eps_high=0.1, buffer_size=64,
+        actor=ActorConfig(lr=1e-6, loss="ppo_clip", loss_args={"clip_eps": 0.2}, micro_batch_size=8,
+                          advantage="mean"),
+        extractor=ExtractorConfig(lr=1e-6, loss="cispo", loss_args={"eps_low": 0.1, "eps_high": 0.1},
+                                  buffer_size=64,
                                   max_new_tokens=2048, micro_batch_size=4),
         experience=ExperienceConfig(embedder="Qwen/Qwen3-Embedding-0.6B", k=1, oversample=16, lam=0.4,
                                     recent_s=300.0, drop_recent_top1_p=0.5, capacity=20_000,
@@ -307,16 +329,27 @@ def apply_overrides(cfg: RunConfig, overrides: dict[str, Any]) -> RunConfig:
     for key, value in overrides.items():
         obj: Any = cfg
         parts = key.split(".")
-        for part in parts[:-1]:
+        for i, part in enumerate(parts[:-1]):
+            if isinstance(obj, dict):  # a dict field: the rest of the key is one dict key
+                obj[".".join(parts[i:])] = _coerce(value, None, key)
+                break
             if not dataclasses.is_dataclass(obj) or part not in {f.name for f in fields(obj)}:
                 raise ConfigError(f"--set {key}: unknown section {part!r}. Sections: "
                                   + ", ".join(f.name for f in fields(cfg) if dataclasses.is_dataclass(getattr(cfg, f.name))))
             obj = getattr(obj, part)
-        names = {f.name for f in fields(obj)}
-        if parts[-1] not in names:
-            raise ConfigError(f"--set {key}: unknown field {parts[-1]!r}. Fields here: {', '.join(sorted(names))}")
-        setattr(obj, parts[-1], _coerce(value, getattr(obj, parts[-1]), key))
+        else:
+            _set_field(obj, parts[-1], value, key)
     return cfg
+
+
+def _set_field(obj: Any, name: str, value: Any, key: str) -> None:
+    if isinstance(obj, dict):
+        obj[name] = _coerce(value, None, key)
+        return
+    names = {f.name for f in fields(obj)}
+    if name not in names:
+        raise ConfigError(f"--set {key}: unknown field {name!r}. Fields here: {', '.join(sorted(names))}")
+    setattr(obj, name, _coerce(value, getattr(obj, name), key))
 
 
 RESUMABLE_OVERRIDES = frozenset({"threads"})
@@ -373,7 +406,7 @@ def build_config(*, agent: str, tasks: str, preset: str | None, seed: int = 0, s
 
 def config_from_dict(data: dict[str, Any]) -> RunConfig:
     """Rebuild a :class:`RunConfig` from ``config.json`` (used by ``--resume``)."""
-    sections = {"model": ModelConfig, "rollout": RolloutConfig, "actor": ActorConfig,
+    sections: dict[str, Any] = {"model": ModelConfig, "rollout": RolloutConfig, "actor": ActorConfig,
                 "extractor": ExtractorConfig, "experience": ExperienceConfig, "eval": EvalConfig}
     kwargs = dict(data)
     for name, cls in sections.items():

@@ -8,8 +8,8 @@ each micro-batch's loss is scaled by its share of the batch's tokens (or sequenc
 accumulated gradient equals the gradient of the loss aggregated over the whole batch.
 
 Old log-probs are the *sampling* log-probs recorded at generation time (so a sampler/trainer
-mismatch, or a sample re-used after earlier updates, shows up in the importance ratio). A
-reference model is only run when ``kl_coef > 0``.
+mismatch, or a sample re-used after earlier updates, shows up in the importance ratio). There is
+no KL term and no entropy bonus (the official configuration has neither).
 """
 
 from __future__ import annotations
