@@ -20,7 +20,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from crl_bench.extractor.merge import merge_bank
 from crl_bench.experience.bank import ExperienceBank
 
 DIM = 16
@@ -72,6 +71,7 @@ MERGER = textwrap.dedent("""
     from crl_bench.experience.embedder import load_embedder
     from crl_bench.experience.manager import ExperienceManager
     from _scripted_extractor import TextGeneration
+    from crl_bench.extractor.merge import merge_bank
 
     embedder = load_embedder()
     bank = ExperienceBank(sys.argv[1], dim=embedder.dim, embedder_name=embedder.name)
@@ -110,7 +110,7 @@ def run_and_kill(code: str, args: list[str], min_lines: int, extra_delay: float,
                  timeout: float = 120.0) -> list[str]:
     """Start the child, wait until it printed ``min_lines`` lines after "ready", wait
     ``extra_delay`` more seconds, SIGKILL it; returns the lines it printed."""
-    env = dict(os.environ, PYTHONPATH=str(REPO), TOKENIZERS_PARALLELISM="false",
+    env = dict(os.environ, PYTHONPATH=f"{REPO}{os.pathsep}{REPO / 'tests'}", TOKENIZERS_PARALLELISM="false",
                OMP_NUM_THREADS="1")
     proc = subprocess.Popen([sys.executable, "-c", code, *args], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env)

@@ -7,10 +7,11 @@ import json
 import pytest
 
 from crl_bench.experience.bank import ExperienceEntry
+from crl_bench.experience.manager import Operation, usage_reward
 from crl_bench.extractor.extraction import (
-    EXPERIENCE_CLOSE, EXPERIENCE_OPEN, MAX_CONTENT_CHARS, Operation, build_extraction_messages,
+    EXPERIENCE_CLOSE, EXPERIENCE_OPEN, MAX_CONTENT_CHARS, build_extraction_messages,
     clip_middle, extract_answer, parse_operations, render_experience_block,
-    strip_experience_block, trajectory_to_text, usage_reward)
+    strip_experience_block, trajectory_to_text)
 from crl_bench.extractor.merge import build_merge_messages, parse_merge_decisions
 
 

@@ -197,10 +197,16 @@ class RunConfig:
                               "advantage: use rollout.group_size >= 4.")
         if self.steps < 1:
             raise ConfigError("steps must be >= 1.")
-        if self.actor.advantage not in ("mean", "mean_std"):
-            raise ConfigError(f"actor.advantage must be 'mean' or 'mean_std', got {self.actor.advantage!r}.")
-        if self.model.backend not in ("hf", "vllm"):
-            raise ConfigError(f"model.backend must be 'hf' or 'vllm', got {self.model.backend!r}.")
+        from crl_bench.algorithms import ADVANTAGES
+
+        if self.actor.advantage not in ADVANTAGES:
+            raise ConfigError(f"actor.advantage={self.actor.advantage!r} is not a registered advantage "
+                              f"estimator; known: {', '.join(ADVANTAGES.names())}.")
+        from crl_bench.llm.backend import BACKENDS
+
+        if self.model.backend not in BACKENDS:
+            raise ConfigError(f"model.backend must be one of {', '.join(sorted(BACKENDS))}, got "
+                              f"{self.model.backend!r}.")
         for name, opt in (("actor", self.actor), ("extractor", self.extractor)):
             if opt.lr <= 0:
                 raise ConfigError(f"{name}.lr must be positive.")

@@ -165,15 +165,11 @@ class RunContext:
         ``extractor`` adapter, or one adapter both roles share); or, when ``model.extractor``
         names another model (the paper: Qwen3-4B beside a Qwen2.5-7B actor), one backend per
         role."""
-        from crl_bench.llm.hf_backend import HFBackend
+        from crl_bench.llm.backend import backend_class
         from crl_bench.llm.types import LoraSpec, SamplingParams
 
         m = self.cfg.model
-        backend_cls: Any = HFBackend
-        if m.backend == "vllm":
-            from crl_bench.llm.vllm_backend import VLLMBackend
-
-            backend_cls = VLLMBackend
+        backend_cls = backend_class(m.backend)
         common: dict[str, Any] = dict(lora=LoraSpec(r=m.lora_r, alpha=m.lora_alpha), dtype=m.dtype,
                                       device=m.device, seed=self.cfg.seed)
         roles = ("actor", "extractor") if extractor else ("actor",)
