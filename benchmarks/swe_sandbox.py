@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--commands", type=int, default=30)
     parser.add_argument("--tasks", type=int, default=3)
     args = parser.parse_args(argv)
-    modes = ["rlimits"] + (["namespaces"] if namespaces_available()[0] else [])
+    modes = ["unsafe-rlimits"] + (["namespaces"] if namespaces_available()[0] else [])
     mini = MiniTaskSet()
     task_ids = sorted(mini.tasks)[: args.tasks]
     runtime = mini.local_runtime(mini.task(task_ids[0]))

@@ -66,11 +66,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("\ninterrupted", file=sys.stderr)
         return 130
-    except (KeyError, ValueError, FileNotFoundError, RuntimeError) as exc:
+    except Exception as exc:  # every failure is one `error:` line; --debug shows the traceback
         if getattr(args, "debug", False):
             raise
-        print(f"crl-bench {args.command}: error: {exc}", file=sys.stderr)
+        print(f"crl-bench {args.command}: error: {_describe(exc)}", file=sys.stderr)
         return 2
+
+
+# errors whose message is written for the user: shown as they are; others get their type and a
+# pointer to --debug (a bug, or a failure inside a library, is still one line, not a traceback)
+_USER_ERRORS = (KeyError, ValueError, FileNotFoundError, FileExistsError, RuntimeError)
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    if not isinstance(exc, _USER_ERRORS) or type(exc) in (RuntimeError, KeyError, ValueError) \
+            and not str(exc):
+        text = f"{type(exc).__name__}: {text} (run again with --debug for the traceback)"
+    cause = exc.__cause__
+    if cause is not None and str(cause) not in text:
+        text += f" [cause: {type(cause).__name__}: {cause}]"
+    for note in getattr(exc, "__notes__", ()):
+        text += f" {note}"
+    return text
 
 
 # ---------------------------------------------------------------------------------------------

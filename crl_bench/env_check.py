@@ -2,9 +2,19 @@
 
 The text checks:
 
-* **fuzzed actions** — empty, 10,000 characters, control characters, non-ASCII, valid-looking
-  but unknown words, malformed brackets — must come back as feedback (an observation, a
-  ``False`` ``action_valid``), never as an exception;
+* **fuzzed actions** — empty, 10,000 characters, control characters, ANSI escapes, lone
+  surrogates, non-ASCII, valid-looking but unknown words, malformed brackets — must come back as
+  feedback (an observation, a ``False`` ``action_valid``), never as an exception;
+* **clean text** — every observation (and ``info["goal"]``, ``info["admissible_actions"]``)
+  encodes as UTF-8 and holds no control character but ``\n``/``\t``: an env that echoes an
+  action raw fails (see :func:`crl_bench.text_env.echo_text`);
+* **bad options** — ``reset(options="notadict")`` raises ``TypeError``/``ValueError`` (not an
+  ``AttributeError`` from deep inside);
+* **episode end** — after a step returns ``terminated`` or ``truncated``, two more steps return
+  reward 0, the same end flags and ``action_valid=False`` (the convention of
+  :mod:`crl_bench.text_env`); an env that silently keeps stepping, or raises, fails;
+* **close** — ``reset``/``step`` after ``close()`` either work or raise an error other than
+  ``AttributeError``/``TypeError`` (checked only on envs made from an id);
 * **determinism** — the same seed and the same actions give the same observations, rewards and
   flags;
 * **info keys** — every key of :data:`crl_bench.text_env.INFO_KEYS` is present after ``reset``
@@ -17,7 +27,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from crl_bench.text_env import INFO_KEYS
+from crl_bench.text_env import INFO_KEYS, is_safe_text
 
 FUZZ_ACTIONS: tuple[str, ...] = (
     "",
@@ -32,7 +42,16 @@ FUZZ_ACTIONS: tuple[str, ...] = (
     "]]][[[",
     "<answer></answer>",
     "go north " * 50,
+    "click[\ud800]",
+    "search[\udcff lamp]",
+    "\ud83d",
+    "look\x1b[2J\x1b[31mred\x1b[0m",
+    "\x7f\x85\x9b[1m",
+    "click[" + "y" * 5_000 + "]",
 )
+# the action used to run an episode to its end (invalid everywhere, so it only uses up steps)
+END_ACTION = "zzz-not-an-action"
+MAX_STEPS_TO_END = 500
 
 
 class TextEnvCheckError(AssertionError):
@@ -68,6 +87,36 @@ def _check_info(info: Any, where: str) -> None:
         raise TextEnvCheckError(f"{where}: info['action_valid'] must be bool")
     if not isinstance(info["task_id"], str):
         raise TextEnvCheckError(f"{where}: info['task_id'] must be str")
+
+
+def _admissible(action: str, admissible: list[str]) -> bool:
+    """``action`` is listed, or fills a listed template such as ``search[<query>]``."""
+    if action in admissible:
+        return True
+    text = action.strip().lower()
+    for entry in admissible:
+        at = entry.find("[<")
+        if at > 0 and entry.endswith(">]") and text.startswith(entry[:at + 1].lower()) \
+                and text.endswith("]"):
+            return True
+    return False
+
+
+def _check_clean(obs: str, info: dict[str, Any], where: str) -> None:
+    if not is_safe_text(obs):
+        try:
+            obs.encode("utf-8")
+            why = "holds control characters (ANSI escapes, \\r, \\x00, ...)"
+        except UnicodeEncodeError:
+            why = "is not valid UTF-8 (a lone surrogate)"
+        raise TextEnvCheckError(
+            f"{where}: the observation {why}: {obs[:80]!r}. Quote caller text with "
+            "crl_bench.text_env.echo_text and pass observations through safe_text.")
+    texts = [info["goal"], *(info["admissible_actions"] or [])]
+    bad = [t for t in texts if not is_safe_text(t)]
+    if bad:
+        raise TextEnvCheckError(f"{where}: info text is not clean UTF-8 without control "
+                                f"characters: {bad[0][:80]!r}")
 
 
 def _check_step_result(result: Any, where: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
@@ -157,6 +206,7 @@ def check_text_env(env_or_id: Any, *, seed: int = 0, n_random_steps: int = 12,
     if not isinstance(obs, str):
         raise TextEnvCheckError(f"{env_id}: reset must return a str observation")
     _check_info(info, f"{env_id} reset")
+    _check_clean(obs, info, f"{env_id} reset")
     admissible = info["admissible_actions"]
     report.ok("reset returns (str, info) with the documented keys")
 
@@ -169,7 +219,8 @@ def check_text_env(env_or_id: Any, *, seed: int = 0, n_random_steps: int = 12,
                 f"{env_id}: step({action[:40]!r}...) raised {type(exc).__name__}: {exc}. "
                 "Invalid actions must be returned as feedback with info['action_valid']=False.") from exc
         obs, _r, terminated, truncated, info = _check_step_result(res, f"{env_id} step({action[:20]!r})")
-        if admissible is not None and action not in admissible and info["action_valid"]:
+        _check_clean(obs, info, f"{env_id} step({action[:20]!r})")
+        if admissible is not None and not _admissible(action, admissible) and info["action_valid"]:
             raise TextEnvCheckError(f"{env_id}: fuzzed action {action[:40]!r} is not admissible but "
                                     "info['action_valid'] is True")
         if terminated or truncated:
@@ -177,7 +228,27 @@ def check_text_env(env_or_id: Any, *, seed: int = 0, n_random_steps: int = 12,
             admissible = info["admissible_actions"]
         else:
             admissible = info["admissible_actions"]
-    report.ok(f"{len(FUZZ_ACTIONS)} fuzzed actions give feedback, not exceptions")
+    report.ok(f"{len(FUZZ_ACTIONS)} fuzzed actions give feedback, not exceptions; observations "
+              "are clean UTF-8 text")
+
+    say("bad reset options")
+    try:
+        env.reset(seed=seed, options="notadict")
+    except (TypeError, ValueError):
+        pass
+    except Exception as exc:
+        raise TextEnvCheckError(
+            f"{env_id}: reset(options='notadict') raised {type(exc).__name__}: {exc}. Raise a "
+            "TypeError saying options must be a dict (crl_bench.text_env.reset_options).") from exc
+    else:
+        raise TextEnvCheckError(f"{env_id}: reset(options='notadict') was accepted; raise a "
+                                "TypeError (crl_bench.text_env.reset_options).")
+    report.ok("reset(options=<not a dict>) is a TypeError/ValueError")
+
+    say("episode end")
+    _check_episode_end(env, env_id, seed, options)
+    report.ok("steps after the episode ends keep it ended (reward 0, same flags, "
+              "action_valid=False)")
 
     say("determinism")
     import random
@@ -204,4 +275,55 @@ def check_text_env(env_or_id: Any, *, seed: int = 0, n_random_steps: int = 12,
     for e in {id(env): env, id(env_a): env_a, id(env_b): env_b}.values():
         if e is not env_or_id:
             e.close()
+    if isinstance(env_or_id, str):
+        say("use after close")
+        _check_after_close(env, env_id, seed, options)
+        report.ok("reset/step after close() give a clear error or work")
     return report
+
+
+def _check_episode_end(env: Any, env_id: str, seed: int, options: dict[str, Any] | None) -> None:
+    """Run an episode to its end with an invalid action, then step twice more."""
+    env.reset(seed=seed, options=options)
+    ended: tuple[bool, bool] | None = None
+    for _ in range(MAX_STEPS_TO_END):
+        obs, _r, terminated, truncated, info = _check_step_result(env.step(END_ACTION),
+                                                                  f"{env_id} step")
+        if terminated or truncated:
+            ended = (terminated, truncated)
+            break
+    if ended is None:
+        raise TextEnvCheckError(f"{env_id}: {MAX_STEPS_TO_END} invalid actions did not end the "
+                                "episode; count every action towards max_steps")
+    for i in (1, 2):
+        where = f"{env_id} step {i} after the episode ended"
+        try:
+            res = env.step("look")
+        except Exception as exc:
+            raise TextEnvCheckError(
+                f"{where} raised {type(exc).__name__}: {exc}. The text-env convention: return "
+                "the final observation, reward 0, the same end flags and action_valid=False "
+                "(TextEnv.step_after_end).") from exc
+        obs, reward, terminated, truncated, info = _check_step_result(res, where)
+        _check_clean(obs, info, where)
+        if (terminated, truncated) != ended or reward != 0.0 or info["action_valid"]:
+            raise TextEnvCheckError(
+                f"{where} returned terminated={terminated}, truncated={truncated}, "
+                f"reward={reward}, action_valid={info['action_valid']}; expected the ending "
+                f"flags {ended}, reward 0 and action_valid=False (TextEnv.step_after_end).")
+
+
+def _check_after_close(env: Any, env_id: str, seed: int, options: dict[str, Any] | None) -> None:
+    for call in (lambda: env.reset(seed=seed, options=options), lambda: env.step("look")):
+        try:
+            call()
+        except (AttributeError, TypeError) as exc:
+            raise TextEnvCheckError(
+                f"{env_id}: after close(), reset/step raised {type(exc).__name__}: {exc}; raise "
+                "a RuntimeError saying the env is closed (or reopen it).") from exc
+        except Exception:  # a clear error of another kind is fine
+            pass
+    try:
+        env.close()
+    except Exception:  # noqa: BLE001 - closing twice is the env's business, not this check's
+        pass

@@ -47,7 +47,7 @@ def env():
 
 def test_check_text_env_passes_on_the_evaluation_split() -> None:
     report = check_text_env(EVAL_ID, make_kwargs={"data_dir": str(DATA)})
-    assert len(report.checks) == 4
+    assert len(report.checks) == 7  # gym, reset, fuzz+clean text, options, episode end, determinism, close
 
 
 def test_registered_ids_and_kwargs() -> None:
@@ -93,9 +93,12 @@ def test_walkthrough_wins_with_plus_one(env) -> None:
     assert obs == "You move the potato 2 to the garbagecan 1."
     assert rewards == [0.0] * 5 + [1.0]
     assert info["success"] and info["score"] == 1.0
-    obs, reward, terminated, truncated, info = env.step("look")  # after the end: feedback only
-    assert "episode is over" in obs and reward == 0.0 and not (terminated or truncated)
-    assert not info["action_valid"] and info["success"]
+    final = obs
+    for _ in range(2):  # after the end: the text-env convention (crl_bench.text_env)
+        obs, reward, terminated, truncated, info = env.step("look")
+        assert obs.startswith(final) and "episode is over" in obs and reward == 0.0
+        assert (terminated, truncated) == (True, False)
+        assert not info["action_valid"] and info["success"]
 
 
 def test_invalid_commands_are_alfworld_feedback(env) -> None:
@@ -295,3 +298,20 @@ def test_crl_bench_play_solves_a_game(monkeypatch, capsys) -> None:
     out = capsys.readouterr().out
     assert "GOAL: put a hot potato in garbagecan." in out
     assert "(invalid action)" in out and "=== solved: success=True" in out
+
+
+def test_options_not_a_dict_is_a_type_error(env) -> None:
+    with pytest.raises(TypeError, match="must be a dict"):
+        env.reset(options="notadict")
+    obs, _info = env.reset(options={"task_id": HEAT_GAME})  # still usable
+    assert "Your task is to" in obs
+
+
+def test_truncation_keeps_the_episode_ended(env) -> None:
+    env.reset(options={"task_id": HEAT_GAME})
+    for _ in range(env.unwrapped.max_steps):
+        obs, reward, terminated, truncated, info = env.step("\ud800\x1b[2J")
+    assert truncated and not terminated and obs == "Nothing happens."
+    obs, reward, terminated, truncated, info = env.step("look")
+    assert (reward, terminated, truncated, info["action_valid"]) == (0.0, False, True, False)
+    assert obs.startswith("Nothing happens.") and "episode is over" in obs

@@ -53,15 +53,35 @@ def test_count_aware_weights_by_hand():
     times = torch.tensor([0, 3, 8, 1, 2, 0])
     last = torch.tensor([-1, 5, 2, 9, 10, -1])
     w = count_aware_weights(times, last, step=10, power=0.5, cooldown=1)
-    # (1+0)^-.5 = 1; (1+3)^-.5 = .5; (1+8)^-.5 = 1/3; trained at step 9 -> cooldown 0;
-    # trained at 10 (this step) -> 0; never trained -> 1
-    torch.testing.assert_close(w, torch.tensor([1.0, 0.5, 1 / 3, 0.0, 0.0, 1.0]))
+    # (1+0)^-.5 = 1; (1+3)^-.5 = .5; (1+8)^-.5 = 1/3; trained at step 9 -> 10 - 9 = 1, not < 1,
+    # so it trains again with (1+1)^-.5; trained at 10 (this step) -> 0 < 1 -> 0; never -> 1
+    torch.testing.assert_close(w, torch.tensor([1.0, 0.5, 1 / 3, 2 ** -0.5, 0.0, 1.0]))
     w2 = count_aware_weights(times, last, step=10, power=1.0, cooldown=0)
-    # cooldown 0 only blocks the current step; power 1: 1/(1+n)
-    torch.testing.assert_close(w2, torch.tensor([1.0, 0.25, 1 / 9, 0.5, 0.0, 1.0]))
+    # cooldown 0 is off (official: ``cooldown > 0 and ...``); power 1: 1/(1+n)
+    torch.testing.assert_close(w2, torch.tensor([1.0, 0.25, 1 / 9, 0.5, 1 / 3, 1.0]))
     w3 = count_aware_weights(times, last, step=10, power=0.5, cooldown=5)
-    # 10 - 5 = 5 <= 5 -> 0 as well; 10 - 2 = 8 > 5 -> 1/3
-    torch.testing.assert_close(w3, torch.tensor([1.0, 0.0, 1 / 3, 0.0, 0.0, 1.0]))
+    # 10 - 5 = 5, not < 5 -> (1+3)^-.5 = .5; 10 - 9 = 1 < 5 -> 0; 10 - 10 = 0 < 5 -> 0;
+    # 10 - 2 = 8 -> 1/3
+    torch.testing.assert_close(w3, torch.tensor([1.0, 0.5, 1 / 3, 0.0, 0.0, 1.0]))
+
+
+def test_cooldown_is_strictly_less_than_as_official():
+    """Issue 16, bug 1. The official ComplementaryRL fork of ROLL zeroes a sample's weight when
+    ``cooldown > 0 and last_step >= 0 and (global_step - last_step) < cooldown``
+    (roll/pipeline/agentic/multi_agentic_pipeline.py:923 at pUmpKin-Co/ComplementaryRL ab2574f;
+    the same line in knowledge_model_pipeline.py:526), with ``memory_repeat_cooldown_steps: 1``
+    in examples/singletask-agentic/single_task_complementaryrl.yaml:177. So with cooldown 1 a
+    sample trained at step t is blocked at t only and trains again at t + 1."""
+    times = torch.tensor([1, 1, 1, 4])
+    last = torch.tensor([7, 6, 5, 4])
+    for cooldown, expected in [
+        (0, [2 ** -0.5, 2 ** -0.5, 2 ** -0.5, 5 ** -0.5]),   # off
+        (1, [0.0, 2 ** -0.5, 2 ** -0.5, 5 ** -0.5]),          # since 0 blocked; since 1 trains
+        (2, [0.0, 0.0, 2 ** -0.5, 5 ** -0.5]),                # since 0, 1 blocked; 2 trains
+        (3, [0.0, 0.0, 0.0, 5 ** -0.5]),
+    ]:
+        w = count_aware_weights(times, last, step=7, power=0.5, cooldown=cooldown)
+        torch.testing.assert_close(w, torch.tensor(expected), msg=f"cooldown {cooldown}")
 
 
 def test_count_aware_weights_bad_inputs():
@@ -82,7 +102,7 @@ def test_weights_are_in_unit_interval_and_zero_only_in_cooldown(rows, step, powe
     last = torch.tensor([s for _, s in rows])
     w = count_aware_weights(times, last, step, power=power, cooldown=cooldown)
     for (n, s), wi in zip(rows, w.tolist()):
-        cooling = s >= 0 and step - s <= cooldown
+        cooling = s >= 0 and step - s < cooldown  # official: strictly less
         if cooling:
             assert wi == 0.0
         else:

@@ -144,6 +144,30 @@ def test_cispo_values_by_hand():
     assert m["weight_mean"] == pytest.approx((1.1 + 0.9 + 1.05) / 3, rel=1e-5)
 
 
+def test_cispo_asymmetric_eps_by_hand():
+    """eps_low != eps_high, so swapping them (or using one for both) changes the numbers.
+    CISPO (MiniMax-M1 report, eq. 4-5): weight = sg(clip(r, 1 - eps_low, 1 + eps_high)); the
+    official extractor loss is the same (ComplementaryRL fork of ROLL,
+    roll/pipeline/agentic/memory/memory_model/memory_model_worker.py:438-449:
+    clip_lower = 1 - epsilon_low, clip_upper = 1 + epsilon_high, torch.clamp(ratio, ...))."""
+    ratios = [1.5, 0.5, 1.1, 0.8, 1.02]
+    logprobs, old = _lp([ratios])
+    adv = torch.tensor([[1.0, -2.0, 0.5, 1.0, -1.0]])
+    mask = torch.ones(1, 5)
+    loss, m = cispo_loss(logprobs, old, adv, mask, eps_low=0.3, eps_high=0.05)
+    # floor 0.7, ceiling 1.05: 1.5 -> 1.05, 0.5 -> 0.7, 1.1 -> 1.05, 0.8 and 1.02 unclipped
+    w = [1.05, 0.7, 1.05, 0.8, 1.02]
+    a = [1.0, -2.0, 0.5, 1.0, -1.0]
+    expected = sum(-wi * ai * LN(ri) for wi, ai, ri in zip(w, a, ratios)) / 5
+    assert loss.item() == pytest.approx(expected, rel=1e-5)
+    loss.backward()
+    torch.testing.assert_close(logprobs.grad, torch.tensor([[-wi * ai / 5 for wi, ai in zip(w, a)]]))
+    assert m["clip_frac_high"] == pytest.approx(2 / 5)
+    assert m["clip_frac_low"] == pytest.approx(1 / 5)
+    assert m["clip_frac"] == pytest.approx(3 / 5)
+    assert m["weight_mean"] == pytest.approx(sum(w) / 5, rel=1e-5)
+
+
 def test_cispo_one_sided_caps_only_from_above():
     logprobs, old = _lp([[1.5, 0.5]])
     adv, mask = torch.ones(1, 2), torch.ones(1, 2)

@@ -79,7 +79,7 @@ def test_check_text_env_passes_without_warnings(env_id: str) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # any warning at all fails the test
         report = check_text_env(env_id, seed=3)
-    assert len(report.checks) == 4
+    assert len(report.checks) == 7  # gym, reset, fuzz+clean text, options, episode end, determinism, close
 
 
 # -- seeding -------------------------------------------------------------------------------------
@@ -322,3 +322,39 @@ def test_the_pkg_resources_stand_in_does_not_outlive_the_minihack_import() -> No
             "mod = sys.modules.get('pkg_resources'); "
             "assert mod is None or hasattr(mod, 'get_distribution'), mod")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_options_not_a_dict_is_a_type_error() -> None:
+    env = MiniHackTextEnv("MiniHack-Room-5x5-v0")
+    try:
+        with pytest.raises(TypeError, match="must be a dict"):
+            env.reset(options="notadict")
+        env.reset(seed=0)  # still usable
+    finally:
+        env.close()
+
+
+def test_reset_and_step_after_close_are_a_clear_error() -> None:
+    env = MiniHackTextEnv("MiniHack-Room-5x5-v0")
+    env.reset(seed=0)
+    env.close()
+    with pytest.raises(RuntimeError, match="after close"):
+        env.step("north")
+    with pytest.raises(RuntimeError, match="after close"):
+        env.reset(seed=0)
+    env.close()  # closing twice is fine
+
+
+def test_steps_after_the_end_keep_it_ended_and_echo_nothing_raw() -> None:
+    env = MiniHackTextEnv("MiniHack-Room-5x5-v0", max_steps=2)
+    env.reset(seed=0)
+    obs, *_ = env.step("look\x1b[31m\ud800")
+    assert "\x1b" not in obs and "\\x1b" in obs and "\\ud800" in obs
+    obs.encode("utf-8")
+    final = env.step("zzz")
+    assert final[3] is True
+    for _ in range(2):
+        obs, reward, terminated, truncated, info = env.step("north")
+        assert obs.startswith(final[0]) and "episode is over" in obs
+        assert (reward, terminated, truncated, info["action_valid"]) == (0.0, False, True, False)
+    env.close()

@@ -70,7 +70,7 @@ def test_bad_arguments_name_the_choices():
 
 def test_check_text_env_passes():
     report = check_text_env("crl/SWE-v0", make_kwargs={"command_timeout_s": 20})
-    assert len(report.checks) == 4
+    assert len(report.checks) == 7
 
 
 def test_fuzzed_actions_are_feedback_and_the_episode_goes_on(env):
@@ -195,12 +195,12 @@ def test_task_data_and_host_are_invisible_from_the_sandbox(env):
     assert obs.startswith("/testbed\n")
 
 
-def test_a_task_resolves_in_the_rlimits_fallback_too():
+def test_a_task_resolves_in_the_unsafe_rlimits_mode_too():
     # the mode CI hosts without namespaces get; the per-task tests above use the best mode
-    e = SWETextEnv(task_set="mini", split="all", isolation="rlimits")
+    e = SWETextEnv(task_set="mini", split="all", isolation="unsafe-rlimits")
     try:
         e.reset(options={"task_id": "handykit__handykit-116"})
-        assert e.sandbox.describe()["isolation"] == "rlimits"
+        assert e.sandbox.describe()["isolation"] == "unsafe-rlimits"
         assert e.step("submit")[4]["success"] is False
         e.reset(options={"task_id": "handykit__handykit-116"})
         for action in e.reference_actions():

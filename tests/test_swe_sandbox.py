@@ -3,7 +3,8 @@
 The hostile commands (a write outside the workspace, a fork bomb, an endless loop, 100 MB of
 output, a memory hog, a huge file, a network call, a symlink out of the workspace) run for real,
 through the env's ``run`` action and through :class:`LocalSandbox` directly, in every isolation
-mode this host supports (``namespaces`` where the OS allows it, ``rlimits`` everywhere).
+mode this host supports (``namespaces`` where the OS allows it, ``unsafe-rlimits`` everywhere).
+Waits are on conditions with generous ceilings, never on fixed sleeps or tight time windows.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from crl_bench.envs.swe.sandbox import (LocalSandbox, SandboxLimits, SandboxPath
                                         namespaces_available)
 
 NAMESPACES, WHY_NOT = namespaces_available()
-MODES = ["rlimits"] + (["namespaces"] if NAMESPACES else [])
+MODES = ["unsafe-rlimits"] + (["namespaces"] if NAMESPACES else [])
 IS_ROOT = os.geteuid() == 0
 needs_namespaces = pytest.mark.skipif(not NAMESPACES, reason=f"no namespaces here: {WHY_NOT}")
 
@@ -48,6 +49,15 @@ def env():
     e.reset(options={"task_id": "handykit__handykit-101"})
     yield e
     e.close()
+
+
+def _wait_until(condition, ceiling_s: float = 30.0) -> bool:
+    deadline = time.monotonic() + ceiling_s
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return condition()
 
 
 def _writes_confined(sb) -> bool:
@@ -98,13 +108,12 @@ def test_fork_bomb_is_contained(env):
         pytest.skip("commands run as root here (see describe()['uid_note']): no process limit")
     start = time.monotonic()
     obs, *_, info = env.step("run bomb() { bomb | bomb & }; bomb; sleep 1; echo after-bomb")
-    assert time.monotonic() - start < 15
+    assert time.monotonic() - start < 120
     # either the process limit stopped the forks (and the shell finished) or the timeout hit
     assert "Resource temporarily unavailable" in obs or "timed out" in obs, obs[-500:]
     assert info["action_valid"]
-    time.sleep(0.3)
-    if env.sandbox.uid is not None:
-        assert _uid_processes(env.sandbox.uid) == []  # nothing of the command is left running
+    if env.sandbox.uid is not None:  # nothing of the command is left running
+        assert _wait_until(lambda: _uid_processes(env.sandbox.uid) == [])
     _still_works(env)
 
 
@@ -112,7 +121,8 @@ def test_endless_loop_is_killed_at_the_timeout(env):
     start = time.monotonic()
     obs, *_, info = env.step("run while true; do :; done")
     elapsed = time.monotonic() - start
-    assert 2.5 < elapsed < 10
+    assert elapsed >= 3 * 0.9  # not stopped early; no upper bound tighter than the ceiling below
+    assert elapsed < 120
     assert "[command timed out after 3 s: it and every process it started were killed]" in obs
     assert info["timed_out"] and info["exit_code"] is None
     _still_works(env)
@@ -180,10 +190,9 @@ def test_sandbox_100_mb_below_the_hard_cap_completes_with_head_and_tail(sandbox)
 
 def test_sandbox_kills_what_a_command_leaves_behind(sandbox):
     result = sandbox.run("setsid sleep 60 > /dev/null 2>&1 & echo started")
-    assert result.output == "started\n" and result.duration_s < 5
-    time.sleep(0.3)
+    assert result.output == "started\n" and result.duration_s < 60
     if sandbox.uid is not None:
-        assert _uid_processes(sandbox.uid) == []
+        assert _wait_until(lambda: _uid_processes(sandbox.uid) == [])
 
 
 def test_sandbox_fork_bomb_then_reset(sandbox):

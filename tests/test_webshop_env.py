@@ -65,7 +65,7 @@ def test_bad_constructor_arguments_say_what_is_allowed():
 ])
 def test_check_text_env_passes(env_id, kwargs):
     report = check_text_env(env_id, make_kwargs={"data_dir": str(DATA), **kwargs}, n_random_steps=25)
-    assert len(report.checks) == 4
+    assert len(report.checks) == 7  # gym, reset, fuzz+clean text, options, episode end, determinism, close
 
 
 @needs_data
@@ -278,3 +278,36 @@ def test_cli_lists_the_webshop_envs():
                           "webshop"], capture_output=True, text=True, check=True,
                          env={**os.environ})
     assert "crl/WebShop-v0" in out.stdout and "crl/WebShop-Human-v0" in out.stdout
+
+
+def test_options_not_a_dict_is_a_type_error():
+    env = make(split="test")
+    with pytest.raises(TypeError, match="must be a dict"):
+        env.reset(options="notadict")
+    env.reset(options={"task_id": 0})
+
+
+@pytest.mark.parametrize("action", ["click[\ud800]", "click[a\x1b[31mred\x1b[0m]", "\x00\x07",
+                                    "click[" + "\ud83d" * 500 + "]"])
+def test_invalid_actions_are_never_echoed_raw(action):
+    env = make(split="test")
+    env.reset(options={"task_id": 0})
+    obs, reward, terminated, truncated, info = env.step(action)
+    assert not info["action_valid"] and obs.startswith("Invalid action")
+    obs.encode("utf-8")  # no lone surrogate
+    assert not any(ord(c) < 32 and c not in "\n\t" for c in obs)
+    assert len(obs.split("\n")[0]) < 500  # clipped (60 characters, each at most 6 escaped)
+
+
+def test_steps_after_the_purchase_keep_the_episode_ended_with_a_reward_in_0_1():
+    env = make(split="test")
+    _obs, info = env.reset(options={"task_id": 490})
+    env.step("search[tempered glass screen protector]")
+    env.step("click[b083zk4nrs]")
+    final = env.step("click[buy now]")
+    assert final[2] is True and 0.0 <= final[1] <= 1.0
+    for action in ("click[buy now]", "search[x]"):
+        obs, reward, terminated, truncated, info = env.step(action)
+        assert obs.startswith(final[0]) and "episode is over" in obs
+        assert (reward, terminated, truncated, info["action_valid"]) == (0.0, True, False, False)
+        assert info["score"] == final[4]["score"]

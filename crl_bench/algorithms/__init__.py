@@ -31,9 +31,9 @@ ADVANTAGES.register("mean_std", "crl_bench.algorithms.advantages:mean_std_advant
 # ``defaults``: the loss's settings (its keyword arguments) when a role's ``loss_args`` says nothing
 LOSSES.register("ppo_clip", "crl_bench.algorithms.losses:ppo_clip_loss",
                 description="PPO clipped surrogate, optional asymmetric and dual clip",
-                defaults={"clip_eps": 0.2})
+                defaults={"clip_eps": 0.2, "clip_eps_high": None, "dual_clip": None})
 LOSSES.register("cispo", "crl_bench.algorithms.losses:cispo_loss",
                 description="clipped stop-gradient IS weight x advantage x log-prob",
-                defaults={"eps_low": 0.1, "eps_high": 0.1})
+                defaults={"eps_low": 0.1, "eps_high": 0.1, "one_sided": False})
 
 __all__ = ["ADVANTAGES", "LOSSES"]

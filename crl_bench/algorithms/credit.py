@@ -7,7 +7,9 @@ Until then the reward is NaN ("not resolved yet") and the sample waits in the bu
 
 Count-aware reweighting keeps a few popular samples from dominating the extractor's updates: a
 sample trained n times before has its advantage scaled by (1 + n)^-power, and a sample trained
-within the last ``cooldown`` steps is skipped (weight 0).
+fewer than ``cooldown`` steps ago is skipped (weight 0), as in the official code
+(ComplementaryRL fork of ROLL, ``roll/pipeline/agentic/multi_agentic_pipeline.py``:
+``cooldown > 0 and last_step >= 0 and (global_step - last_step) < cooldown``).
 """
 
 from __future__ import annotations
@@ -100,9 +102,10 @@ def count_aware_weights(times_trained: Tensor, last_trained_step: Tensor, step: 
             -1 = never.
         step: the current extractor step (same clock as ``last_trained_step``).
         power: decay exponent, >= 0 (official 0.5; 0 turns the count decay off).
-        cooldown: a sample with ``0 <= step - last_trained_step <= cooldown`` gets weight 0
-            (official 1: a sample trained at the previous step sits this one out). 0 only blocks
-            training a sample twice in the same step.
+        cooldown: a sample with ``0 <= step - last_trained_step < cooldown`` gets weight 0
+            (strictly less, as official). The official config uses 1: a sample cannot be trained
+            twice at the same step, but may be trained again at the next one. 0 turns the
+            cooldown off.
 
     Returns:
         ``[S]`` float32 weights; in (0, 1] outside cooldown, exactly 0 inside it.
@@ -128,6 +131,6 @@ def count_aware_weights(times_trained: Tensor, last_trained_step: Tensor, step: 
     # floor at float32's smallest normal so a huge count never underflows to a cooldown-like 0
     weights = (1.0 + n).pow(-float(power)).clamp(min=torch.finfo(torch.float32).tiny)
     since = step - last_trained_step.to(torch.long)
-    cooling = (last_trained_step >= 0) & (since <= cooldown)
+    cooling = (last_trained_step >= 0) & (since < cooldown)
     weights = torch.where(cooling, torch.zeros_like(weights), weights)
     return weights.to(torch.float32)

@@ -1,6 +1,7 @@
-"""A readers-writer lock for the experience system.
+"""Locks for the experience system: a readers-writer lock between the threads of one process
+(``RWLock``) and an OS lock that makes one process the only writer of a bank (``ProcessFileLock``).
 
-Retrieval (many rollout threads) only reads the bank, so reads run side by side; adds, updates,
+RWLock: retrieval (many rollout threads) only reads the bank, so reads run side by side; adds, updates,
 deletes and merges change the table and the ANN index together, so a write waits until no read is
 in progress and blocks new reads while it runs. Waiting writers are preferred over new readers:
 without that, a steady stream of retrievals from 8+ rollout threads would starve the extractor.
@@ -8,9 +9,16 @@ without that, a steady stream of retrievals from 8+ rollout threads would starve
 
 from __future__ import annotations
 
+import json
+import os
+import socket
+import sys
 import threading
+import time
+import warnings
 from contextlib import contextmanager
-from typing import Iterator
+from pathlib import Path
+from typing import IO, Any, Iterator
 
 
 class RWLock:
@@ -68,3 +76,73 @@ class RWLock:
             yield
         finally:
             self.release_write()
+
+
+class ProcessFileLock:
+    """An exclusive ``flock`` on a sidecar file, held from :meth:`try_acquire` to :meth:`release`.
+
+    The kernel drops the lock when its holder exits, however it exits (SIGKILL included), so a
+    dead holder never blocks the next one and there is nothing stale to clean up. flock locks
+    belong to an open file, not to a process: a second ``ProcessFileLock`` on the same path in
+    the *same* process is refused too (two bank objects writing one file would disagree just as
+    two processes do). The holder writes its pid, host, start time and command line into the
+    file so that the refused one can say who holds it. The file is never deleted (deleting a lock
+    file races with a process that has just opened it).
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._file: IO[str] | None = None
+
+    @property
+    def held(self) -> bool:
+        return self._file is not None
+
+    def try_acquire(self) -> bool:
+        """Take the lock without waiting; False when another open file holds it."""
+        import fcntl
+
+        if self._file is not None:
+            return True
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        f = os.fdopen(fd, "r+", encoding="utf-8")
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.close()
+            return False
+        except OSError as exc:  # a file system without locks (some network/FUSE mounts)
+            warnings.warn(f"cannot lock {self.path} ({exc}): one writer per bank is not "
+                          f"enforced on this file system; keep banks on a local disk",
+                          RuntimeWarning, stacklevel=3)
+        f.truncate(0)
+        f.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                            "since": time.time(), "argv": sys.argv[:6]}) + "\n")
+        f.flush()
+        self._file = f
+        return True
+
+    def holder(self) -> dict[str, Any]:
+        """What the holder wrote (pid, host, since, argv); {} when unknown (e.g. it is just
+        starting, or the file is unreadable)."""
+        try:
+            text = self.path.read_text(encoding="utf-8").strip()
+            info = json.loads(text) if text else {}
+            return info if isinstance(info, dict) else {}
+        except (OSError, ValueError):
+            return {}
+
+    def release(self) -> None:
+        """Give the lock up (safe to call twice)."""
+        import fcntl
+
+        f, self._file = self._file, None
+        if f is None:
+            return
+        try:
+            f.truncate(0)  # no stale holder shown after release
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+        except OSError:
+            pass
+        finally:
+            f.close()

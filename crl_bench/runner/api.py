@@ -16,40 +16,86 @@ def default_run_dir(agent: str, tasks: str, seed: int, root: str | Path = "runs"
     return Path(root) / f"{tasks}__{agent}__{seed}__{stamp}"
 
 
-def run_experiment(agent: str, tasks: str, preset: str | None, seed: int, out_dir: str | Path,
-                   steps: int | None = None, overrides: dict[str, Any] | None = None,
-                   resume: bool = True, progress: bool = True) -> Path:
+def run_experiment(agent: str | None, tasks: str | None, preset: str | None, seed: int | None,
+                   out_dir: str | Path, steps: int | None = None,
+                   overrides: dict[str, Any] | None = None, resume: bool = True,
+                   progress: bool = True, repair: bool = False) -> Path:
     """Train and evaluate ``agent`` on ``tasks``; returns the run directory.
 
     With ``resume`` and an existing checkpoint in ``out_dir`` the run continues after the last
     checkpointed step (records of later, unfinished steps are cut first); a finished run is left
-    as it is. The configuration of a resumed run is the one stored in ``config.json``; of the
-    ``overrides`` only speed settings (``threads``) may change it, others are refused.
+    as it is. The configuration of a resumed run is the one stored in ``config.json``: ``agent``,
+    ``tasks``, ``seed`` and ``preset`` may be None (taken from it) or must agree with it; of the
+    ``overrides`` only speed settings (``threads``) may change it, others are refused. ``steps``
+    may extend a resumed run, but not end it before its last checkpoint.
+
+    A damaged record line stops a resume with the file and line named; ``repair=True`` moves such
+    lines aside to ``<file>.bad`` and goes on. A checkpoint whose step is the run's last marks the
+    run done (the crash came after its last checkpoint).
+
+    ``None`` for ``agent`` / ``tasks`` / ``seed`` of a new run means comp_rl / 3mix / 0.
     """
     from crl_bench.runner.records import RunDir
 
+    if repair and not resume:
+        raise ValueError("--repair only applies to --resume (it repairs the records of the run "
+                         "being continued).")
     run = RunDir(out_dir)
     run.acquire()  # RunInUseError when another process trains this folder
     try:
+        run.remove_stale_temporaries()  # left by a killed process; we hold the run now
         return _run_locked(run, agent=agent, tasks=tasks, preset=preset, seed=seed, steps=steps,
-                           overrides=overrides, resume=resume, progress=progress)
+                           overrides=overrides, resume=resume, progress=progress, repair=repair)
     finally:
         run.release()
 
 
-def _run_locked(run: Any, *, agent: str, tasks: str, preset: str | None, seed: int,
-                steps: int | None, overrides: dict[str, Any] | None, resume: bool,
-                progress: bool) -> Path:
+def _stored_config(run: Any) -> Any:
+    """The run's ``config.json`` as a RunConfig; a damaged file is named, with the way out."""
+    from crl_bench.runner.config import ConfigError, config_from_dict
+
+    path = run.config_path
+    try:
+        data = json.loads(path.read_text())
+        if not isinstance(data, dict):
+            raise ConfigError(f"expected a JSON object, got {type(data).__name__}")
+        cfg = config_from_dict({k: v for k, v in data.items()
+                                if k not in ("agent_options", "task_names", "env_ids", "host")})
+        cfg.validate()
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, ConfigError) as exc:
+        raise ConfigError(f"{path} is not a valid run configuration ({exc}). It cannot be "
+                          "resumed: restore the file, or start a new run with another --out.") from None
+    return cfg
+
+
+def _check_identity(cfg: Any, run: Any, **given: Any) -> None:
+    """A resumed run keeps its agent, tasks, seed and preset; a different one given is refused."""
+    from crl_bench.runner.config import ConfigError
+
+    option = {"agent": "--agent", "tasks": "--tasks", "seed": "--seed", "preset": "--preset"}
+    differ = [f"{option[k]} {v} (stored: {getattr(cfg, k)})" for k, v in given.items()
+              if v is not None and v != getattr(cfg, k)]
+    if differ:
+        raise ConfigError(f"--resume continues the run stored in {run.path}, which differs: "
+                          f"{'; '.join(differ)}. Leave these options out to continue it, or start "
+                          "a new run with another --out.")
+
+
+def _run_locked(run: Any, *, agent: str | None, tasks: str | None, preset: str | None,
+                seed: int | None, steps: int | None, overrides: dict[str, Any] | None,
+                resume: bool, progress: bool, repair: bool) -> Path:
     from crl_bench.agent import load_agent
-    from crl_bench.runner.config import ConfigError, apply_resume_overrides, build_config, config_from_dict
+    from crl_bench.runner.config import ConfigError, apply_resume_overrides, build_config
     from crl_bench.runner.loop import Trainer, write_config
 
     status = run.status()
-    if resume and run.config_path.exists():
+    checkpoint, start = None, 0
+    resuming = resume and run.config_path.exists()
+    if resuming:
         if status.get("state") == "done":
             return run.path
-        cfg = config_from_dict({k: v for k, v in json.loads(run.config_path.read_text()).items()
-                                if k not in ("agent_options", "task_names", "env_ids", "host")})
+        cfg = _stored_config(run)
+        _check_identity(cfg, run, agent=agent, tasks=tasks, seed=seed, preset=preset)
         if steps is not None:
             cfg.steps = steps
         cfg = apply_resume_overrides(cfg, overrides)
@@ -57,17 +103,38 @@ def _run_locked(run: Any, *, agent: str, tasks: str, preset: str | None, seed: i
         if run.config_path.exists() and status.get("state") != "missing":
             raise FileExistsError(f"{run.path} already holds a run ({status.get('state')}); pass "
                                   "--resume to continue it, or choose another --out.")
-        cfg = build_config(agent=agent, tasks=tasks, preset=preset, seed=seed, steps=steps,
-                           overrides=overrides)
-    try:
-        agent = load_agent(cfg.agent, cfg.method)
-    except ValueError as exc:  # an option the agent does not have, or a bad value
+        cfg = build_config(agent=agent or "comp_rl", tasks=tasks or "3mix", preset=preset,
+                           seed=0 if seed is None else seed, steps=steps, overrides=overrides)
+    try:  # the agent (a plugin is imported now) and its --set method.* options
+        agent_obj = load_agent(cfg.agent, cfg.method)
+    except ValueError as exc:
         raise ConfigError(str(exc)) from exc
-    trainer = Trainer(cfg, agent, run, progress=progress)
-    write_config(run, cfg, agent, trainer.tasks)
-    start = 0
+    cfg.validate(split=agent_obj.split_groups)  # everything is checked before anything is built
+    if resuming:
+        # damaged records and checkpoints are found (and named) before the model is built
+        if repair:
+            moved = run.repair_records()
+            for name, lines in moved.items():
+                print(f"[repair] {name}: moved {len(lines)} damaged line(s) "
+                      f"({', '.join(map(str, lines[:10]))}{' ...' if len(lines) > 10 else ''}) "
+                      f"to {run.path / (name + '.bad')}")
+        else:
+            run.check_records()
+        checkpoint = run.last_checkpoint()
+        if checkpoint is not None:
+            start = run.verify_checkpoint(checkpoint)
+            if start > cfg.steps:
+                raise ConfigError(
+                    f"the checkpoint in {checkpoint} is at step {start}, beyond the run's "
+                    f"steps={cfg.steps}: a run cannot go back. Pass --steps {start} or more to "
+                    "continue it, or start a new run with another --out.")
+            if start == cfg.steps:  # the crash came after the last step's checkpoint
+                run.truncate_after(start)
+                run.set_status("done", start)
+                return run.path
+    trainer = Trainer(cfg, agent_obj, run, progress=progress)
+    write_config(run, cfg, agent_obj, trainer.tasks)
     try:
-        checkpoint = run.last_checkpoint() if resume else None
         if checkpoint is not None and (checkpoint / "bank.sqlite").is_file():
             from crl_bench.experience.bank import restore_bank
 
@@ -75,7 +142,14 @@ def _run_locked(run: Any, *, agent: str, tasks: str, preset: str | None, seed: i
             restore_bank(checkpoint / "bank.sqlite", run.bank_path)
         trainer.setup()
         if checkpoint is not None:
-            start = trainer.load_checkpoint(checkpoint)
+            try:
+                start = trainer.load_checkpoint(checkpoint)
+            except Exception as exc:
+                raise CheckpointLoadError(
+                    f"the checkpoint in {checkpoint} cannot be loaded ({type(exc).__name__}: "
+                    f"{exc}). Move it aside (mv {checkpoint} {checkpoint.parent / 'broken'}) and "
+                    "run --resume again to restart from step 0, or start a new run with another "
+                    "--out.") from exc
             dropped = run.truncate_after(start)
             if any(dropped.values()):
                 print(f"[resume] continuing after step {start}; dropped records of unfinished steps: {dropped}")
@@ -86,7 +160,20 @@ def _run_locked(run: Any, *, agent: str, tasks: str, preset: str | None, seed: i
     except BaseException as exc:
         run.set_status("failed", trainer.step, error=f"{type(exc).__name__}: {exc}",
                        traceback=traceback.format_exc()[-4000:])
+        _close_after_failure(trainer, exc)
         raise
-    finally:
-        trainer.close()
+    trainer.close()
     return run.path
+
+
+class CheckpointLoadError(RuntimeError):
+    """A checkpoint passed the file checks but could not be loaded into the trainer."""
+
+
+def _close_after_failure(trainer: Any, exc: BaseException) -> None:
+    """Close what was built without hiding ``exc``: a failure inside ``setup`` leaves parts unset,
+    and an error from closing them must not replace the real cause."""
+    try:
+        trainer.close()
+    except Exception as close_exc:  # reported beside the cause, never instead of it
+        exc.add_note(f"(while cleaning up after it: {type(close_exc).__name__}: {close_exc})")

@@ -99,21 +99,63 @@ def write_json_atomic(path: Path, data: Any) -> None:
     os.replace(tmp, path)
 
 
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """Read a JSONL file; a torn last line (crash mid-write) is ignored."""
+class RecordError(RuntimeError):
+    """A run's file is damaged; the message names the file (and line) and the way out."""
+
+
+REPAIR_HINT = ("continue with `crl-bench run --resume --repair --out {run}`, which moves the bad "
+               "lines aside to {name}.bad and keeps the rest")
+
+
+def _held_by_other(path: Path) -> bool:
+    holder = run_holder(path.parent) if (path.parent / LOCK_FILE).exists() else None
+    return holder is not None and holder != os.getpid()
+
+
+def scan_jsonl(path: Path) -> tuple[list[dict[str, Any]], list[tuple[int, str, str]]]:
+    """Parse a JSONL records file: ``(records, bad)`` with ``bad`` as ``(line number, raw line,
+    why)`` for every line that is not one JSON object. A last line without its newline in a run
+    another live process is writing is an append in progress, not damage: it is left out."""
     if not path.exists():
-        return []
-    out = []
-    with open(path) as fh:
-        for line in fh:
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
-    return out
+        return [], []
+    records: list[dict[str, Any]] = []
+    bad: list[tuple[int, str, str]] = []
+    with open(path, encoding="utf-8", errors="surrogateescape") as fh:
+        lines = fh.readlines()
+    for i, raw in enumerate(lines, 1):
+        line = raw.strip()
+        if not line:
+            continue
+        if i == len(lines) and not raw.endswith("\n") and _held_by_other(path):
+            break  # being appended right now
+        try:
+            record = json.loads(line)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            why = "torn last line (no newline: a crash while writing)" if (
+                i == len(lines) and not raw.endswith("\n")) else f"not JSON ({exc.msg})"
+            bad.append((i, raw.rstrip("\n"), why))
+            continue
+        if not isinstance(record, dict):
+            bad.append((i, raw.rstrip("\n"), f"not a JSON object ({type(record).__name__})"))
+            continue
+        records.append(record)
+    return records, bad
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """Read a JSONL records file.
+
+    Raises:
+        RecordError: a damaged line (torn by a crash, or corrupt); names the file and the line
+            and the way out (``--resume --repair``). Damage is never dropped silently.
+    """
+    records, bad = scan_jsonl(path)
+    if bad:
+        line, _, why = bad[0]
+        more = f" (and {len(bad) - 1} more bad lines)" if len(bad) > 1 else ""
+        raise RecordError(f"{path}, line {line}: {why}{more}. To "
+                          + REPAIR_HINT.format(run=path.parent, name=path.name) + ".")
+    return records
 
 
 class RunDir:
@@ -188,25 +230,99 @@ class RunDir:
 
     def status(self) -> dict[str, Any]:
         p = self.path / "status.json"
-        return json.loads(p.read_text()) if p.exists() else {"state": "missing", "step": -1}
+        if not p.exists():
+            return {"state": "missing", "step": -1}
+        try:
+            data = json.loads(p.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            data = exc
+        if not isinstance(data, dict):
+            raise RecordError(f"{p} is damaged (not a JSON object: {data}). It only records the "
+                              f"run's state: delete it and continue with `crl-bench run --resume "
+                              f"--out {self.path}`.")
+        return data
 
     def truncate_after(self, step: int) -> dict[str, int]:
-        """Drop records of steps > ``step`` (work done after the last checkpoint); returns counts."""
+        """Drop records of steps > ``step`` (work done after the last checkpoint); returns counts.
+
+        Raises:
+            RecordError: a damaged line (see :func:`read_jsonl`); nothing is rewritten then. Run
+                :meth:`repair_records` first to move such lines aside.
+        """
+        if step >= 0:
+            for name in RECORD_FILES:
+                read_jsonl(self.path / name)  # every file checked before any is rewritten
         dropped: dict[str, int] = {}
         for name in RECORD_FILES:
             path = self.path / name
-            records = read_jsonl(path)
-            keep = [r for r in records if int(r.get("step", -1)) <= step]
+            records = read_jsonl(path) if step >= 0 else scan_jsonl(path)[0]
+            keep = [r for r in records if _record_step(r) <= step]
             dropped[name] = len(records) - len(keep)
+            if not path.exists() and not keep:
+                continue
             tmp = path.with_suffix(".tmp")
             with open(tmp, "w") as fh:
                 for r in keep:
                     fh.write(json.dumps(r, default=_json_default) + "\n")
+                fh.flush()
+                os.fsync(fh.fileno())
             os.replace(tmp, path)
         for f in (self.path / "trajectories").glob("*_step_*.jsonl.gz"):
-            if int(f.name.split("_step_")[1].split(".")[0]) > step:
+            try:
+                file_step = int(f.name.split("_step_")[1].split(".")[0])
+            except ValueError:
+                continue  # not one of ours
+            if file_step > step:
                 f.unlink()
         return dropped
+
+    def check_records(self) -> None:
+        """Raise :class:`RecordError` (file, line, way out) if any record file is damaged."""
+        for name in RECORD_FILES:
+            read_jsonl(self.path / name)
+
+    def repair_records(self) -> dict[str, list[int]]:
+        """Move every damaged record line aside to ``<file>.bad`` (appended: line number, then
+        the raw line) and rewrite the file without it. Returns the moved line numbers by file."""
+        moved: dict[str, list[int]] = {}
+        for name in RECORD_FILES:
+            path = self.path / name
+            records, bad = scan_jsonl(path)
+            if not bad:
+                continue
+            with open(path.with_name(name + ".bad"), "a", encoding="utf-8",
+                      errors="surrogateescape") as fh:
+                for line, raw, why in bad:
+                    fh.write(f"# {name} line {line}: {why}\n{raw}\n")
+                fh.flush()
+                os.fsync(fh.fileno())
+            tmp = path.with_suffix(".tmp")
+            with open(tmp, "w") as fh:
+                for r in records:
+                    fh.write(json.dumps(r, default=_json_default) + "\n")
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
+            moved[name] = [line for line, _, _ in bad]
+        return moved
+
+    def remove_stale_temporaries(self) -> list[Path]:
+        """Remove what a killed process left half-written: ``checkpoints/.tmp-*`` folders,
+        ``trajectories/*.tmp``, records' ``*.tmp`` and ``.<file>.json.*`` temporaries. Call only
+        while holding the run (:meth:`acquire`): then no other process writes them."""
+        removed: list[Path] = []
+        patterns = [(self.path / "checkpoints", ".tmp-*"), (self.path / "trajectories", "*.tmp"),
+                    (self.path, "*.tmp"), (self.path, ".*.json.*")]
+        for folder, pattern in patterns:
+            if not folder.is_dir():
+                continue
+            for p in folder.glob(pattern):
+                if p.is_dir() and not p.is_symlink():
+                    shutil.rmtree(p, ignore_errors=True)
+                else:
+                    p.unlink(missing_ok=True)
+                removed.append(p)
+        return removed
 
     # -- checkpoints ---------------------------------------------------------------------------
     def new_checkpoint_tmp(self) -> Path:
@@ -234,3 +350,45 @@ class RunDir:
         if (old / "loop_state.json").exists():
             return old
         return None
+
+    def verify_checkpoint(self, path: Path) -> int:
+        """Check a checkpoint's files before anything is loaded from them; return its step.
+
+        Raises:
+            CheckpointError: a missing, empty, truncated or garbled file, named, with the way out.
+        """
+        import zipfile
+
+        way_out = (f"Move the checkpoint aside (mv {path} {path.parent / 'broken'}) and run "
+                   "--resume again to restart the run from step 0, or start a new run with "
+                   "another --out.")
+        state_path = path / "loop_state.json"
+        try:
+            state = json.loads(state_path.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise CheckpointError(f"{state_path} cannot be read ({type(exc).__name__}: {exc}). "
+                                  + way_out) from None
+        step = state.get("step") if isinstance(state, dict) else None
+        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+            raise CheckpointError(f"{state_path} holds no valid step (got {step!r}). " + way_out)
+        for name in ("trainers.pt", "rng.pt"):
+            p = path / name
+            try:  # torch.save writes a zip archive: a truncated or empty file has no directory
+                with zipfile.ZipFile(p) as zf:
+                    if not any(n.endswith("data.pkl") for n in zf.namelist()):
+                        raise zipfile.BadZipFile("no data.pkl inside")
+            except (OSError, zipfile.BadZipFile) as exc:
+                raise CheckpointError(f"{p} is damaged or missing ({type(exc).__name__}: {exc}). "
+                                      + way_out) from None
+        if not (path / "adapters").is_dir():
+            raise CheckpointError(f"{path / 'adapters'} is missing. " + way_out)
+        return step
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint file is missing or damaged; the message names it and the way out."""
+
+
+def _record_step(record: dict[str, Any]) -> int:
+    step = record.get("step", -1)
+    return step if isinstance(step, int) and not isinstance(step, bool) else -1

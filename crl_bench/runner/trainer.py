@@ -117,8 +117,14 @@ class RoleTrainer:
             metrics.update(loss=0.0, grad_norm=0.0, skipped=1.0)
             return metrics
         loss_fn = self._loss_fn(loss)
-        total_tokens = sum(len(s.completion_ids) for s in active)
-        total_seqs = len(active)
+        # The loss is aggregated over *every* sample, as the official loss is (ROLL's agg_loss
+        # over the whole batch, the count-aware weight folded into the advantage): a sample with
+        # advantage 0 or weight 0 adds no gradient but still counts in the token / sequence
+        # denominator. Only the active samples are run through the model (the others' terms
+        # are exactly 0), each micro-batch scaled by its share of the *whole* batch.
+        total_tokens = sum(len(s.completion_ids) for s in samples)
+        total_seqs = len(samples)
+        active_tokens = sum(len(s.completion_ids) for s in active)
         mb = self.cfg.micro_batch_size
         # longest first: similar lengths share a micro-batch, less padding
         active.sort(key=lambda s: len(s.prompt_ids) + len(s.completion_ids), reverse=True)
@@ -136,12 +142,15 @@ class RoleTrainer:
                 # align: token t (t >= 1) is predicted at position t-1 of the log-prob tensor
                 lp = logprobs * cmask[:, 1:]
                 out, m = loss_fn(lp, lp_old[:, 1:], adv[:, 1:], cmask[:, 1:], agg=agg, **loss_kwargs)
-                share = (sum(len(s.completion_ids) for s in chunk) / total_tokens
-                         if agg == "token-mean" else len(chunk) / total_seqs)
+                chunk_tokens = sum(len(s.completion_ids) for s in chunk)
+                share = (chunk_tokens / total_tokens if agg == "token-mean"
+                         else len(chunk) / total_seqs)
                 (out * share).backward()
                 total_loss += float(out.detach()) * share
+                # diagnostics (clip fractions, ratios) are means over the active tokens
+                m_share = chunk_tokens / active_tokens
                 for k, v in m.items():
-                    sums[k] = sums.get(k, 0.0) + float(v) * share
+                    sums[k] = sums.get(k, 0.0) + float(v) * m_share
             grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.cfg.max_grad_norm)
             factor = _schedule_factor(self.updates, self.cfg, self.total_steps)
             for group in self.optimizer.param_groups:

@@ -11,7 +11,9 @@ One episode plays one ALFWorld game (a trial of a task) through TextWorld's PDDL
   ``"Nothing happens."`` and ``info["action_valid"]`` is ``False``; commands are matched exactly
   after stripping surrounding white space, as ALFWorld does;
 * ``terminated`` when the game is won (reward +1, ``success``, ``score`` 1.0); ``truncated``
-  after ``max_steps`` actions (50 by default), with reward ``-timeout_penalty`` (0 by default).
+  after ``max_steps`` actions (50 by default), with reward ``-timeout_penalty`` (0 by default);
+  further steps follow the text-env convention (:mod:`crl_bench.text_env`): the final
+  observation again, reward 0, the same end flags, ``action_valid=False``.
 
 ``info`` also has ``task_type`` (ALFWorld's name), ``task_type_id`` (1-6), ``split``,
 ``steps`` (actions taken) and ``walkthrough_length``.
@@ -32,10 +34,9 @@ from typing import Any
 
 from crl_bench.envs.alfworld.games import GameRecord, load_split, normalize_task_types
 
-from crl_bench.text_env import TextEnv, coerce_action
+from crl_bench.text_env import TextEnv, coerce_action, reset_options, safe_text
 
 INVALID_FEEDBACK = "Nothing happens."  # ALFWorld's answer to a command it does not know
-EPISODE_OVER = "The episode is over; call reset() to play again."
 GOAL_PREFIX = "Your task is to: "
 
 
@@ -127,8 +128,10 @@ class ALFWorldTextEnv(TextEnv):
               options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
         from crl_bench.envs.alfworld.engine import game_store, new_alfred_game
 
+        options = reset_options(options)
         super().reset(seed=seed)
-        task_id = (options or {}).get("task_id")
+        self.start_episode()
+        task_id = options.get("task_id")
         if task_id is None:
             record = self.games[int(self.np_random.integers(len(self.games)))]
         else:
@@ -143,7 +146,7 @@ class ALFWorldTextEnv(TextEnv):
         self._steps = 0
         self._won = bool(self._state["won"])
         self._finished = False
-        observation = self._state.feedback
+        observation = safe_text(self._state.feedback)
         self._goal = goal_from_observation(observation)
         self._admissible = list(self._state["admissible_commands"])
         self._last_observation = observation
@@ -165,9 +168,9 @@ class ALFWorldTextEnv(TextEnv):
         if self._state is None:
             raise RuntimeError("Call reset() before step().")
         text = coerce_action(action)
-        if self._finished:
-            self._last_observation = EPISODE_OVER
-            return EPISODE_OVER, 0.0, False, False, self._info(action_valid=False)
+        after_end = self.step_after_end()
+        if after_end is not None:
+            return after_end
         self._steps += 1
         command = text.strip()
         valid = command in self._admissible
@@ -187,8 +190,8 @@ class ALFWorldTextEnv(TextEnv):
             truncated = True
             reward = 0.0 - self.timeout_penalty  # (0.0 - 0.0 is +0.0)
         self._finished = terminated or truncated
-        self._last_observation = observation
-        return observation, reward, terminated, truncated, self._info(action_valid=valid)
+        return self.finish_step(observation, reward, terminated, truncated,
+                                self._info(action_valid=valid))
 
     def _info(self, *, action_valid: bool) -> dict[str, Any]:
         assert self.record is not None

@@ -20,7 +20,9 @@ MiniHack's end status ``TASK_SUCCESSFUL``; ``score`` is 1.0 on success, else 0.0
 
 Episode end: ``terminated`` when MiniHack ends the game (solved or died); ``truncated`` when
 ``max_steps`` actions have been taken (or MiniHack's own step limit, set above ours by default,
-was hit).
+was hit). Further steps follow the text-env convention (:mod:`crl_bench.text_env`): the final
+observation again with a note, reward 0, the same end flags, ``action_valid=False``. After
+``close()``, ``reset``/``step`` raise a ``RuntimeError`` saying to make a new env.
 
 Seeding and task ids: a task id is a *level seed*, the decimal string of NetHack's level-generator
 seed (NLE's ``lgen``), so the same task id always gives the same level layout.
@@ -40,7 +42,7 @@ import numpy as np
 from crl_bench.envs.minihack.actions import ActionWord, build_action_words, normalise_action
 from crl_bench.envs.minihack.language import describe
 from crl_bench.envs.minihack.tasks import PAPER_MAX_STEPS, goal_for
-from crl_bench.text_env import TextEnv, coerce_action
+from crl_bench.text_env import TextEnv, coerce_action, reset_options, safe_text
 
 LEVEL_SEED_LIMIT = 2**63  # NLE seeds are C unsigned longs; we keep them in int64 range
 _NEEDED_KEYS = ("glyphs", "chars", "blstats", "message")
@@ -126,8 +128,10 @@ class MiniHackTextEnv(TextEnv):
     # -- gymnasium API ---------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None,
               options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+        options = reset_options(options)
+        self._require_open("reset")
         super().reset(seed=seed)
-        options = dict(options or {})
+        self.start_episode()
         level_seed, core, disp = nethack_seeds(self.np_random, seed, options.get("task_id"))
         self._nle.seed(core, disp, reseed=False, lgen=level_seed)
         nle_obs, _nle_info = self._nle.reset()
@@ -137,18 +141,18 @@ class MiniHackTextEnv(TextEnv):
         self._success = False
         self._end_status = "RUNNING"
         self._started = True
-        self._description = self._describe(nle_obs)
+        self._description = safe_text(self._describe(nle_obs))
         self._last_observation = self._description
         return self._description, self._info(action_valid=True)
 
     def step(self, action: Any) -> tuple[str, float, bool, bool, dict[str, Any]]:
         if not self._started:
             raise RuntimeError("Call reset() before step() on MiniHackTextEnv.")
+        self._require_open("step")
         text = coerce_action(action)
-        if self._done is not None:
-            obs = (f"{self._description}\nThe episode is over; call reset() to start a new one "
-                   f"(action {_shown(text)} ignored).")
-            return obs, 0.0, self._done[0], self._done[1], self._info(action_valid=False)
+        after_end = self.step_after_end()
+        if after_end is not None:
+            return after_end
         self._steps += 1
         word = self._word_by_text.get(normalise_action(text))
         if word is None:
@@ -158,8 +162,7 @@ class MiniHackTextEnv(TextEnv):
             if truncated:
                 obs += f"\n{self._outcome(truncated_by_cap=True)}"
                 self._done = (False, True)
-            self._last_observation = obs
-            return obs, 0.0, False, truncated, self._info(action_valid=False)
+            return self.finish_step(obs, 0.0, False, truncated, self._info(action_valid=False))
 
         reward, terminated, nle_truncated = 0.0, False, False
         nle_obs: dict[str, np.ndarray] | None = None
@@ -187,8 +190,12 @@ class MiniHackTextEnv(TextEnv):
                 obs += "\n" + self._outcome(truncated_by_cap=True)
         if terminated or truncated:
             self._done = (terminated, truncated)
-        self._last_observation = obs
-        return obs, reward, terminated, truncated, self._info(action_valid=True)
+        return self.finish_step(obs, reward, terminated, truncated, self._info(action_valid=True))
+
+    def _require_open(self, what: str) -> None:
+        if getattr(self, "_nle", None) is None:
+            raise RuntimeError(f"MiniHackTextEnv.{what}() after close(): the NetHack process is "
+                               "gone; make a new env (gymnasium.make(...)) instead.")
 
     def close(self) -> None:
         nle = getattr(self, "_nle", None)

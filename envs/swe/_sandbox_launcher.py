@@ -13,8 +13,11 @@ interpreter starts in a few milliseconds. The config keys are written by
     is root), set no-new-privs and the parent-death signal, and ``exec`` the shell. When PID 1
     dies the kernel kills every process left in the namespace, so one kill of the launcher's
     process group ends a fork bomb or a daemon the command left behind.
-``rlimits``
-    No namespaces (the OS refused them): ``chdir``, rlimits, uid drop when root, ``exec``.
+``unsafe-rlimits``
+    No namespaces (only when the user asked for it by this name): ``chdir``, rlimits, uid drop
+    when root, ``exec``.
+
+Either way the launcher first joins the sandbox's memory cgroup when the config names one.
 
 Setup failures are printed to stdout with the prefix ``SETUP_ERROR_PREFIX`` and exit with
 ``SETUP_ERROR_EXIT``, so the host can tell them from the command's own failures.
@@ -231,6 +234,9 @@ def _run_namespaced(cfg):
 def main():
     cfg = json.loads(sys.argv[1])
     try:
+        if cfg.get("cgroup_procs"):
+            # Join the sandbox's memory cgroup first: everything the command starts inherits it.
+            _write(cfg["cgroup_procs"], str(os.getpid()))
         if cfg["mode"] == "namespaces":
             _run_namespaced(cfg)
         else:

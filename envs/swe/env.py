@@ -7,9 +7,10 @@ replace text, submit. Every action counts towards ``max_steps`` (50 by default, 
 paper); invalid ones come back as feedback with ``action_valid=False``.
 
 Grading happens on ``submit`` (or when the step cap is reached, unless
-``grade_on_truncation=False``), the SWE-bench way: the files the test patch touches are reset
-to the base, the test patch is applied to the agent's workspace, the instance's test command
-runs, and the ``FAIL_TO_PASS`` and ``PASS_TO_PASS`` tests are looked up in the pytest log.
+``grade_on_truncation=False``), the SWE-bench way and stricter (:mod:`..evaluation`): the
+workspace's patch (every file, ignored ones too) goes onto a fresh copy of the base without the
+files that can hook a test run, the test patch is applied, the tests run in a clean process, and
+the ``FAIL_TO_PASS`` and ``PASS_TO_PASS`` outcomes come from pytest's reports, not the log.
 ``success`` = all of them pass; ``score`` = the fraction that pass; ``reward`` = 1.0 on success
 else 0.0 (``reward="score"`` gives the fraction instead).
 """
@@ -19,12 +20,14 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from crl_bench.envs.swe.grading import GradeReport, grade, parse_pytest_log
+from crl_bench.envs.swe.evaluation import (DEFAULT_MAX_PATCH_BYTES, Grading, exclusion,
+                                           grade_sandbox, split_diff)
+from crl_bench.envs.swe.grading import GradeReport, grade
 from crl_bench.envs.swe.patches import patch_to_actions
 from crl_bench.envs.swe.sandbox import MiB, Sandbox, SandboxError, SandboxLimits
 from crl_bench.envs.swe.tasks import SWETask, TaskSet, make_task_set
-from crl_bench.envs.swe.tools import TOOL_HELP, ToolRunner, run_action_text
-from crl_bench.text_env import TextEnv, coerce_action
+from crl_bench.envs.swe.tools import TOOL_HELP, ToolOutput, ToolRunner, run_action_text
+from crl_bench.text_env import TextEnv, coerce_action, reset_options
 
 INTRO = """\
 <issue>
@@ -54,9 +57,12 @@ class SWETextEnv(TextEnv):
             harness images; needs a Docker engine).
         max_steps: action cap per episode.
         command_timeout_s: wall-clock limit of one ``run`` command.
-        eval_timeout_s: wall-clock limit of the grading test run.
+        eval_timeout_s: the grading budget (patch, fresh tree, test run together), seconds; how
+            long grading took and whether it ran out are in ``info["grading"]``.
+        max_patch_bytes: a larger patch is not graded (reported as too large, reward 0).
         max_observation_chars: longer observations keep head and tail with a marker.
-        isolation: local backend confinement: ``"auto"``, ``"namespaces"`` or ``"rlimits"``.
+        isolation: local backend confinement: ``"auto"``/``"namespaces"`` (refuse to start
+            without namespaces) or ``"unsafe-rlimits"`` (see :class:`LocalSandbox`).
         reward: ``"success"`` (1/0) or ``"score"`` (fraction of tests passing).
         grade_on_truncation: grade the workspace when the step cap is hit without a submit.
         python: (``lite-dev-local``) the Python 3.9 interpreter for its venv.
@@ -73,7 +79,8 @@ class SWETextEnv(TextEnv):
                  reward: str = "success", grade_on_truncation: bool = True,
                  python: str | None = None,
                  sandbox_limits: SandboxLimits | dict[str, Any] | None = None,
-                 docker_image: str | None = None, render_mode: str | None = None) -> None:
+                 docker_image: str | None = None, render_mode: str | None = None,
+                 max_patch_bytes: int = DEFAULT_MAX_PATCH_BYTES) -> None:
         super().__init__(max_steps=max_steps, render_mode=render_mode)
         if backend not in ("local", "docker"):
             raise ValueError(f"backend must be 'local' or 'docker', got {backend!r}.")
@@ -103,25 +110,28 @@ class SWETextEnv(TextEnv):
         self.task: SWETask | None = None
         self._test_command = ""
         self._steps = 0
-        self._done = False
         self._last_grade: GradeReport | None = None
         self._model_patch = ""
         self._test_log = ""
         self._base_rev = "HEAD"
+        self._grading: Grading | None = None
+        self._runtime_env: dict[str, str] = {}
+        self.max_patch_bytes = int(max_patch_bytes)
 
     # -- episode -------------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None,
               options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
         super().reset(seed=seed)
-        options = options or {}
+        options = reset_options(options)
+        self.start_episode()
         task_id = options.get("task_id")
         if task_id is None:
             task_id = self.task_ids[int(self.np_random.integers(len(self.task_ids)))]
         self.task = self.task_set.task(str(task_id))
         self._prepare_sandbox(self.task)
         self._steps = 0
-        self._done = False
         self._last_grade = None
+        self._grading = None
         self._model_patch = ""
         self._test_log = ""
         obs = INTRO.format(problem=self.task.problem_statement.strip(), repo=self.task.repo,
@@ -132,13 +142,16 @@ class SWETextEnv(TextEnv):
     def step(self, action: Any) -> tuple[str, float, bool, bool, dict[str, Any]]:
         if self.task is None or self._runner is None:
             raise RuntimeError("step() before reset(): call env.reset() first.")
-        if self._done:
-            obs = "The episode is over. Call reset() to start a new task."
-            self._last_observation = obs
-            return obs, 0.0, True, False, self._info(action_valid=False)
+        after_end = self.step_after_end()  # the text-env convention (crl_bench.text_env)
+        if after_end is not None:
+            return after_end
         text = coerce_action(action)
         self._steps += 1
-        parsed, out = run_action_text(self._runner, text)
+        try:
+            parsed, out = run_action_text(self._runner, text)
+        except Exception as exc:  # noqa: BLE001 - a bad action is feedback, never a crash
+            parsed, out = None, ToolOutput(f"Error: the action failed: {type(exc).__name__}: "
+                                           f"{exc}", ok=False, extra={"tool_error": repr(exc)})
         extra: dict[str, Any] = {"tool": parsed.tool if parsed else None, **out.extra}
         reward, terminated, truncated = 0.0, False, False
         obs = out.text
@@ -153,12 +166,11 @@ class SWETextEnv(TextEnv):
                 report = self._grade()
                 obs += " Your changes were graded as they are:\n" + report.summary()
         if terminated or truncated:
-            self._done = True
             if self._last_grade is not None:
                 reward = (1.0 if self._last_grade.resolved else 0.0) \
                     if self.reward_mode == "success" else self._last_grade.score
-        self._last_observation = obs
-        return obs, reward, terminated, truncated, self._info(action_valid=out.ok, **extra)
+        return self.finish_step(obs, reward, terminated, truncated,
+                                self._info(action_valid=out.ok, **extra))
 
     def close(self) -> None:
         if self.sandbox is not None:
@@ -179,6 +191,8 @@ class SWETextEnv(TextEnv):
         if self._last_grade is not None:
             info["tests"] = self._last_grade.as_dict()
             info["patch"] = self._model_patch
+            if self._grading is not None:
+                info["grading"] = self._grading.as_dict()
         return info
 
     def _prepare_sandbox(self, task: SWETask) -> None:
@@ -204,6 +218,7 @@ class SWETextEnv(TextEnv):
                 self._sandbox_key = key
             self.sandbox.prepare(runtime.template)
             self._test_command = runtime.test_command
+            self._runtime_env = dict(runtime.env)
         self._runner = ToolRunner(self.sandbox, max_observation_chars=self.max_observation_chars,
                                   command_timeout_s=self.command_timeout_s)
         # The base is pinned now: an agent that commits its own changes (tests included) must
@@ -212,38 +227,45 @@ class SWETextEnv(TextEnv):
         self._base_rev = head.output.strip() if head.exit_code == 0 else "HEAD"
 
     def _grade(self) -> GradeReport:
-        """Apply the test patch to the workspace, run the tests, look up F2P and P2P."""
+        """Grade the workspace on a fresh copy of the base (see :mod:`..evaluation`)."""
         assert self.task is not None and self.sandbox is not None
         task, sb = self.task, self.sandbox
         self._model_patch = ""
         try:
-            base = shlex.quote(self._base_rev)
-            diff = sb.run(f"git add -A . >/dev/null 2>&1; git diff --cached --binary {base}",
-                          timeout_s=120, output_keep_bytes=16 * MiB)
-            self._model_patch = diff.output if diff.exit_code == 0 else ""
-            restore = "; ".join(
-                f"if git cat-file -e {base}:{q} 2>/dev/null; then git checkout -q {base} -- {q}; "
-                f"else rm -rf -- {q}; fi" for q in map(shlex.quote, task.test_files))
-            sb.run(restore or "true", timeout_s=120)
-            applied = sb.run("git apply --whitespace=nowarn -", stdin=task.test_patch,
-                             timeout_s=120)
-            if applied.exit_code != 0:
-                report = grade({}, task.fail_to_pass, task.pass_to_pass,
-                               note="The hidden test patch did not apply on top of your changes "
-                                    "(did you edit the test files?): "
-                                    + applied.output.strip()[:500])
-            else:
-                result = sb.run(self._test_command, timeout_s=self.eval_timeout_s,
-                                output_keep_bytes=64 * MiB)
-                note = "The test run timed out." if result.timed_out else ""
-                report = grade(parse_pytest_log(result.output), task.fail_to_pass,
-                               task.pass_to_pass, note=note)
-                self._test_log = result.output
+            full = self._workspace_patch()
         except SandboxError as exc:
+            full = ""
             report = grade({}, task.fail_to_pass, task.pass_to_pass,
-                           note=f"Grading failed in the sandbox: {exc}")
+                           note=f"Your changes could not be read: {exc}")
+            self._grading = Grading(timeout_s=self.eval_timeout_s, problem=str(exc))
+            self._last_grade = report
+            return report
+        # byte-code caches are noise in the stored patch; everything else (hooks too) is kept
+        self._model_patch = "".join(c for p, c in split_diff(full)
+                                    if exclusion(p, frozenset()) != "byte-code cache")
+        report, self._grading, self._test_log = grade_sandbox(
+            sb, patch=self._model_patch, test_patch=task.test_patch, test_files=task.test_files,
+            test_command=self._test_command, fail_to_pass=task.fail_to_pass,
+            pass_to_pass=task.pass_to_pass, env=self._runtime_env,
+            timeout_s=self.eval_timeout_s, max_patch_bytes=self.max_patch_bytes)
+        if self._grading.patch_too_large:
+            self._model_patch = ""
         self._last_grade = report
         return report
+
+    def _workspace_patch(self) -> str:
+        sb = self.sandbox
+        assert sb is not None
+        if hasattr(sb, "workspace_diff"):
+            return sb.workspace_diff(timeout_s=min(120.0, self.eval_timeout_s))
+        base = shlex.quote(self._base_rev)
+        diff = sb.run("export GIT_INDEX_FILE=$(mktemp); git -c core.hooksPath=/dev/null "
+                      "-c core.fsmonitor=false add -A -f . >/dev/null 2>&1 && "
+                      f"git -c core.hooksPath=/dev/null diff --cached --binary {base}",
+                      timeout_s=120, output_keep_bytes=self.max_patch_bytes + MiB)
+        if diff.exit_code != 0 or diff.output_truncated or diff.output_flood:
+            raise SandboxError(f"git diff failed or its output was cut: {diff.status_line()}")
+        return diff.output
 
     # -- for tests, scripts and scripted agents ----------------------------------------------
     def reference_actions(self) -> list[str]:

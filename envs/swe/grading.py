@@ -7,8 +7,12 @@ whitespace-separated token. Ids in the datasets that were cut at a space match, 
 token is cut at the same place.
 
 A test counts as passing when its status is ``PASSED`` or ``XFAIL`` (an expected failure), as in
-the harness. A test that does not appear in the log (not collected, a crash before it ran)
-counts as failing.
+the harness; ``SKIPPED`` never does. A test that does not appear in the log (not collected, a
+crash before it ran) counts as failing. When a test appears more than once, the worst status
+wins (a later ``PASSED`` line cannot hide a ``FAILED`` one).
+
+The log is a weak channel: the code under test writes to it too. The local backend does not use
+it: :mod:`crl_bench.envs.swe.evaluation` reads per-test outcomes from pytest's own reports.
 """
 
 from __future__ import annotations
@@ -21,8 +25,18 @@ PASSING: frozenset[str] = frozenset({"PASSED", "XFAIL"})
 MISSING = "MISSING"  # status reported for a test that is absent from the log
 
 
+# worst first: when a test id has several statuses, the one that comes first here is kept
+SEVERITY: tuple[str, ...] = ("ERROR", "FAILED", "MISSING", "SKIPPED", "XFAIL", "PASSED")
+
+
+def worst(a: str, b: str) -> str:
+    """The worse of two statuses (unknown ones count as the worst)."""
+    rank = {s: i for i, s in enumerate(SEVERITY)}
+    return a if rank.get(a, -1) <= rank.get(b, -1) else b
+
+
 def parse_pytest_log(log: str) -> dict[str, str]:
-    """Map test id -> status from a ``pytest -rA`` log. Later lines win over earlier ones.
+    """Map test id -> status from a ``pytest -rA`` log; a test listed twice keeps its worst.
 
     >>> parse_pytest_log("PASSED tests/t.py::test_a\\nFAILED tests/t.py::test_b - assert 1 == 2")
     {'tests/t.py::test_a': 'PASSED', 'tests/t.py::test_b': 'FAILED'}
@@ -37,7 +51,8 @@ def parse_pytest_log(log: str) -> dict[str, str]:
         tokens = line.split()
         if len(tokens) < 2 or tokens[0] not in STATUSES:
             continue
-        statuses[tokens[1]] = tokens[0]
+        tid, status = tokens[1], tokens[0]
+        statuses[tid] = worst(statuses[tid], status) if tid in statuses else status
     return statuses
 
 

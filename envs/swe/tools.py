@@ -242,9 +242,13 @@ class ToolRunner:
         try:
             handler = getattr(self, f"_do_{action.tool}")
             out: ToolOutput = handler(action)
-        except (SandboxPathError, FileNotFoundError, IsADirectoryError, PermissionError,
-                UnicodeError) as exc:
+        except (SandboxPathError, UnicodeError) as exc:
             out = ToolOutput(f"Error: {exc}", ok=False)
+        except OSError as exc:  # ENAMETOOLONG, ELOOP, ENOTDIR, EEXIST, EACCES, ENOSPC, EFBIG...
+            what = exc.strerror or str(exc)
+            where = f" ({action.path[:200]})" if action.path else ""
+            out = ToolOutput(f"Error: {what}{where}; nothing was changed by this action unless "
+                             "it says so. Check the path.", ok=False)
         out.text = truncate_middle(out.text, self.max_chars)
         return out
 

@@ -30,6 +30,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from crl_bench.envs.webshop.goals import WebShopGoal
 from crl_bench.envs.webshop.reward import RewardBreakdown, webshop_reward
+from crl_bench.text_env import echo_text
 
 PRODUCTS_PER_PAGE = 10
 
@@ -270,5 +271,6 @@ def done_page_texts(asin: str, options: Mapping[str, str], reward: float) -> lis
 
 
 def clip_text(text: str, limit: int = 60) -> str:
-    text = text.replace("\n", " ")
-    return text if len(text) <= limit else text[:limit] + "..."
+    """Caller text quoted in an observation: clipped, control characters and lone surrogates
+    escaped (:func:`crl_bench.text_env.echo_text`)."""
+    return echo_text(text, limit)

@@ -16,13 +16,17 @@ as ``[clicked button]``). An episode ends when the agent buys (``terminated``) o
   item / sub_page / done);
 * after a purchase: ``webshop_reward`` (WebShop's raw value) and ``reward_breakdown``.
 
-The step reward is WebShop's reward, given at the purchase; ``score`` is that reward clipped to
-[0, 1] (it exceeds 1 only when a human goal names fewer options than were chosen) and
-``success`` is ``score == 1.0``.
+The step reward is WebShop's reward, given at the purchase, in [0, 1] (each goal option counts at
+most once, as in WebShop); ``score`` is the same value and ``success`` is ``score == 1.0``. Note
+that WebShop's reward is below 1.0 for some goals even when the goal's product is bought exactly
+as asked (458 of the 6,910 synthetic goals, see ``benchmarks/webshop_oracle_ceiling.py``).
 
 Invalid actions (unknown element, malformed brackets, empty search, searching on a page without
-a search box, anything after the purchase) change nothing; the observation says why and then
-repeats the page. WebShop's own text env also lets ``search[...]`` run on any page; set
+a search box) change nothing; the observation says why (quoting the action through
+:func:`crl_bench.text_env.echo_text`: escaped and clipped) and then repeats the page. After the
+purchase or the step cap, further steps follow the text-env convention
+(:mod:`crl_bench.text_env`): the final page again, reward 0, the same end flags,
+``action_valid=False``. WebShop's own text env also lets ``search[...]`` run on any page; set
 ``search_anywhere=True`` for that.
 """
 
@@ -33,7 +37,7 @@ from typing import Any
 from crl_bench.envs.webshop.data import WebShopData, load_webshop_data
 from crl_bench.envs.webshop.engine import DONE, Outcome, ShopSession, clip_text
 from crl_bench.envs.webshop.goals import GOAL_SOURCES, SPLITS, WebShopGoal, split_indices
-from crl_bench.text_env import TextEnv, coerce_action
+from crl_bench.text_env import TextEnv, coerce_action, reset_options, safe_text
 
 SEARCH_PLACEHOLDER = "search[<query>]"
 OBSERVATION_MODES: tuple[str, ...] = ("text", "text_rich")
@@ -122,8 +126,10 @@ class WebShopTextEnv(TextEnv):
     # -- gymnasium API ---------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None,
               options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+        options = reset_options(options)
         super().reset(seed=seed)
-        task_id = (options or {}).get("task_id")
+        self.start_episode()
+        task_id = options.get("task_id")
         if task_id is None:
             pick = int(self.np_random.integers(len(self.split_goals)))
             self.goal = self.goals[self.split_goals[pick]]
@@ -134,27 +140,28 @@ class WebShopTextEnv(TextEnv):
                                    show_attributes=self.show_attributes)
         self._steps = 0
         self._finished = False
-        obs = self._render_page()
+        obs = safe_text(self._render_page())
+        self._last_observation = obs
         return obs, self._info(Outcome(True))
 
     def step(self, action: Any) -> tuple[str, float, bool, bool, dict[str, Any]]:
         if self.session is None:
             raise RuntimeError("Call reset() before step().")
         text = coerce_action(action)
-        if self._finished:
-            outcome = Outcome(False, "the episode is over; call reset() to shop again")
-        else:
-            self._steps += 1
-            outcome = self._act(text)
+        after_end = self.step_after_end()
+        if after_end is not None:
+            return after_end
+        self._steps += 1
+        outcome = self._act(text)
         terminated = outcome.done
-        truncated = (not terminated and not self._finished and self._steps >= self.max_steps)
+        truncated = not terminated and self._steps >= self.max_steps
         if terminated or truncated:
             self._finished = True
         obs = self._render_page()
         if not outcome.valid:
             obs = f"Invalid action ({outcome.message}).\n{obs}"
-            self._last_observation = obs
-        return obs, float(outcome.reward), terminated, truncated, self._info(outcome)
+        reward = min(1.0, max(0.0, float(outcome.reward)))
+        return self.finish_step(obs, reward, terminated, truncated, self._info(outcome))
 
     def _act(self, text: str) -> Outcome:
         assert self.session is not None

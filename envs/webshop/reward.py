@@ -3,24 +3,39 @@
 When the agent clicks "Buy Now", WebShop (``web_agent_site/engine/goal.py``, ``get_reward``) scores
 the purchased product against the goal:
 
-    reward = (attributes matched + options matched + price ok)
+    reward = (attributes matched + goal options matched + price ok)
              / (goal attributes + goal options + 1)
              * type factor
 
-* **attributes**: a goal attribute counts when some attribute of the product is within a fuzzy
-  token-set ratio above 85 of it (``thefuzz``, which WebShop uses), or when the attribute text
-  occurs in the product's lower-cased title, bullet points or description;
-* **options**: each option the agent chose counts when, after colour normalisation, it equals a
-  goal option (for option names in :data:`EXACT_MATCH_OPTION_NAMES`, i.e. "size"), or is within a
-  fuzzy ratio above 85 of one (other names), or occurs in the title / bullet points / description;
+* **attributes** (``get_attribute_reward``): a goal attribute counts when some attribute of the
+  product is within a fuzzy token-set ratio above 85 of it (``thefuzz``, which WebShop uses), or,
+  failing that, when the attribute text occurs in the product's lower-cased title, bullet points
+  or description;
+* **options** (``get_option_reward``): a goal option counts when some option value the agent
+  chose is within a fuzzy token-set ratio above 85 of it - for every option name, size included,
+  and with *no* fallback to the product's text. WebShop compares the goal's ``(name, value)``
+  pairs (``goal_options.items()``) with the chosen values, which gives these quirks, all kept
+  because they are the benchmark:
+
+  - colour normalisation (:func:`normalize_colour`) replaces a chosen value by the first colour
+    word it *contains*, but a goal pair only when its name or value *is* a colour word (Python's
+    ``in`` on a tuple), so chosen "heather grey" (-> "grey") against goal ``("color", "heather
+    grey")`` still matches, while chosen "a01#blue" (-> "blue") misses goal ``("color",
+    "a01#blue")``;
+  - the pair is compared as its text ``"('color', 'a01#blue')"`` (``thefuzz`` turns non-strings
+    into ``str``), so the option *name* is one more token: chosen "large" is a token subset of
+    goal ``("size", "x-large")`` (ratio 100) and counts;
+  - each goal option counts at most once, so the reward never exceeds 1.
+
+  Human goals list bare values; those are colour-normalised like chosen values.
 * **price**: 1 when the (sampled) price is at most the goal's bound;
-* **type factor**: 1, 0.5, 0.1 or 0 from whether the product shares the goal's search query, at
-  least two category levels, and the nouns of the two titles (spaCy ``en_core_web_sm`` POS tags).
+* **type factor** (``get_type_reward``): 1, 0.5, 0.1 or 0 from whether the product shares the
+  goal's search query, at least two category levels, and the nouns of the two titles (spaCy
+  ``en_core_web_sm`` POS tags): ``title_score`` = |set of purchased nouns ∩ set of goal nouns| /
+  (number of goal nouns, repeats counted).
 
 The functions here are pure (nouns are passed in) except :func:`title_nouns`, which runs spaCy.
-Note that WebShop's reward can exceed 1 when the agent picks more options than the goal names
-(only human goals do that); the env reports that raw value as the step reward and clips the
-``score`` to [0, 1].
+The result is in [0, 1].
 """
 
 from __future__ import annotations
@@ -45,7 +60,6 @@ COLOUR_WORDS: tuple[str, ...] = (
     "turquoise", "violet", "walnut", "wheat", "white", "wine", "yellow",
 )
 
-EXACT_MATCH_OPTION_NAMES: tuple[str, ...] = ("size",)
 FUZZY_MATCH_ABOVE = 85  # token-set ratio (0..100) must be strictly above this
 NOUN_TAGS = frozenset({"NOUN", "PROPN"})  # WebShop also lists "PNOUN", which spaCy never emits
 
@@ -58,6 +72,30 @@ def normalize_colour(value: str) -> str:
         if colour in value:
             return colour
     return value
+
+
+def normalize_goal_option(option: str | tuple[str, str]) -> str | tuple[str, str]:
+    """WebShop's ``normalize_color`` applied to one goal option.
+
+    A bare value (human goals) is normalised like a chosen value. A ``(name, value)`` pair
+    (synthetic goals) becomes a colour word only when its name or value *equals* one (``in`` on a
+    tuple tests membership, not substrings); otherwise it stays a pair.
+    """
+    if isinstance(option, str):
+        return normalize_colour(option)
+    for colour in COLOUR_WORDS:
+        if colour in tuple(option):
+            return colour
+    return option
+
+
+def option_text(option: str | tuple[str, str]) -> str:
+    """The text the fuzzy matcher sees for a goal option: a pair reads ``"('size', 'large')"``.
+
+    (``thefuzz`` with ``force_ascii=True``, its default, calls ``str()`` on what it is given; the
+    punctuation is then dropped by its processing, leaving the name and value as tokens.)
+    """
+    return option if isinstance(option, str) else str(tuple(option))
 
 
 def fuzzy_ratio(a: str, b: str) -> int:
@@ -85,24 +123,29 @@ def count_attribute_matches(product: Mapping[str, Any], goal_attributes: Sequenc
     return matched
 
 
-def count_option_matches(product: Mapping[str, Any], goal_options: Sequence[str],
+def goal_option_list(goal_options: Mapping[str, str] | Sequence[str]) -> list[Any]:
+    """WebShop's goal options as ``get_reward`` passes them: ``(name, value)`` pairs of a
+    synthetic goal's dict, or a human goal's list of values."""
+    if isinstance(goal_options, Mapping):
+        return [(str(name), str(value)) for name, value in goal_options.items()]
+    return [str(value) for value in goal_options]
+
+
+def count_option_matches(goal_options: Mapping[str, str] | Sequence[str],
                          chosen_options: Mapping[str, str]) -> int:
-    """Number of the agent's chosen options that match the goal (see the module docstring).
+    """Number of goal options matched by some chosen option value (see the module docstring).
 
     Args:
-        product: the purchased product.
-        goal_options: the goal's option values (e.g. ``["black", "large"]``).
-        chosen_options: option name -> value the agent clicked (e.g. ``{"color": "black"}``).
+        goal_options: the goal's options: name -> value (synthetic goals, compared as pairs) or a
+            list of values (human goals).
+        chosen_options: option name -> value the agent clicked (e.g. ``{"color": "black"}``);
+            only the values take part, as in WebShop.
     """
-    wanted = [normalize_colour(v) for v in goal_options]
+    chosen = [normalize_colour(value) for value in chosen_options.values()]
     matched = 0
-    for name, value in chosen_options.items():
-        value = normalize_colour(value)
-        if name.lower() in EXACT_MATCH_OPTION_NAMES:
-            hit = value in wanted
-        else:
-            hit = any(fuzzy_ratio(w, value) > FUZZY_MATCH_ABOVE for w in wanted)
-        if hit or _in_product_text(value, product):
+    for option in goal_option_list(goal_options):
+        wanted = option_text(normalize_goal_option(option))
+        if any(fuzzy_ratio(value, wanted) > FUZZY_MATCH_ABOVE for value in chosen):
             matched += 1
     return matched
 
@@ -131,14 +174,14 @@ def type_factor(*, query_match: bool, category_match: bool, purchased_nouns: Seq
                 desired_nouns: Sequence[str]) -> TypeMatch:
     """WebShop's product-type factor from its three signals.
 
-    ``title_score`` = |purchased nouns ∩ desired nouns| / |desired nouns| (0.2 when the goal's
-    title has no noun). The factor starts at 1; it is 0.5 when neither the query, the categories
+    ``title_score`` = |set(purchased nouns) ∩ set(desired nouns)| / len(desired nouns), the
+    denominator counting repeated nouns (0.2 when the goal's title has no noun). The factor starts at 1; it is 0.5 when neither the query, the categories
     nor the title (score > 0.2) match; then 0.1 when the title score is below 0.1, and 0 when it
     is exactly 0 - these two override a query or category match.
     """
-    desired = {n.lower() for n in desired_nouns}
+    desired = [n.lower() for n in desired_nouns]
     purchased = {n.lower() for n in purchased_nouns}
-    title_score = 0.2 if not desired else len(purchased & desired) / len(desired)
+    title_score = 0.2 if not desired else len(purchased & set(desired)) / len(desired)
     r_type = 1.0
     if not (query_match or category_match or title_score > 0.2):
         r_type = 0.5
@@ -176,7 +219,7 @@ def title_nouns(title: str) -> tuple[str, ...]:
 class RewardBreakdown:
     """WebShop's reward for one purchase and each of its parts."""
 
-    reward: float            # WebShop's total (can exceed 1 for human goals, see module doc)
+    reward: float            # WebShop's total, in [0, 1]
     r_type: float
     query_match: bool
     category_match: bool
@@ -206,7 +249,7 @@ def webshop_reward(product: Mapping[str, Any], goal: Mapping[str, Any], price: f
         nouns: title -> nouns; spaCy by default (a parameter so tests can pin it).
     """
     goal_options = goal["goal_options"]
-    option_values = list(goal_options.values()) if isinstance(goal_options, Mapping) else list(goal_options)
+    n_goal_options = len(goal_options)
     type_match = type_factor(
         query_match=product["query"] == goal["query"],
         category_match=len(category_levels(product["product_category"])
@@ -214,13 +257,15 @@ def webshop_reward(product: Mapping[str, Any], goal: Mapping[str, Any], price: f
         purchased_nouns=nouns(product["name"]),
         desired_nouns=nouns(goal["name"]),
     )
+    if not goal["price_upper"] > 0:  # WebShop adds None and crashes; say so instead
+        raise ValueError(f"goal price_upper must be positive, got {goal['price_upper']!r}")
     price_ok = price_within_bound(price, goal["price_upper"])
     n_attr = count_attribute_matches(product, goal["attributes"])
-    n_opt = count_option_matches(product, option_values, chosen_options)
-    total = (n_attr + n_opt + int(price_ok)) / (len(goal["attributes"]) + len(option_values) + 1)
+    n_opt = count_option_matches(goal_options, chosen_options)
+    total = (n_attr + n_opt + int(price_ok)) / (len(goal["attributes"]) + n_goal_options + 1)
     return RewardBreakdown(
         reward=total * type_match.r_type, r_type=type_match.r_type,
         query_match=type_match.query_match, category_match=type_match.category_match,
         title_score=type_match.title_score, attributes_matched=n_attr,
         attributes_wanted=len(goal["attributes"]), options_matched=n_opt,
-        options_wanted=len(option_values), price_ok=price_ok)
+        options_wanted=n_goal_options, price_ok=price_ok)

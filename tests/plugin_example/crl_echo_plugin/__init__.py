@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from crl_bench import TextEnv, register_env
-from crl_bench.text_env import coerce_action
+from crl_bench.text_env import coerce_action, echo_text, reset_options
 
 WORDS = ("apple", "river", "stone", "cloud", "ember", "maple")
 
@@ -31,19 +31,23 @@ class EchoEnv(TextEnv):
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
-        self._word = (options or {}).get("task_id") or WORDS[int(self.np_random.integers(len(WORDS)))]
+        self.start_episode()
+        self._word = reset_options(options).get("task_id") or WORDS[int(self.np_random.integers(len(WORDS)))]
         self._steps = 0
         self._last_observation = f"The secret word is {self._word}."
         return self._last_observation, self._info(True, False)
 
     def step(self, action: Any):
+        after_end = self.step_after_end()  # the episode-end convention of crl_bench.text_env
+        if after_end is not None:
+            return after_end
         text = coerce_action(action).strip().lower()
         self._steps += 1
         valid = text in {f"say {w}" for w in WORDS}
         success = text == f"say {self._word}"
         if not valid:
-            obs = f"'{text[:40]}' is not an action here. Say one word, like 'say apple'."
+            obs = f"'{echo_text(text, 40)}' is not an action here. Say one word, like 'say apple'."
         else:
             obs = "Correct!" if success else "Wrong word."
-        self._last_observation = obs
-        return obs, 1.0 if success else 0.0, success, (not success and self._steps >= self.max_steps), self._info(valid, success)
+        truncated = not success and self._steps >= self.max_steps
+        return self.finish_step(obs, 1.0 if success else 0.0, success, truncated, self._info(valid, success))

@@ -1,0 +1,344 @@
+"""The ``local`` sandbox backend: a confined workspace directory on this machine.
+
+See :mod:`crl_bench.envs.swe.sandbox` for what each isolation mode confines.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from crl_bench.envs.swe.sandbox_base import (MiB, SETUP_ERROR_EXIT, SETUP_ERROR_PREFIX, WORKDIR,
+                                             CommandResult, Sandbox, SandboxError,
+                                             SandboxLimits, SandboxPathError)
+from crl_bench.envs.swe.sandbox_proc import (OWNER_FILE, WORKSPACE_PREFIX, _base_config,
+                                             _is_root, _kill_uid, _launch, _remove_tree,
+                                             _uid_counter, _world_traversable,
+                                             clean_stale_workspaces, collect_output,
+                                             default_ro_binds, make_memory_cgroup,
+                                             namespaces_available, owner_record, remove_cgroup,
+                                             tree_bytes)
+
+ISOLATIONS = ("auto", "namespaces", "unsafe-rlimits")
+
+THREAD_ENV = {name: "1" for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
+                                     "NUMEXPR_NUM_THREADS", "NUMBA_NUM_THREADS")}
+
+
+@dataclass
+class LocalSandbox(Sandbox):
+    """A workspace directory on this machine; commands confined as the module docstring says.
+
+    Args:
+        limits: per-command limits.
+        isolation: ``"auto"`` or ``"namespaces"`` (both: namespaces, and a
+            :class:`SandboxError` that names the fixes when the OS refuses them; ``auto`` never
+            falls back silently), or ``"unsafe-rlimits"``: no namespaces, only rlimits, a
+            scrubbed environment and a uid drop when root (host files stay readable, the
+            network reachable; for trusted code or hosts without namespaces, by explicit
+            choice).
+        venv: a virtual environment (or any interpreter prefix) whose ``bin`` goes first on
+            ``PATH``; it is bound read-only into the sandbox.
+        ro_binds: more host paths to make visible read-only (e.g. a base interpreter prefix).
+        env: extra environment variables for every command (``PYTHONPATH``, ...).
+        base_dir: where workspaces are created (default: the system temp dir).
+        uid: the uid commands run under when the host is root (default: one per sandbox, from
+            a high range that no login user has).
+        use_cgroup: cap the sandbox's memory with a cgroup where the host allows it (else, or
+            when False, the process budget of :class:`SandboxLimits` applies).
+
+    Workspaces live in ``<base_dir>/crl-swe-<pid>-*`` with an owner file; a new sandbox removes
+    those of processes that are gone (a killed run).
+    """
+
+    limits: SandboxLimits = field(default_factory=SandboxLimits)
+    isolation: str = "auto"
+    venv: str | None = None
+    ro_binds: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    base_dir: str | None = None
+    uid: int | None = None
+    use_cgroup: bool = True
+
+    def __post_init__(self) -> None:
+        if self.isolation == "rlimits":
+            raise ValueError("isolation='rlimits' was renamed isolation='unsafe-rlimits': without "
+                             "namespaces commands can read the host's files (the task data with "
+                             "its gold patches included) and use the network.")
+        if self.isolation not in ISOLATIONS:
+            raise ValueError(f"isolation must be one of {', '.join(map(repr, ISOLATIONS))}, got "
+                             f"{self.isolation!r}.")
+        self.namespace_problem = ""
+        if self.isolation == "unsafe-rlimits":
+            self.mode = "unsafe-rlimits"
+        else:
+            ok, why = namespaces_available()
+            if not ok:
+                raise SandboxError(
+                    f"isolation={self.isolation!r}: namespaces are not available here ({why}), "
+                    "and without them agent commands would run unconfined (host files readable, "
+                    "network on). Fix: run as root or enable unprivileged user namespaces "
+                    "(sysctl kernel.unprivileged_userns_clone=1 / "
+                    "kernel.apparmor_restrict_unprivileged_userns=0), or use backend='docker', "
+                    "or accept the risk explicitly with isolation='unsafe-rlimits'.")
+            self.mode = "namespaces"
+        self.uid_note = ""
+        if _is_root() and self.uid is None:
+            self.uid = 2_000_000 + (os.getpid() % 100_000) * 16 + next(_uid_counter) % 16
+        if not _is_root():
+            self.uid = None  # only root can switch uid
+        elif self.mode == "unsafe-rlimits":
+            # Without a fresh root the sandbox uid sees the host's permissions: a venv under a
+            # private home (/root is 0700) would not even start. Keep root then, and say so.
+            hidden = [p for p in (self.venv, *self.ro_binds) if p and not _world_traversable(p)]
+            if hidden:
+                self.uid = None
+                self.uid_note = (f"commands run as root: {hidden[0]} is not reachable by "
+                                 "other users, so the sandbox uid could not use it")
+        self.stale_removed = clean_stale_workspaces(self.base_dir)
+        owner = owner_record()
+        self._dir = Path(tempfile.mkdtemp(prefix=f"{WORKSPACE_PREFIX}{owner['pid']}-",
+                                          dir=self.base_dir))
+        (self._dir / OWNER_FILE).write_text(json.dumps(owner))
+        self.ws = self._dir / "testbed"
+        self.tmp = self._dir / "tmp"
+        self.root = self._dir / "root"
+        for d in (self.ws, self.tmp, self.root):
+            d.mkdir()
+        self._source: Path | None = None
+        self._ro = default_ro_binds(tuple(self.ro_binds) + ((self.venv,) if self.venv else ()))
+        self._own(self._dir)
+        if self.uid is not None:
+            os.lchown(self._dir / OWNER_FILE, os.getuid(), os.getgid())
+        self._setup_memory(owner)
+
+    def _setup_memory(self, owner: dict[str, Any]) -> None:
+        """A memory cgroup for the whole sandbox, else a process budget (see SandboxLimits)."""
+        lim = self.limits
+        self._cgroup: Path | None = None
+        self._max_processes = lim.max_processes
+        if self.use_cgroup:
+            name = f"{WORKSPACE_PREFIX}{owner['pid']}-{owner['start']}-{self._dir.name[-8:]}"
+            self._cgroup, why = make_memory_cgroup(name, lim.sandbox_memory_mb * MiB)
+        else:
+            why = "use_cgroup=False"
+        if self._cgroup is not None:
+            self.memory_note = (f"memory cgroup {self._cgroup}: {lim.sandbox_memory_mb} MiB for "
+                                f"the whole sandbox, {lim.memory_mb} MiB address space per "
+                                "process")
+            return
+        budget = max(1, lim.sandbox_memory_mb // lim.memory_mb)
+        self._max_processes = min(lim.max_processes, budget)
+        self.memory_note = (f"no memory cgroup ({why}): at most {self._max_processes} processes "
+                            f"x {lim.memory_mb} MiB address space <= {lim.sandbox_memory_mb} MiB")
+        if self.uid is None and _is_root():
+            self.memory_note += " (NOT enforced: commands run as root, which RLIMIT_NPROC exempts)"
+
+    # -- workspace -----------------------------------------------------------------------------
+    @property
+    def command_workdir(self) -> str:
+        """The working directory commands see (``/testbed``, or the host path in rlimits mode)."""
+        return WORKDIR if self.mode == "namespaces" else str(self.ws)
+
+    def prepare(self, source: Any) -> None:
+        source = Path(source)
+        if not source.is_dir():
+            raise SandboxError(f"workspace template {source} is not a directory")
+        self._source = source
+        self.reset()
+
+    def reset(self) -> None:
+        if self._source is None:
+            raise SandboxError("reset() before prepare(): give the sandbox a template first")
+        for d in (self.ws, self.tmp):
+            _remove_tree(d)
+        shutil.copytree(self._source, self.ws, symlinks=True)
+        self.tmp.mkdir()
+        self._own(self.ws)
+        self._own(self.tmp)
+
+    def _own(self, top: Path) -> None:
+        if self.uid is None:
+            return
+        os.lchown(top, self.uid, self.uid)
+        for dirpath, dirnames, filenames in os.walk(top):
+            for name in dirnames + filenames:
+                os.lchown(os.path.join(dirpath, name), self.uid, self.uid)
+
+    def host_path(self, path: str) -> Path:
+        """The host path of an agent path, after checking it stays inside the workspace.
+
+        Symlinks are resolved, so a link that points outside is refused too.
+        """
+        if self.mode == "unsafe-rlimits" and path.startswith(str(self.ws)):
+            path = WORKDIR + path[len(str(self.ws)):]  # the host path commands see here
+        rel = self.inside_path(path)
+        host = self.ws / rel
+        real = Path(os.path.realpath(host))
+        ws_real = Path(os.path.realpath(self.ws))
+        if real != ws_real and ws_real not in real.parents:
+            raise SandboxPathError(f"{path} resolves outside the repository (a symlink?)")
+        return real
+
+    def read_file(self, path: str, max_bytes: int = 4 * MiB) -> str:
+        host = self.host_path(path)
+        if not host.exists():
+            raise FileNotFoundError(f"{path}: no such file")
+        if host.is_dir():
+            raise IsADirectoryError(f"{path} is a directory")
+        if not host.is_file():
+            raise SandboxPathError(f"{path} is not a regular file")
+        size = host.stat().st_size
+        if size > max_bytes:
+            raise SandboxPathError(f"{path} is {size:,} bytes; files over {max_bytes:,} bytes "
+                                   "cannot be opened this way (use `run` with head/sed)")
+        data = host.read_bytes()
+        if b"\x00" in data[:8192]:
+            raise SandboxPathError(f"{path} looks binary (it contains NUL bytes)")
+        return data.decode("utf-8", errors="surrogateescape")
+
+    def write_file(self, path: str, text: str) -> None:
+        host = self.host_path(path)
+        if host.is_dir():
+            raise IsADirectoryError(f"{path} is a directory")
+        created: list[Path] = []
+        parent = host.parent
+        while not parent.exists():
+            created.append(parent)
+            parent = parent.parent
+        host.parent.mkdir(parents=True, exist_ok=True)
+        host.write_bytes(text.encode("utf-8", errors="surrogateescape"))
+        if self.uid is not None:
+            for p in [host, *created]:
+                os.lchown(p, self.uid, self.uid)
+
+    # -- commands ------------------------------------------------------------------------------
+    def command_env(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+        """The scrubbed environment a command gets (nothing is inherited from the host)."""
+        tmp = "/tmp" if self.mode == "namespaces" else str(self.tmp)
+        path = "/usr/local/bin:/usr/bin:/bin"
+        env = {"PATH": path, "HOME": tmp, "TMPDIR": tmp, "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
+               "TERM": "dumb", "USER": "sandbox", "LOGNAME": "sandbox", "PAGER": "cat",
+               "GIT_PAGER": "cat", "PYTHONDONTWRITEBYTECODE": "1",
+               "GIT_AUTHOR_NAME": "agent", "GIT_AUTHOR_EMAIL": "agent@sandbox.invalid",
+               "GIT_COMMITTER_NAME": "agent", "GIT_COMMITTER_EMAIL": "agent@sandbox.invalid",
+               "PYTHONUNBUFFERED": "1", "PIP_NO_INPUT": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+               **THREAD_ENV}
+        if self.venv:
+            env["PATH"] = f"{os.path.realpath(self.venv)}/bin:{path}"
+            env["VIRTUAL_ENV"] = os.path.realpath(self.venv)
+        for source in (self.env, extra or {}):
+            for key, value in source.items():
+                env[key] = str(value).replace("{workdir}", self.command_workdir)
+        return env
+
+    def run(self, command: str, *, timeout_s: float | None = None, stdin: str | None = None,
+            env: Mapping[str, str] | None = None,
+            output_keep_bytes: int | None = None) -> CommandResult:
+        timeout = float(timeout_s if timeout_s is not None else self.limits.timeout_s)
+        keep = int(output_keep_bytes or self.limits.output_keep_bytes)
+        hard = max(self.limits.output_hard_bytes, keep)
+        quota = self.limits.disk_mb * MiB
+        left = max(0, quota - tree_bytes(self.ws, self.tmp))
+        cfg = _base_config(self.mode, str(self.root), str(self.ws), str(self.tmp), self._ro,
+                           self.limits, uid=self.uid, command=command,
+                           env=self.command_env(env), timeout_s=timeout,
+                           fsize_bytes=min(self.limits.max_file_mb * MiB, left),
+                           max_processes=self._max_processes,
+                           cgroup_procs=str(self._cgroup / "cgroup.procs") if self._cgroup
+                           else None)
+        start = time.monotonic()
+        try:
+            proc = _launch(cfg)
+        except OSError as exc:
+            raise SandboxError(f"could not start the sandbox launcher: {exc}") from exc
+        result = collect_output(proc, stdin, timeout, keep, hard)
+        if self.mode == "unsafe-rlimits" and self.uid is not None:
+            _kill_uid(self.uid)  # what setsid/double-fork took out of the process group
+        result.duration_s = time.monotonic() - start
+        used = tree_bytes(self.ws, self.tmp)
+        if used > quota:
+            result.note = (f"the workspace holds {used / MiB:,.1f} MiB, over its disk quota of "
+                           f"{self.limits.disk_mb:,} MiB: no file can grow until you remove "
+                           "files")
+        elif left == 0:
+            result.note = "no disk quota was left for this command: files could not grow"
+        if result.exit_code == SETUP_ERROR_EXIT and result.output.startswith(SETUP_ERROR_PREFIX):
+            raise SandboxError(f"the sandbox could not start the command: {result.output.strip()}")
+        return result
+
+    def workspace_diff(self, timeout_s: float = 120.0) -> str:
+        """The workspace's changes against the template it was made from, as a binary git diff.
+
+        Runs host git with a git folder of its own (the template's objects as alternates, no
+        hooks, no config from the workspace) on the workspace as work tree, with every file
+        added, ignored ones included: ``.git/info/exclude``, ``.gitignore`` or the agent's own
+        commits cannot hide a file, and nothing in the workspace's ``.git`` runs on the host.
+        """
+        if self._source is None:
+            raise SandboxError("workspace_diff() before prepare()")
+        from crl_bench.envs.swe.workspaces import GIT_ENV, GIT_OPTS
+
+        with tempfile.TemporaryDirectory(prefix="crl-swe-diff-") as tmp:
+            gitdir = Path(tmp) / "git"
+            env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": tmp, **GIT_ENV,
+                   "GIT_DIR": str(gitdir)}
+            opts = [*GIT_OPTS, "-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false",
+                    "-c", "core.untrackedCache=false", "-c", "core.symlinks=true",
+                    "-c", "core.excludesFile=/dev/null", "-c", "status.showUntrackedFiles=all"]
+            deadline = time.monotonic() + timeout_s
+
+            def git(*args: str, tree: Path, index: str) -> str:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise SandboxError(f"computing the patch took over {timeout_s:g} s")
+                try:
+                    proc = subprocess.run(["git", *opts, f"--work-tree={tree}", *args], cwd=tree,
+                                          env={**env, "GIT_INDEX_FILE": str(Path(tmp) / index)},
+                                          capture_output=True, timeout=left)
+                except subprocess.TimeoutExpired:
+                    raise SandboxError(f"computing the patch took over {timeout_s:g} s") from None
+                if proc.returncode != 0:
+                    raise SandboxError(f"git {args[0]} failed while computing the patch: "
+                                       + proc.stderr.decode("utf-8", "replace")[-500:])
+                return proc.stdout.decode("utf-8", "surrogateescape")
+
+            subprocess.run(["git", "init", "-q", "--bare", str(gitdir)], env=env, check=True,
+                           capture_output=True)
+            objects = Path(self._source) / ".git" / "objects"
+            if objects.is_dir():
+                (gitdir / "objects" / "info" / "alternates").write_text(f"{objects}\n")
+            trees = []
+            for tree, index in ((Path(self._source), "base.index"), (self.ws, "ws.index")):
+                git("add", "-A", "-f", "--", ".", tree=tree, index=index)
+                trees.append(git("write-tree", tree=tree, index=index).strip())
+            return git("diff-tree", "-r", "-p", "--binary", "--no-renames", "--full-index",
+                       trees[0], trees[1], tree=self.ws, index="ws.index")
+
+    def describe(self) -> dict[str, Any]:
+        return {"backend": "local", "isolation": self.mode, "uid": self.uid,
+                "network": self.limits.network if self.mode == "namespaces" else True,
+                "workdir": self.command_workdir, "uid_note": self.uid_note or None,
+                "namespace_problem": self.namespace_problem or None,
+                "memory": self.memory_note, "disk_mb": self.limits.disk_mb}
+
+    def close(self) -> None:
+        if getattr(self, "_cgroup", None) is not None:
+            remove_cgroup(self._cgroup)  # type: ignore[arg-type]
+            self._cgroup = None
+        if getattr(self, "_dir", None) is not None and self._dir.exists():
+            _remove_tree(self._dir)
+
+    def __del__(self) -> None:  # best effort; close() is the real API
+        try:
+            self.close()
+        except Exception:
+            pass
+
