@@ -98,7 +98,7 @@ def test_loss_settings_belong_to_the_loss():
                        overrides={"actor.loss_args.clip_eps": 0.3})
     assert cfg.actor.loss_kwargs()["clip_eps"] == 0.3
     cfg.validate()
-    bad = build_config(agent="grpo", tasks="minihack", preset="tiny",
-                       overrides={"actor.loss_args.eps_low": 0.3})
     with pytest.raises(ConfigError, match="actor.loss_args.eps_low: .eps_low. is not a setting of loss .ppo_clip."):
-        bad.validate()
+        build_config(agent="grpo", tasks="minihack", preset="tiny", overrides={"actor.loss_args.eps_low": 0.3})
+    with pytest.raises(ConfigError, match="extractor.loss_args.eps_high=-1"):
+        build_config(agent="grpo", tasks="minihack", preset="tiny", overrides={"extractor.loss_args.eps_high": -1})
