@@ -169,3 +169,74 @@ def test_split_keys_are_pairs_and_unsplit_keys_are_groups(pairs):
             assert bool(split[i] == split[j]) == (pairs[i] == pairs[j])
             assert bool(unsplit[i] == unsplit[j]) == (pairs[i][0] == pairs[j][0])
     assert math.isclose(float(split.unique().numel()), len(set(pairs)))
+
+
+def test_mean_std_pairs_eps_and_defaults_by_hand():
+    # two groups of two: (1, 0) -> deviations +-.5, unbiased var = .5 / (2 - 1) = .5, std .7071
+    scores = torch.tensor([1.0, 0.0, 0.2, 0.6], dtype=torch.float64)
+    keys = torch.tensor([4, 4, 9, 9])
+    std1, std2 = math.sqrt(0.5), math.sqrt(0.08)
+    want = torch.tensor([0.5 / std1, -0.5 / std1, -0.2 / std2, 0.2 / std2], dtype=torch.float64)
+    # default eps 1e-6
+    torch.testing.assert_close(group_advantages(scores, keys, "mean_std"),
+                               want * torch.tensor([std1, std1, std2, std2]).double()
+                               / (torch.tensor([std1, std1, std2, std2]).double() + 1e-6))
+    # a big eps is added to the std, not subtracted
+    torch.testing.assert_close(group_advantages(scores, keys, "mean_std", eps=0.5),
+                               torch.tensor([0.5 / (std1 + 0.5), -0.5 / (std1 + 0.5),
+                                             -0.2 / (std2 + 0.5), 0.2 / (std2 + 0.5)],
+                                            dtype=torch.float64))
+    # split_group_advantages passes eps on; its defaults are split=True, method="mean"
+    flags = torch.tensor([True, False, True, True])
+    groups = torch.tensor([0, 0, 0, 0])
+    got = split_group_advantages(scores, groups, flags, method="mean_std", eps=0.5)
+    # split: (0, with) = rows 0, 2, 3 -> 1, .2, .6, mean .6, devs .4, -.4, 0, var .16, std .4;
+    # (0, without) = row 1 alone -> 0
+    torch.testing.assert_close(got, torch.tensor([0.4 / 0.9, 0.0, -0.4 / 0.9, 0.0], dtype=torch.float64))
+    torch.testing.assert_close(split_group_advantages(scores, groups, flags),
+                               torch.tensor([0.4, 0.0, -0.4, 0.0], dtype=torch.float64))
+
+
+def test_empty_batch_and_single_episode_keys():
+    empty = torch.zeros(0)
+    no_keys = torch.zeros(0, dtype=torch.long)
+    for method in ("mean", "mean_std"):
+        assert group_advantages(empty, no_keys, method).shape == (0,)
+    assert group_keys(no_keys, torch.zeros(0, dtype=torch.bool), split=True).shape == (0,)
+    # a single episode still gets a compact key (0), not its task group id
+    assert group_keys(torch.tensor([5]), torch.tensor([True]), split=True).tolist() == [0]
+    # integer ids of any width come back as long
+    k = group_keys(torch.tensor([3, 3], dtype=torch.int32), torch.tensor([1, 0]), split=False)
+    assert k.dtype == torch.long and k.tolist() == [3, 3]
+    with pytest.raises(ValueError, match=r"^with_experience must be bool \(or 0/1\)$"):
+        group_keys(torch.tensor([0, 0]), torch.tensor([0, 2]), split=True)
+
+
+def test_input_errors_name_the_argument():
+    import re
+
+    def refuses(exc, message, fn, *args):
+        with pytest.raises(exc, match="^" + re.escape(message) + "$"):
+            fn(*args)
+
+    refuses(TypeError, "task_group must be a torch.Tensor, got list", group_keys, [0], WITH_EXP, True)
+    refuses(ValueError, "task_group must be 1-D (one value per episode), got shape (2, 4)",
+            group_keys, GROUP.view(2, 4), WITH_EXP, True)
+    refuses(ValueError, "with_experience has 3 entries but scores/task_group has 8; pass one value "
+            "per episode, in the same order", group_keys, GROUP, WITH_EXP[:3], True)
+    refuses(TypeError, "scores must be a torch.Tensor, got list", group_advantages, [1.0], GROUP[:1])
+    refuses(ValueError, "keys has 3 entries but scores/task_group has 8; pass one value per "
+            "episode, in the same order", group_advantages, SCORES, GROUP[:3])
+    refuses(ValueError, "episode_adv must be 1-D (one value per episode), got shape (1, 2)",
+            broadcast_to_tokens, torch.zeros(1, 2), torch.tensor([0]), torch.ones(1, 2))
+    refuses(ValueError, "episode_index must be 1-D (one value per episode), got shape (1, 1)",
+            broadcast_to_tokens, torch.zeros(2), torch.tensor([[0]]), torch.ones(1, 2))
+    refuses(TypeError, "episode_index must be integer, got dtype torch.float32",
+            broadcast_to_tokens, torch.zeros(2), torch.tensor([0.0]), torch.ones(1, 2))
+    refuses(TypeError, "episode_index must be integer, got dtype torch.bool",
+            broadcast_to_tokens, torch.zeros(2), torch.tensor([True]), torch.ones(1, 2))
+    # int32 indices and a 0/1 integer mask work and keep the advantage's dtype
+    out = broadcast_to_tokens(torch.tensor([0.5, -1.0], dtype=torch.float64),
+                              torch.tensor([1, 0], dtype=torch.int32), torch.tensor([[1, 0], [1, 1]]))
+    assert out.dtype == torch.float64
+    torch.testing.assert_close(out, torch.tensor([[-1.0, 0.0], [0.5, 0.5]], dtype=torch.float64))

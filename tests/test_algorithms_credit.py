@@ -119,3 +119,56 @@ def test_extractor_advantages_center_the_resolved_samples(values):
     assert not torch.isnan(adv).any()
     assert abs(float(adv[valid].sum())) < 1e-9
     assert (adv[~valid] == 0).all()
+
+
+def test_defaults_and_a_sample_trained_at_step_zero():
+    # defaults: power 0.5, cooldown 1 (the official values)
+    w = count_aware_weights(torch.tensor([3, 0, 1]), torch.tensor([1, 0, -1]), step=1)
+    # [3 trained at 1 -> 1 - 1 = 0 < 1: blocked; 0 trained at 0 -> 1 - 0 = 1: (1+0)^-.5; never]
+    torch.testing.assert_close(w, torch.tensor([0.0, 1.0, 2 ** -0.5]))
+    # trained at step 0 (a real step, not "never"), now step 0: blocked
+    w0 = count_aware_weights(torch.tensor([1]), torch.tensor([0]), step=0, cooldown=1)
+    assert w0.tolist() == [0.0]
+    # a huge count never underflows to 0 (0 means cooldown only)
+    big = count_aware_weights(torch.tensor([10 ** 12]), torch.tensor([-1]), step=0, power=8)
+    assert big.item() > 0 and big.dtype == torch.float32
+
+
+def test_every_bad_input_is_refused_with_its_message():
+    """Full messages, so a caller sees what to fix."""
+    import re
+
+    def refuses(exc, message, fn, *args, **kw):
+        with pytest.raises(exc, match="^" + re.escape(message) + "$"):
+            fn(*args, **kw)
+
+    refuses(ValueError, "score is NaN: an episode without an outcome gives no credit; leave it "
+            "out of the usage lists", entry_outcome, float("nan"))
+    refuses(ValueError, "usage has 2 samples but malformed has 1; pass one entry per extractor "
+            "sample in both", extractor_rewards, [[1.0], []], [False])
+    refuses(ValueError, "rewards must be a 1-D tensor [S] (one reward per extractor sample)",
+            extractor_advantages, torch.zeros(2, 2))
+    refuses(ValueError, "rewards must be a 1-D tensor [S] (one reward per extractor sample)",
+            extractor_advantages, [1.0, 2.0])
+    refuses(TypeError, "rewards must be floating, got dtype torch.int64",
+            extractor_advantages, torch.tensor([1, 2]))
+    t, never = torch.tensor([0, 1]), torch.tensor([-1, -1])
+    refuses(ValueError, "times_trained must be a 1-D tensor [S]",
+            count_aware_weights, torch.zeros(2, 1, dtype=torch.long), never, 0)
+    refuses(ValueError, "last_trained_step must be a 1-D tensor [S]",
+            count_aware_weights, t, [-1, -1], 0)
+    refuses(TypeError, "times_trained must be an integer tensor, got dtype torch.bool",
+            count_aware_weights, torch.tensor([True, False]), never, 0)
+    refuses(TypeError, "last_trained_step must be an integer tensor, got dtype torch.float32",
+            count_aware_weights, t, never.float(), 0)
+    refuses(ValueError, "times_trained (2,) and last_trained_step (3,) must have the same length",
+            count_aware_weights, t, torch.tensor([-1, -1, -1]), 0)
+    refuses(ValueError, "power must be >= 0, got -0.5", count_aware_weights, t, never, 0, power=-0.5)
+    refuses(ValueError, "cooldown must be >= 0 steps, got -1", count_aware_weights, t, never, 0,
+            cooldown=-1)
+    refuses(ValueError, "times_trained must be >= 0", count_aware_weights, torch.tensor([0, -1]),
+            never, 0)
+    refuses(ValueError, "last_trained_step has a step after the current step 4; both must count "
+            "extractor steps on the same clock", count_aware_weights, t, torch.tensor([5, -1]), 4)
+    # the bounds themselves are allowed
+    assert count_aware_weights(t, torch.tensor([4, -1]), 4, power=0.0, cooldown=0).tolist() == [1.0, 1.0]

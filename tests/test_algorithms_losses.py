@@ -258,3 +258,111 @@ def test_entropy_from_logits_by_hand():
     # p = (0.5, 0.25, 0.25): H = 0.5 ln 2 + 2 * 0.25 ln 4 = 1.5 ln 2
     h = entropy_from_logits(torch.log(torch.tensor([0.5, 0.25, 0.25])))
     assert h.item() == pytest.approx(1.5 * LN(2), rel=1e-6)
+
+
+# ---------------------------------------------------------------------------------------------
+# edges: argument checks, clamps, boundaries (each kills a mutant that the values above miss)
+# ---------------------------------------------------------------------------------------------
+
+def _refuses(exc, message, fn, *args, **kw):
+    import re
+
+    with pytest.raises(exc, match="^" + re.escape(message) + "$"):
+        fn(*args, **kw)
+
+
+@pytest.mark.parametrize("loss", [ppo_clip_loss, cispo_loss])
+def test_every_token_tensor_is_checked_by_name(loss):
+    good = torch.zeros(2, 3)
+    args = dict(logprobs=good, old_logprobs=good, advantages=good, mask=good)
+    for name in args:
+        bad = dict(args, **{name: torch.zeros(2, 4)})
+        # the first tensor sets the shape: a bad first one is reported on the second
+        named, got, want = (name, "(2, 4)", "(2, 3)") if name != "logprobs" else (
+            "old_logprobs", "(2, 3)", "(2, 4)")
+        _refuses(ValueError, f"{named} has shape {got} but the other token tensors have {want}; "
+                 "pad all of them to the same [N, T]", loss, *bad.values())
+        bad = dict(args, **{name: torch.zeros(6)})
+        _refuses(ValueError, f"{name} must be [N, T] (turn samples x tokens), got shape (6,)",
+                 loss, *bad.values())
+        bad = dict(args, **{name: [[0.0]]})
+        _refuses(TypeError, f"{name} must be a torch.Tensor, got list", loss, *bad.values())
+
+
+def test_aggregate_default_mode_and_a_single_sequence():
+    assert aggregate(VALUES, MASK).item() == pytest.approx(2.5)  # token-mean by default
+    one = torch.tensor([[1, 1, 0], [0, 0, 0], [0, 0, 0]], dtype=torch.bool)
+    # one sequence with tokens: its mean (1.5) / 1 sequence, its sum (3) / 1
+    assert aggregate(VALUES, one, "seq-mean-token-mean").item() == pytest.approx(1.5)
+    assert aggregate(VALUES, one, "seq-mean-token-sum").item() == pytest.approx(3.0)
+    v64 = VALUES.double()
+    assert aggregate(v64, MASK, "seq-mean-token-mean").dtype == torch.float64
+
+
+def test_metrics_of_an_empty_mask_are_zero():
+    z = torch.zeros(1, 2, requires_grad=True)
+    mask = torch.zeros(1, 2)
+    for loss, kw in ((ppo_clip_loss, {}), (cispo_loss, {})):
+        value, m = loss(z, torch.ones(1, 2), torch.ones(1, 2), mask, **kw)
+        assert value.item() == 0.0
+        assert m["clip_frac"] == 0.0 and m["ratio_mean"] == 0.0 and m["ratio_max"] == 0.0
+        assert m["approx_kl"] == 0.0 and m["n_tokens"] == 0.0
+
+
+def test_log_ratio_is_clamped_both_ways():
+    logprobs = torch.tensor([[50.0, -50.0]])
+    old = torch.zeros(1, 2)
+    mask = torch.tensor([[1.0, 0.0]])
+    _, m = ppo_clip_loss(logprobs, old, torch.ones(1, 2), mask)
+    assert m["ratio_max"] == pytest.approx(math.exp(20), rel=1e-5)
+    _, m = ppo_clip_loss(logprobs, old, torch.ones(1, 2), torch.tensor([[0.0, 1.0]]))
+    # k3 = (r - 1) - log r with log r clamped at -20: e^-20 - 1 + 20
+    assert m["approx_kl"] == pytest.approx(math.exp(-20) + 19, rel=1e-6)
+    # kl_k3 clamps the same way
+    torch.testing.assert_close(kl_k3(torch.tensor([0.0, 0.0]), torch.tensor([50.0, -50.0])),
+                               torch.tensor([math.exp(20) - 21, math.exp(-20) + 19]))
+    _refuses(ValueError, "logprobs (2,) and ref_logprobs (3,) must have the same shape",
+             kl_k3, torch.zeros(2), torch.zeros(3))
+
+
+def test_clip_bounds_are_validated_at_their_edges():
+    t = torch.zeros(1, 1)
+    for eps in (0.0, 1.0, 1.5):
+        _refuses(ValueError, f"clip_eps must be in (0, 1), got {eps}", ppo_clip_loss, t, t, t, t,
+                 clip_eps=eps)
+    _refuses(ValueError, "clip_eps_high must be > 0, got 0.0", ppo_clip_loss, t, t, t, t,
+             clip_eps_high=0.0)
+    _refuses(ValueError, "dual_clip must be > 1 (a cap in units of |A|), got 1.0; use None to "
+             "turn it off", ppo_clip_loss, t, t, t, t, dual_clip=1.0)
+    ppo_clip_loss(t, t, t, t, dual_clip=1.5)  # allowed
+    ppo_clip_loss(t, t, t, t, clip_eps=0.9)
+    _refuses(ValueError, "eps_high must be > 0, got 0.0", cispo_loss, t, t, t, t, eps_high=0.0)
+    for eps in (0.0, 1.0, 1.5):
+        _refuses(ValueError, f"eps_low must be in (0, 1), got {eps} (or pass one_sided=True)",
+                 cispo_loss, t, t, t, t, eps_low=eps)
+    cispo_loss(t, t, t, t, eps_low=5.0, one_sided=True)  # ignored when one-sided
+    _refuses(ValueError, "logits must have a vocabulary dimension [..., V]", entropy_from_logits,
+             torch.tensor(1.0))
+
+
+def test_dual_clip_leaves_positive_advantages_alone_and_clip_fractions_by_side():
+    logprobs, old = _lp([[1.0, 1.1, 0.5]])
+    adv = torch.tensor([[0.5, 0.5, 0.5]])
+    mask = torch.ones(1, 3)
+    loss, m = ppo_clip_loss(logprobs, old, adv, mask, clip_eps=0.2, dual_clip=3.0)
+    # A > 0: max(-A r, -A clip(r)) = -.5, -.55, max(-.25, -.4) = -.25; no cap (a cap at
+    # -A * 3 = -1.5 on these would change the loss)
+    assert loss.item() == pytest.approx((-0.5 - 0.55 - 0.25) / 3, rel=1e-5)
+    assert m["dual_clip_frac"] == 0.0
+    # ratio 1.1 is inside [0.8, 1.2]: neither low nor high; 0.5 is low only
+    assert m["clip_frac_low"] == pytest.approx(1 / 3) and m["clip_frac_high"] == 0.0
+    _, m = ppo_clip_loss(*_lp([[0.9, 1.5]]), torch.ones(1, 2), torch.ones(1, 2), clip_eps=0.2)
+    assert m["clip_frac_high"] == pytest.approx(0.5) and m["clip_frac_low"] == 0.0
+
+
+def test_entropy_per_row():
+    p1 = torch.tensor([0.5, 0.25, 0.25])
+    p2 = torch.tensor([0.7, 0.2, 0.1])
+    h = entropy_from_logits(torch.log(torch.stack([p1, p2])))
+    want = [float(-(p * p.log()).sum()) for p in (p1, p2)]
+    torch.testing.assert_close(h, torch.tensor(want))

@@ -4,6 +4,7 @@ vectors: the bank does not care where they come from, and the embedder has its o
 from __future__ import annotations
 
 import sqlite3
+import threading
 
 import numpy as np
 import pytest
@@ -350,12 +351,28 @@ def test_background_compaction_replays_writes_made_during_the_rebuild(tmp_path):
     cfg = IndexConfig(compact_min=50, compact_ratio=0.1, background_compaction=True,
                       build_threads=1)
     with ExperienceBank(tmp_path / "b.sqlite", dim=DIM, index=cfg) as bank:
+        # The rebuild thread waits at a gate until the writes below are made, so they land
+        # during the rebuild however fast or loaded the machine is (a 2700-node rebuild can
+        # finish before the next line runs; then nothing would be journaled or replayed).
+        started, release = threading.Event(), threading.Event()
+        build = bank._ann._build_graph
+
+        def gated_build(ids, vecs):
+            started.set()
+            assert release.wait(120), "the test never opened the gate"
+            return build(ids, vecs)
+
+        bank._ann._build_graph = gated_build
         ids = bank.add([entry(i) for i in range(3000)], unit(rng, 3000), step=0)
         bank.delete(ids[:300])               # starts a rebuild of 2700 nodes in the background
+        assert started.wait(120)             # the rebuild thread is running (generous ceiling)
         assert bank._compacting             # (still running: the writes below get journaled)
         late = bank.add([entry(i) for i in range(3000, 3100)], unit(rng, 100), step=1)
         bank.delete(ids[300:320] + late[:5])
         bank.update(ids[500], {"title": "moved", "content": "c"}, unit(rng, 1)[0], step=2)
+        assert len(bank._compacting["minihack"]) == 3   # one journal record per family op
+        assert bank.compactions == 0
+        release.set()
         bank.wait_for_compaction()
         assert bank.compactions >= 1 and bank.compaction_errors == []
         assert bank.verify() == []

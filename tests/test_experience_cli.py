@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -99,3 +100,70 @@ def test_cli_module_imports_nothing_heavy():
             " if m in sys.modules]\n"
             "assert not heavy, heavy\n")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def _as_user_without_write_access(cmd: list[str]) -> list[str]:
+    """``cmd`` run as a user who cannot write the test folder: as root (who can write
+    anywhere), under uid/gid 65534 via setpriv; otherwise as is (the folder is chmod a-w)."""
+    import os
+    import shutil
+
+    if os.geteuid() != 0:
+        return cmd
+    if shutil.which("setpriv") is None:
+        pytest.skip("running as root without setpriv: cannot drop write access")
+    wrapped = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *cmd]
+    probe = subprocess.run([*wrapped[:4], sys.executable, "-c", "import crl_bench"],
+                           capture_output=True, text=True)
+    if probe.returncode != 0:
+        pytest.skip(f"uid 65534 cannot import crl_bench here: {probe.stderr[-300:]}")
+    return wrapped
+
+
+def test_stats_on_a_read_only_folder(tmp_path):
+    """A finished run's folder shared read-only: SQLite cannot create the -shm file a WAL
+    database needs, which used to read as "not an experience bank"."""
+    import os
+    import shutil
+    import tempfile
+
+    import numpy as np
+
+    folder = Path(tempfile.mkdtemp(prefix="crl-ro-bank-"))  # in /tmp: reachable by uid 65534
+    try:
+        folder.chmod(0o755)
+        path = folder / "bank.sqlite"
+        with ExperienceBank(path, dim=4, embedder_name="e") as bank:
+            bank.add([{"title": f"t{i}", "content": "c", "family": "f"} for i in range(2)],
+                     np.eye(4, dtype=np.float32)[:2], step=0)
+        assert not Path(f"{path}-shm").exists()   # closed cleanly: the file is the whole bank
+        path.chmod(0o444)
+        folder.chmod(0o555)
+        code = ("import sys\nfrom crl_bench.cli import main\n"
+                "sys.exit(main(['bank', 'stats', sys.argv[1], '--verify']))")
+        res = subprocess.run(_as_user_without_write_access([sys.executable, "-c", code,
+                                                            str(path)]),
+                             capture_output=True, text=True, cwd=folder,
+                             env=dict(os.environ, OMP_NUM_THREADS="1"))
+        assert res.returncode == 0, res.stderr[-2000:]
+        assert "entries       2" in res.stdout and "ok: table and index agree" in res.stdout
+        assert "not an experience bank" not in res.stdout + res.stderr
+        assert sorted(p.name for p in folder.iterdir()) == ["bank.sqlite", "bank.sqlite.lock"]
+    finally:
+        folder.chmod(0o755)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_stats_while_a_writer_holds_the_bank(tmp_path, capsys):
+    """The CLI reads without the writer lock: it works beside a running writer and shows what
+    that writer has committed."""
+    import numpy as np
+
+    path = tmp_path / "bank.sqlite"
+    with ExperienceBank(path, dim=4) as writer:
+        writer.add([{"title": "t", "content": "c", "family": "f"}], np.ones((1, 4)), step=0)
+        assert main(["bank", "stats", str(path)]) == 0
+        assert "entries       1" in capsys.readouterr().out
+        writer.add([{"title": "u", "content": "c", "family": "g"}], np.ones((1, 4)), step=1)
+        assert main(["bank", "show", str(path), "--family", "g"]) == 0
+        assert "[g] u" in capsys.readouterr().out

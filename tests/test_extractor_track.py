@@ -1,5 +1,10 @@
 """The extractor track's extraction pass on a real bank with the real embedder; a fixed-answer
-generator stands in for the LLM (it returns real Generation objects with the script's text)."""
+generator stands in for the LLM (it returns real Generation objects with the script's text).
+
+The training tests use :class:`ModelAnswers`: the scripted answer is tokenised with SmolLM2's
+tokenizer and its log-probs are the tiny model's own, recorded at generation time exactly as a
+sampler records them (the model's distribution at temperature 1 on those tokens). So the CISPO
+ratio of the first update is 1 and no weight is clipped, as in a real on-policy step."""
 
 from __future__ import annotations
 
@@ -110,27 +115,139 @@ def test_track_free_format_is_unchanged(tmp_path, embedder):
     assert track.stats["malformed"] == 0
 
 
-def test_extractor_update_marks_the_entries_it_trained_on(tmp_path, embedder):
-    """Credit arrives (a trajectory used the entry), the buffer fills, the extractor is updated
-    with CISPO on the tiny-random model, and the bank counts the entry as trained."""
+class ModelAnswers(FixedAnswers):
+    """Like FixedAnswers, but the Generation carries the tiny model's real token ids for the
+    prompt (chat template) and the answer, and the model's real log-probs of those tokens."""
+
+    def __init__(self, backend, answers: list[str]) -> None:
+        super().__init__(answers)
+        self.backend = backend
+
+    def __call__(self, batch, stop=("</answer>",)):
+        out = []
+        for msgs, g in zip(batch, super().__call__(batch, stop)):
+            prompt = self.backend.chat_prompt_ids(msgs)
+            completion = self.backend.tokenizer.encode(g.text, add_special_tokens=False)
+            (logprobs,) = self.backend.logprobs([prompt], [completion], "extractor", temperature=1.0)
+            out.append(Generation(prompt_ids=prompt, completion_ids=completion, logprobs=logprobs,
+                                  text=g.text, finish_reason=g.finish_reason))
+        return out
+
+
+@pytest.fixture()
+def tiny_extractor():
+    import torch
+
     from crl_bench.llm.hf_backend import HFBackend
+
+    torch.set_num_threads(1)
+    return HFBackend("tiny-random", roles=("extractor",), seed=0)
+
+
+def trained_track(tmp_path, embedder, backend, answers, **cfg_kw):
     from crl_bench.runner.trainer import RoleTrainer
 
-    backend = HFBackend("tiny-random", roles=("extractor",), seed=0)
-    cfg = ExtractorConfig(answer_template="content", buffer_size=2, micro_batch_size=2)
+    cfg = ExtractorConfig(answer_template="content", buffer_size=2, micro_batch_size=2, lr=1e-2,
+                          **cfg_kw)
     trainer = RoleTrainer(backend, "extractor", cfg, total_steps=4)
     bank = ExperienceBank(tmp_path / "bank.sqlite", dim=embedder.dim, embedder_name=embedder.name)
     manager = ExperienceManager(bank, embedder, RetrievalConfig())
-    gen = FixedAnswers(['Step east onto the stairs."', "no closing quote", 'Go east."'])
     logs: list[dict] = []
-    track = ExtractorTrack(manager, gen, trainer, cfg, temperature=1.0, merge_every=0, merge_chunk=5,
-                           count_reweight=True, asynchronous=False, log=logs.append)
+    track = ExtractorTrack(manager, ModelAnswers(backend, answers), trainer, cfg, temperature=1.0,
+                           merge_every=0, merge_chunk=5, count_reweight=True, asynchronous=False,
+                           log=logs.append)
+    return track, bank, logs
+
+
+def lora_weights(backend):
+    return [p.detach().clone() for p in backend.trainable_parameters("extractor")]
+
+
+def test_extractor_update_marks_the_entries_it_trained_on(tmp_path, embedder, tiny_extractor):
+    """Credit arrives (a trajectory used the entry), the buffer fills, the extractor is updated
+    with CISPO on the tiny-random model with its own token ids and log-probs: ratio 1, no weight
+    clipped, a non-zero gradient, the weights move, and the bank counts the entry as trained."""
+    track, bank, logs = trained_track(tmp_path, embedder, tiny_extractor,
+                                      ['Step east onto the stairs."', "no closing quote"])
+    before = lora_weights(tiny_extractor)
     track.submit(1, [trajectory("Reach the stairs down.", True), trajectory("Reach the stairs down.", False)])
     (entry_id,) = bank.all_ids()
     assert "extractor/updates" not in logs[-1]  # the added entry has no credit yet: 1 ready sample
     track.record_usage([entry_id], 1.0)  # a later episode used it and succeeded
-    track.submit(2, [trajectory("Reach the stairs down.", True)])
-    assert logs[-1]["extractor/updates"] == 1 and track.updates == 1
+    track.submit(2, [])
+    m = logs[-1]
+    assert m["extractor/updates"] == 1 and track.updates == 1
+    # rewards: +1 (used by a success) and -1 (malformed): advantages +1 and -1 around the mean 0
+    assert m["extractor/reward_mean"] == pytest.approx(0.0)
+    assert m["losses/extractor_active_samples"] == 2 and m["losses/extractor_skipped"] == 0
+    assert m["losses/extractor_ratio_mean"] == pytest.approx(1.0, abs=1e-4)
+    assert m["losses/extractor_clip_frac"] == 0.0
+    assert m["losses/extractor_grad_norm"] > 0
+    after = lora_weights(tiny_extractor)
+    assert any(not torch_equal(a, b) for a, b in zip(before, after)), "the update moved nothing"
     trained = bank.get([entry_id])[0]
     assert (trained.times_trained, trained.last_trained_step) == (1, 2)
+    assert sorted((s.times_trained, s.last_trained_step) for s in track.samples) == [(1, 0), (1, 0)]
+    bank.close()
+
+
+def torch_equal(a, b):
+    import torch
+
+    return torch.equal(a, b)
+
+
+def test_equal_rewards_give_no_update_the_baseline_is_subtracted(tmp_path, embedder, tiny_extractor):
+    """Two samples both credited +1: advantage = reward - mean reward = 0 for both, so nothing
+    is learnt (without the baseline both would be pushed up)."""
+    track, bank, logs = trained_track(tmp_path, embedder, tiny_extractor,
+                                      ['Step east onto the stairs."', 'Walk east twice."'])
+    before = lora_weights(tiny_extractor)
+    track.submit(1, [trajectory("Reach the stairs down.", True), trajectory("Find the stairs.", True)])
+    ids = bank.all_ids()
+    assert len(ids) == 2
+    for eid in ids:
+        track.record_usage([eid], 1.0)
+    track.submit(2, [])
+    m = logs[-1]
+    assert m["extractor/reward_mean"] == pytest.approx(1.0)
+    assert m["losses/extractor_active_samples"] == 0 and m["losses/extractor_skipped"] == 1
+    assert m["losses/extractor_grad_norm"] == 0.0
+    assert all(torch_equal(a, b) for a, b in zip(before, lora_weights(tiny_extractor)))
+    bank.close()
+
+
+def test_cooldown_and_count_weights_in_the_track(tmp_path, embedder, tiny_extractor):
+    """cooldown 2: samples trained at update 0 sit out update 1 (weight 0: skipped, not counted
+    as trained) and are trained again at update 2 with weight (1 + 1)^-1/2."""
+    track, bank, logs = trained_track(tmp_path, embedder, tiny_extractor,
+                                      ['Step east onto the stairs."', "no closing quote"], cooldown=2)
+    track.submit(1, [trajectory("Reach the stairs down.", True), trajectory("Reach the stairs down.", False)])
+    (entry_id,) = bank.all_ids()
+    track.record_usage([entry_id], 1.0)
+    track.submit(2, [])
+    assert logs[-1]["losses/extractor_active_samples"] == 2
+    track.submit(3, [])   # update 1: 1 - 0 < 2 -> weight 0
+    assert logs[-1]["losses/extractor_active_samples"] == 0 and logs[-1]["losses/extractor_skipped"] == 1
+    assert sorted(s.times_trained for s in track.samples) == [1, 1]
+    track.submit(4, [])   # update 2: 2 - 0 = 2, not < 2 -> trained again
+    assert logs[-1]["losses/extractor_active_samples"] == 2
+    assert sorted((s.times_trained, s.last_trained_step) for s in track.samples) == [(2, 2), (2, 2)]
+    assert bank.get([entry_id])[0].times_trained == 2
+    bank.close()
+
+
+def test_uncredited_samples_are_dropped_after_the_credit_horizon(tmp_path, embedder):
+    gen = FixedAnswers(['Step east onto the stairs."'])
+    bank = ExperienceBank(tmp_path / "bank.sqlite", dim=embedder.dim, embedder_name=embedder.name)
+    manager = ExperienceManager(bank, embedder, RetrievalConfig())
+    cfg = ExtractorConfig(answer_template="content", credit_horizon=2)
+    track = ExtractorTrack(manager, gen, None, cfg, temperature=1.0, merge_every=0, merge_chunk=5,
+                           count_reweight=True, asynchronous=False, log=lambda m: None)
+    track.submit(1, [trajectory("Reach the stairs down.", True)])
+    assert len(track.samples) == 1 and not track.samples[0].resolved
+    track.submit(3, [])  # 3 - 1 = 2: still within the horizon
+    assert len(track.samples) == 1 and track.stats["dropped_uncredited"] == 0
+    track.submit(4, [])  # 4 - 1 = 3 > 2: dropped
+    assert track.samples == [] and track.stats["dropped_uncredited"] == 1
     bank.close()

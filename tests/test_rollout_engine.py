@@ -250,3 +250,155 @@ def test_embedded_smollm2_plays_8_minihack_room_episodes():
     gap = max(abs(x - y) for turn, lps in zip(turns, again) for x, y in zip(lps, turn.logprobs))
     assert gap <= 1e-3
     assert sum(t.n_actions for t in trajs) >= 8    # the real model does act, not only babble
+
+
+# ---------------------------------------------------------------------------------------------
+# an env that raises: the episode ends with the error recorded, the run goes on (issue 20)
+# ---------------------------------------------------------------------------------------------
+
+RAISING = "crl/TestRaising-v0"
+
+
+class RaisingEnv(TextEnv):
+    """'down' three times wins; ``open <path>`` opens a file for real (a path component over 255
+    characters makes the OS raise ENAMETOOLONG out of ``step``, as SWE's ``view`` did); with
+    ``raise_every_step`` every action raises; odd seeds with ``raise_on_odd_reset`` fail in
+    ``reset``."""
+
+    family = "raising"
+
+    def __init__(self, max_steps: int = 6, raise_every_step: bool = False,
+                 raise_on_odd_reset: bool = False) -> None:
+        super().__init__(max_steps=max_steps)
+        self.raise_every_step, self.raise_on_odd_reset = raise_every_step, raise_on_odd_reset
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        if self.raise_on_odd_reset and seed is not None and seed % 2:
+            raise RuntimeError(f"cannot build level {seed}")
+        self.left, self.steps = 3, 0
+        return "Counter at 3.", self._info(True)
+
+    def _info(self, valid: bool) -> dict:
+        return self.make_info(goal="Bring the counter to 0.", admissible_actions=None,
+                              success=self.left == 0, score=float(self.left == 0),
+                              action_valid=valid, task_id="raising")
+
+    def step(self, action):
+        self.steps += 1
+        if self.raise_every_step:
+            raise ValueError(f"step {self.steps} is broken")
+        if action.startswith("open "):
+            import tempfile
+
+            with open(f"{tempfile.gettempdir()}/{action[5:]}"):  # the real OS error
+                pass
+        self.left -= action == "down"
+        done = self.left == 0
+        return (f"Counter at {self.left}.", 1.0 if done else 0.0, done,
+                self.steps >= self.max_steps and not done, self._info(True))
+
+
+@pytest.fixture
+def raising_env_id():
+    from crl_bench.registry import ENVS, register_env
+
+    register_env(RAISING, f"{__name__}:RaisingEnv", family="raising",
+                 description="test env that raises")
+    yield RAISING
+    ENVS.unregister(RAISING)
+    gymnasium.registry.pop(RAISING, None)
+
+
+def test_env_exception_ends_that_episode_with_the_error_and_others_go_on(tiny, raising_env_id):
+    long_name = "x" * 300
+
+    # episode 0 opens a path with a 300-character component on its second action; episode 1
+    # (the same env class) only says 'down' and must finish its episode as if nothing happened
+    plans = {0: ["down", f"open {long_name}", "down"], 1: ["down", "down", "down"]}
+    played = {0: 0, 1: 0}
+
+    def forced(prompt):
+        ep = 0 if "EPISODE-A" in prompt else 1
+        action = plans[ep][min(played[ep], 2)]
+        played[ep] += 1
+        return f"<answer>{action}</answer>"
+
+    backend = ForcedBackend(tiny, forced)
+    envs = [gymnasium.make(raising_env_id), gymnasium.make(raising_env_id)]
+    engine = RolloutEngine(backend, SamplingParams(max_new_tokens=400), PromptConfig(max_turns=6))
+    trajs = engine.run([EpisodeSpec(env=envs[0], seed=0, experience_text="EPISODE-A"),
+                        EpisodeSpec(env=envs[1], seed=0, experience_text="EPISODE-B")])
+    bad, good = trajs
+    assert bad.error is not None and bad.error.startswith("OSError ENAMETOOLONG: [Errno 36]")
+    assert len(bad.error) <= 500
+    assert bad.meta["end_reason"] == "env_error" and not bad.truncated
+    assert (bad.score, bad.success, bad.n_actions, len(bad.turns)) == (0.0, False, 2, 2)
+    assert bad.turns[-1].action == f"open {long_name}" and bad.turns[-1].reward == 0.0
+    assert "The environment failed on this action: OSError ENAMETOOLONG" in bad.turns[-1].observation
+    assert good.error is None and good.success and good.n_actions == 3
+    assert good.meta["end_reason"] == "terminated"
+    assert backend.calls == [2, 2, 1]               # the failed episode left the batch
+    # the record survives JSON (and records without the field still load)
+    assert Trajectory.from_json(json.loads(json.dumps(bad.to_json()))).error == bad.error
+    old = bad.to_json()
+    del old["error"]
+    assert Trajectory.from_json(old).error is None
+    # the env can be reset and played again after the error
+    [again] = engine.run([EpisodeSpec(env=envs[0], seed=1, experience_text="EPISODE-B")])
+    assert again.error is None
+
+
+def test_env_reset_exception_is_an_episode_error(tiny, raising_env_id):
+    backend = ForcedBackend(tiny, lambda prompt: "<answer>down</answer>")
+    env_ok = gymnasium.make(raising_env_id, raise_on_odd_reset=True)
+    env_bad = gymnasium.make(raising_env_id, raise_on_odd_reset=True)
+    engine = RolloutEngine(backend, SamplingParams(), PromptConfig(max_turns=5))
+    ok, bad = engine.run([EpisodeSpec(env=env_ok, seed=2, task_name="t"),
+                          EpisodeSpec(env=env_bad, seed=3, task_name="t")])
+    assert bad.error == "reset: RuntimeError: cannot build level 3"
+    assert (bad.turns, bad.score, bad.success, bad.n_actions) == ([], 0.0, False, 0)
+    assert bad.env_id == raising_env_id and bad.meta["end_reason"] == "env_error"
+    assert ok.error is None and ok.success
+    assert backend.calls == [1, 1, 1]               # only the healthy episode was played
+    with pytest.raises(KeyboardInterrupt):         # not every exception is an episode error
+        class Interrupting(RaisingEnv):
+            def step(self, action):
+                raise KeyboardInterrupt
+        engine.run([EpisodeSpec(env=Interrupting(), seed=0)])
+
+
+def test_tiny_run_goes_on_when_the_env_raises_and_counts_the_errors(tmp_path, raising_env_id):
+    """A real `tiny` run (grpo, 1 step) on an env whose every action raises and whose odd seeds
+    fail at reset: the run ends `done`, each failed episode is recorded with its error, and the
+    step's metrics count them in charts/env_errors."""
+    from crl_bench.runner.api import run_experiment
+    from crl_bench.runner.records import read_jsonl
+
+    raising_kwargs = {"raise_every_step": True, "raise_on_odd_reset": True}
+    from crl_bench.registry import ENVS
+
+    ENVS.unregister(raising_env_id)
+    gymnasium.registry.pop(raising_env_id, None)
+    from crl_bench.registry import register_env
+
+    register_env(raising_env_id, f"{__name__}:RaisingEnv", family="raising", kwargs=raising_kwargs)
+    out = tmp_path / "run"
+    run_experiment("grpo", raising_env_id, "tiny", 0, out, steps=1, progress=False,
+                   overrides={"threads": 1, "eval.at_start": False, "rollout.groups": 1,
+                              "rollout.group_size": 4, "eval.episodes_per_task": 2})
+    status = json.loads((out / "status.json").read_text())
+    assert status["state"] == "done", status
+    episodes = read_jsonl(out / "episodes.jsonl")
+    train = [e for e in episodes if e["phase"] == "train"]
+    evals = [e for e in episodes if e["phase"] == "eval"]
+    # the step-1 group plays seed 1 (odd): its 4 episodes fail at reset
+    assert [e["error"] for e in train] == ["reset: RuntimeError: cannot build level 1"] * 4
+    assert all(e["score"] == 0.0 and not e["success"] for e in train)
+    # eval seeds 1_000_000 and 1_000_001: the odd one fails at reset, the even one plays
+    errors = {e["seed"]: e["error"] for e in evals}
+    assert errors[1_000_001] == "reset: RuntimeError: cannot build level 1000001"
+    if errors[1_000_000] is not None:             # it took an action: every action raises
+        assert errors[1_000_000] == "ValueError: step 1 is broken"
+    [m] = [m for m in read_jsonl(out / "metrics.jsonl") if m["step"] == 1]
+    assert m["charts/env_errors"] == 4

@@ -102,3 +102,97 @@ def test_loss_settings_belong_to_the_loss():
         build_config(agent="grpo", tasks="minihack", preset="tiny", overrides={"actor.loss_args.eps_low": 0.3})
     with pytest.raises(ConfigError, match="extractor.loss_args.eps_high=-1"):
         build_config(agent="grpo", tasks="minihack", preset="tiny", overrides={"extractor.loss_args.eps_high": -1})
+
+
+# -- the command line: one `error:` line, exit 2, the field and the fix (issue 20) --------------
+
+def cli(capsys, *args: str) -> tuple[int, str]:
+    from crl_bench.cli import main
+
+    rc = main(["run", "--preset", "tiny", "--no-progress", *args])
+    return rc, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--set", "actor.lr=NaN"], "actor.lr=nan: must be a finite number > 0 and <= 1"),
+    (["--set", "rollout.top_p=5"], "rollout.top_p=5.0: must be a finite number > 0 and <= 1"),
+    (["--set", "rollout.max_new_tokens=0"], "rollout.max_new_tokens=0: must be an integer >= 1"),
+    (["--set", "model.actor=/etc/passwd"], "model.actor='/etc/passwd': that is a file, not a model"),
+    (["--set", "threads=-1"], "threads=-1: must be an integer >= 0"),
+    (["--set", "checkpoint_every=0"], "checkpoint_every=0: must be an integer >= 1"),
+    (["--set", "actor.loss=bogus"], "actor.loss='bogus': unknown policy loss"),
+    (["--set", "actor.schedule=bogus"], "actor.schedule='bogus': unknown learning-rate schedule"),
+    (["--set", "eval.episodes_per_task=0"], "eval.episodes_per_task=0: must be an integer >= 1"),
+    (["--set", "rollout.group_size=1000000"], "rollout.group_size=1000000: must be an integer >= 1 and <= 1024"),
+    (["--seed", "-1"], "--seed -1: seeds must be >= 0"),
+    (["--seed", "0", "0"], "--seed 0 0: seed 0 is given more than once"),
+    (["--agent", "comp_rl", "--set", "agent=grpo"],
+     "--set agent='grpo' conflicts with --agent 'comp_rl': give the agent with --agent grpo only"),
+    (["--set", "agent=grpo"], "--set agent='grpo' conflicts with --agent 'comp_rl'"),  # the default
+    (["--steps", "3", "--set", "steps=2"], "--set steps=2 conflicts with --steps 3"),
+    (["--repair"], "--repair only applies with --resume"),
+])
+def test_cli_config_errors_are_one_line_naming_the_field(capsys, tmp_path, args, message):
+    out = tmp_path / "run"
+    rc, err = cli(capsys, "--tasks", "minihack", "--out", str(out), *args)
+    assert rc == 2
+    assert err.startswith("crl-bench run: error: ") and message in err, err
+    assert "Traceback" not in err and err.count("\n") == 1
+    assert not (out / "config.json").exists()  # refused before anything was built or written
+
+
+def test_resume_with_a_different_agent_is_refused_with_the_way_out(capsys, tmp_path):
+    from crl_bench.agent import load_agent
+    from crl_bench.runner.loop import write_config
+    from crl_bench.runner.records import RunDir
+
+    cfg = build_config(agent="comp_rl", tasks="minihack", preset="tiny")
+    run = RunDir(tmp_path / "run")
+    write_config(run, cfg, load_agent("comp_rl"), ())
+    run.set_status("failed", 0)
+    rc, err = cli(capsys, "--resume", "--agent", "grpo", "--tasks", "webshop", "--out", str(run.path))
+    assert rc == 2
+    assert ("--agent grpo (stored: comp_rl); --tasks webshop (stored: minihack). Leave these "
+            "options out to continue it, or start a new run with another --out") in err
+
+
+def test_cli_rejects_a_huge_group_fast_without_a_traceback(tmp_path):
+    """The real command in its own process: `rollout.group_size=1000000` once ate 12 GB; now it
+    is refused by validation, before a model or env exists."""
+    import subprocess
+    import sys
+    import time
+
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "crl_bench.cli", "run", "--agent", "grpo", "--tasks",
+                           "minihack", "--preset", "tiny", "--out", str(tmp_path / "run"),
+                           "--set", "rollout.group_size=1000000"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        "crl-bench run: error: rollout.group_size=1000000: must be an integer >= 1 and <= 1024; "
+        "e.g. --set rollout.group_size=4."]
+    assert time.perf_counter() - t0 < 60
+    assert not (tmp_path / "run" / "config.json").exists()
+
+
+def test_setup_failure_reports_its_real_cause(tmp_path):
+    """A model folder that passes the name check but cannot be loaded: the error is the loader's,
+    not an AttributeError from cleaning up the half-built trainer."""
+    import json
+
+    pytest.importorskip("torch")
+    from crl_bench.runner.api import run_experiment
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text('{"model_type": "no-such-architecture"}')
+    out = tmp_path / "run"
+    with pytest.raises(Exception) as info:
+        run_experiment("grpo", "minihack", "tiny", 0, out, steps=1, progress=False,
+                       overrides={"model.actor": str(model), "threads": 1})
+    assert not isinstance(info.value, AttributeError), info.value
+    assert "has no attribute 'track'" not in str(info.value)
+    status = json.loads((out / "status.json").read_text())
+    assert status["state"] == "failed"
+    assert status["error"].startswith(type(info.value).__name__ + ": ")

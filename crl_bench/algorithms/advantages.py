@@ -63,9 +63,9 @@ def group_keys(task_group: Tensor, with_experience: Tensor, split: bool) -> Tens
 
 def _group_stats(scores: Tensor, keys: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """(clean scores with NaN -> 0, valid mask, per-episode group count, per-episode group mean)."""
+    _check_1d("scores", scores)
     if not scores.dtype.is_floating_point:
         raise TypeError(f"scores must be a floating tensor, got dtype {scores.dtype}")
-    _check_1d("scores", scores)
     _check_1d("keys", keys, scores.shape[0])
     _, inv = torch.unique(keys, return_inverse=True)
     n_groups = int(inv.max().item()) + 1 if inv.numel() else 0

@@ -50,7 +50,8 @@ from crl_bench.experience.bank_schema import (  # noqa: F401 (the public names a
     check_commit, check_schema_version, create_schema, decode_vec,
     read_meta_rows, render_entry_text, row_to_entry, table_names)
 from crl_bench.experience.bank_sql import (
-    in_transaction, select_by_ids, select_page, select_totals, write_transaction)
+    in_transaction, select_by_ids, select_page, select_snapshot, select_totals,
+    write_transaction)
 from crl_bench.experience.locks import ProcessFileLock, RWLock
 
 class ExperienceBank:
@@ -164,19 +165,10 @@ class ExperienceBank:
         ``build``: (re)build the graphs from scratch. Caller holds the write lock, or is
         __init__."""
         with self._sql_lock:
-            conn = self._conn
-            conn.execute("BEGIN")  # one snapshot for the rows and the vectors read below
-            try:
-                rows = conn.execute("SELECT id, family, times_retrieved, last_retrieved, version "
-                                    "FROM entries ORDER BY id").fetchall()
-                seen = {r[0] for r in rows}
-                gone = [i for i in self._family_of if i not in seen]
-                changed = [r[0] for r in rows if self._version_of.get(r[0]) != r[4]]
-                want = seen if build else set(changed) if self._ann.built else set()
-                blobs: dict[int, bytes] = dict(select_by_ids(conn, "id, embedding",
-                                                             sorted(want)))
-            finally:
-                conn.execute("COMMIT")
+            rows, blobs = select_snapshot(self._conn, self._version_of, vectors=(
+                "all" if build else "changed" if self._ann.built else "none"))
+            seen = {r[0] for r in rows}
+            gone = [i for i in self._family_of if i not in seen]
             changes: list[IndexChange] = [("del", i, self._family_of[i], None) for i in gone]
             changes += [("update" if i in self._family_of else "add", i, fam, None)
                         for i, fam, *_ in rows if i in blobs]

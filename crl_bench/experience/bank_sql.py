@@ -163,3 +163,20 @@ def select_totals(conn: sqlite3.Connection) -> dict[str, float]:
     return {"entries": n, "times_retrieved": retrieved, "n_used": used,
             "times_trained": trained, "entries_used": with_use,
             "mean_outcome": (rsum / used) if used else float("nan")}
+
+
+def select_snapshot(conn: sqlite3.Connection, known_versions: dict[int, int], vectors: str
+                    ) -> tuple[list[tuple[Any, ...]], dict[int, bytes]]:
+    """From one read snapshot: every entry's (id, family, times_retrieved, last_retrieved,
+    version), oldest first, and the stored embeddings of ``vectors``: "all" entries, those
+    "changed" (new, or another version than in ``known_versions``), or "none"."""
+    conn.execute("BEGIN")
+    try:
+        rows = conn.execute("SELECT id, family, times_retrieved, last_retrieved, version "
+                            "FROM entries ORDER BY id").fetchall()
+        want = ([r[0] for r in rows] if vectors == "all" else
+                [r[0] for r in rows if known_versions.get(r[0]) != r[4]]
+                if vectors == "changed" else [])
+        return rows, dict(select_by_ids(conn, "id, embedding", want))
+    finally:
+        conn.execute("COMMIT")

@@ -1,7 +1,8 @@
 """``crl-bench bank stats|show|search PATH``: read what a run has learned.
 
-The bank is opened read-only, so this is safe while a run is writing to it, and searching here
-does not count as a retrieval.
+The bank is opened read-only: it never takes the writer lock, so this is safe while a run is
+writing to it (and shows what the run has committed), it works on a folder this user cannot
+write (e.g. a finished run shared read-only), and searching here does not count as a retrieval.
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ def _open(path: str, build_index: bool) -> Any:
 
 
 def _cmd_stats(args: argparse.Namespace) -> int:
-    import os
+    from crl_bench.experience.bank_files import file_bytes
 
     with _open(args.path, build_index=args.verify) as bank:
         totals = bank.totals()
@@ -70,8 +71,7 @@ def _cmd_stats(args: argparse.Namespace) -> int:
             "path": str(bank.path), "schema_version": int(bank.meta["schema_version"]),
             "embedder": bank.embedder_name, "dim": bank.dim,
             "created": _when(float(bank.meta.get("created_at", "nan"))),
-            "file_bytes": sum(os.path.getsize(f"{bank.path}{s}") for s in ("", "-wal")
-                              if os.path.exists(f"{bank.path}{s}")),
+            "file_bytes": file_bytes(bank.path),
             "entries": len(bank), "families": bank.family_counts(), **totals,
             "top_retrieved": [{"id": e.id, "family": e.family, "title": e.title,
                                "times_retrieved": e.times_retrieved}

@@ -10,10 +10,17 @@ Token bookkeeping is exact: each :class:`Turn` keeps the prompt ids that were fe
 the sampled completion ids and their sampling log-probs, and
 ``completion_text == tokenizer.decode(completion_ids, skip_special_tokens=True)`` is the very
 text that was parsed for the action the env received. Nothing is re-tokenised.
+
+An env that raises (in ``reset`` or ``step``: a bug, or a model output it cannot take, such as a
+path over 255 characters) ends *that* episode, never the run: the trajectory records
+``error`` (the exception's type, errno name and message), score 0, no success, end reason
+``env_error``; the other episodes go on. ``MemoryError`` and non-``Exception`` errors
+(KeyboardInterrupt) still propagate.
 """
 
 from __future__ import annotations
 
+import errno
 import time
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Callable
@@ -80,6 +87,9 @@ class Trajectory:
     """Generated tokens over all turns."""
     wall_s: float
     meta: dict = field(default_factory=dict)
+    error: str | None = None
+    """Why the env failed this episode (``"OSError ENAMETOOLONG: [Errno 36] File name too long:
+    ..."``); None when it did not. Such an episode ends there with score 0 and no success."""
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -91,7 +101,8 @@ class Trajectory:
         data["turns"] = [Turn(**{k: v for k, v in t.items() if k in turn_names})
                          for t in data.get("turns", [])]
         names = {f.name for f in fields(cls)}
-        missing = names - set(data)
+        optional = {"meta", "error"}  # older records lack ``error``
+        missing = names - set(data) - optional
         if missing:
             raise ValueError(f"Trajectory JSON lacks fields {sorted(missing)}.")
         return cls(**{k: v for k, v in data.items() if k in names})
@@ -142,6 +153,21 @@ class _Running:
     end_reason: str = ""
     start: float = field(default_factory=time.perf_counter)
     wall_s: float = 0.0
+    error: str | None = None
+
+
+MAX_ERROR_CHARS = 500
+
+
+def describe_env_error(exc: BaseException) -> str:
+    """``"OSError ENAMETOOLONG: [Errno 36] File name too long: '...'"``, at most
+    :data:`MAX_ERROR_CHARS` characters (a model-made path can be huge)."""
+    code = getattr(exc, "errno", None)
+    name = type(exc).__name__
+    if isinstance(code, int) and code in errno.errorcode:
+        name += f" {errno.errorcode[code]}"
+    text = f"{name}: {exc}"
+    return text if len(text) <= MAX_ERROR_CHARS else text[:MAX_ERROR_CHARS - 3] + "..."
 
 
 class RolloutEngine:
@@ -189,9 +215,19 @@ class RolloutEngine:
     # -- episode set-up ----------------------------------------------------------------------------
     def _start(self, spec: EpisodeSpec) -> _Running:
         env = spec.env
-        observation, info = env.reset(seed=spec.seed, options=spec.options)
         unwrapped = getattr(env, "unwrapped", env)
         env_id = env.spec.id if getattr(env, "spec", None) is not None else type(unwrapped).__name__
+        try:
+            observation, info = env.reset(seed=spec.seed, options=spec.options)
+        except MemoryError:
+            raise
+        except Exception as exc:  # the episode fails, the run goes on
+            ep = _Running(spec=spec, family=str(getattr(unwrapped, "family", "text")),
+                          env_id=env_id, goal="", task_id="", observation="", env_observation="",
+                          admissible=None, info={"score": 0.0, "success": False}, max_turns=0)
+            ep.error = f"reset: {describe_env_error(exc)}"
+            self._finish(ep, truncated=False, reason="env_error")
+            return ep
         max_turns = self.prompt.max_turns or int(getattr(unwrapped, "max_steps", 30) or 30)
         return _Running(spec=spec, family=str(getattr(unwrapped, "family", "text")), env_id=env_id,
                         goal=str(info.get("goal", "")), task_id=str(info.get("task_id", "")),
@@ -237,7 +273,8 @@ class RolloutEngine:
         if self.progress:
             from tqdm import tqdm
 
-            bar = tqdm(total=len(running), desc="episodes", leave=False)
+            bar = tqdm(total=len(running), initial=sum(ep.done for ep in running),
+                       desc="episodes", leave=False)
         turn_no = 0
         generate_calls = 0
         while True:
@@ -315,7 +352,18 @@ class RolloutEngine:
         return [self._trajectory(ep) for ep in running]
 
     def _step_env(self, ep: _Running, turn: Turn) -> None:
-        observation, reward, terminated, truncated, info = ep.spec.env.step(turn.action)
+        try:
+            observation, reward, terminated, truncated, info = ep.spec.env.step(turn.action)
+        except MemoryError:
+            raise
+        except Exception as exc:  # a bad action must not kill the run: the episode ends here
+            ep.n_actions += 1
+            ep.error = describe_env_error(exc)
+            turn.reward = 0.0
+            turn.observation = f"The environment failed on this action: {ep.error}"
+            ep.info = {**ep.info, "score": 0.0, "success": False}
+            self._finish(ep, truncated=False, reason="env_error")
+            return
         ep.n_actions += 1
         turn.reward = float(reward)
         turn.observation = str(observation)
@@ -366,4 +414,5 @@ class RolloutEngine:
             n_tool_calls=sum(t.kind == "ask" for t in ep.turns), truncated=ep.truncated,
             tokens=ep.tokens, wall_s=ep.wall_s,
             meta={**spec.meta, "family": ep.family, "end_reason": ep.end_reason,
-                  "prompt_tokens": ep.prompt_tokens, "adapter": self.adapter})
+                  "prompt_tokens": ep.prompt_tokens, "adapter": self.adapter},
+            error=ep.error)

@@ -50,7 +50,7 @@ def run_experiment(agent: str | None, tasks: str | None, preset: str | None, see
         run.release()
 
 
-def _stored_config(run: Any) -> Any:
+def _stored_config(run: Any, validate: bool = True) -> Any:
     """The run's ``config.json`` as a RunConfig; a damaged file is named, with the way out."""
     from crl_bench.runner.config import ConfigError, config_from_dict
 
@@ -61,7 +61,8 @@ def _stored_config(run: Any) -> Any:
             raise ConfigError(f"expected a JSON object, got {type(data).__name__}")
         cfg = config_from_dict({k: v for k, v in data.items()
                                 if k not in ("agent_options", "task_names", "env_ids", "host")})
-        cfg.validate()
+        if validate:
+            cfg.validate()
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, ConfigError) as exc:
         raise ConfigError(f"{path} is not a valid run configuration ({exc}). It cannot be "
                           "resumed: restore the file, or start a new run with another --out.") from None
@@ -92,10 +93,11 @@ def _run_locked(run: Any, *, agent: str | None, tasks: str | None, preset: str |
     checkpoint, start = None, 0
     resuming = resume and run.config_path.exists()
     if resuming:
-        if status.get("state") == "done":
-            return run.path
-        cfg = _stored_config(run)
+        done = status.get("state") == "done"
+        cfg = _stored_config(run, validate=not done)
         _check_identity(cfg, run, agent=agent, tasks=tasks, seed=seed, preset=preset)
+        if done:
+            return run.path
         if steps is not None:
             cfg.steps = steps
         cfg = apply_resume_overrides(cfg, overrides)

@@ -390,9 +390,13 @@ def check_model_name(key: str, name: Any) -> None:
     raise ConfigError(f"{key}={name!r}: not a known model, an existing folder or a hub id. {hint}")
 
 
+_SECTION_TYPES = ("ModelConfig", "RolloutConfig", "ActorConfig", "ExtractorConfig",
+                  "ExperienceConfig", "EvalConfig")
+
+
 def _sections(cfg: "RunConfig") -> list[tuple[str, Any]]:
     return [("", cfg)] + [(f.name + ".", getattr(cfg, f.name)) for f in fields(cfg)
-                          if dataclasses.is_dataclass(getattr(cfg, f.name))]
+                          if str(f.type) in _SECTION_TYPES]
 
 
 def validate_config(cfg: "RunConfig") -> None:
@@ -403,8 +407,8 @@ def validate_config(cfg: "RunConfig") -> None:
             raise ConfigError(f"{prefix.rstrip('.')}: must be a section of fields, got {obj!r}.")
         for f in fields(obj):
             value = getattr(obj, f.name)
-            if dataclasses.is_dataclass(value):
-                continue
+            if str(f.type) in _SECTION_TYPES:
+                continue  # checked as a section
             key = prefix + f.name
             _check_type(key, value, str(f.type))
             rng = FIELD_RANGES.get(key)

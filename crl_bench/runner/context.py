@@ -310,10 +310,14 @@ class RunContext:
             by_task[g.task.env_id] = used + g.size
             retrieved: list[list[Any]] = [[] for _ in range(g.size)]
             if g.with_experience and self.manager is not None:
-                obs, info = envs[0].reset(seed=g.seed)
-                query = f"{info.get('goal', '')}\n{obs}"[:2000]
-                retrieved[:g.with_experience] = self.manager.retrieve([query] * g.with_experience,
-                                                                      family=g.task.family)
+                try:
+                    obs, info = envs[0].reset(seed=g.seed)
+                except Exception:  # noqa: BLE001 - the engine's own reset records the env error
+                    obs, info = None, None
+                if info is not None:
+                    query = f"{info.get('goal', '')}\n{obs}"[:2000]
+                    retrieved[:g.with_experience] = self.manager.retrieve(
+                        [query] * g.with_experience, family=g.task.family)
             for i, env in enumerate(envs):
                 entries = retrieved[i]
                 specs.append(EpisodeSpec(

@@ -33,7 +33,8 @@ def episode_record(traj: Any, phase: str, step: int) -> dict[str, Any]:
             "score": float(traj.score), "reward": float(traj.reward), "n_actions": traj.n_actions,
             "n_turns": len(traj.turns), "n_invalid_format": traj.n_invalid_format,
             "n_tool_calls": traj.n_tool_calls, "tokens": traj.tokens,
-            "experience_ids": list(traj.experience_ids), "wall_s": round(traj.wall_s, 3)}
+            "experience_ids": list(traj.experience_ids), "wall_s": round(traj.wall_s, 3),
+            "error": traj.error}  # the env raised: the episode ended there (rollout.py)
 
 
 class Trainer:
@@ -145,6 +146,7 @@ class Trainer:
         metrics["charts/invalid_format_frac"] = (sum(t.n_invalid_format for t in trajs)
                                                  / max(1, sum(len(t.turns) for t in trajs)))
         metrics["charts/tokens"] = sum(t.tokens for t in trajs)
+        metrics["charts/env_errors"] = sum(1 for t in trajs if t.error)  # env raised: episode ended
         for flag, tag in ((True, "with_exp"), (False, "without_exp")):
             sub = [t for t in trajs if t.with_experience == flag]
             if sub:

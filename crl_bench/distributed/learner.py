@@ -1,0 +1,337 @@
+"""The learner as data-parallel ranks: one Ray actor per rank, torch.distributed between them.
+
+Each rank holds a full copy of the role's model (built from the same backend spec, then
+broadcast from rank 0, so every rank starts from the same weights) and a
+:class:`~crl_bench.runner.trainer.RoleTrainer` for its optimiser, LR schedule and collation.
+One update (:meth:`DataParallelLearner.update`) does what ``RoleTrainer.update`` does on one
+process, split over ranks:
+
+1. the driver filters and samples the batch exactly as ``RoleTrainer.update`` does (non-empty
+   completions, ``max_samples_per_update`` with the same seeded RNG, active = non-zero advantage
+   and weight), computes the token / sequence totals over the *whole* batch, sorts longest first
+   and cuts the same micro-batches (:func:`~crl_bench.runner.trainer.micro_batches`);
+2. micro-batches are dealt to ranks (balanced by padded tokens); each rank runs forward and
+   backward on its own, each micro-batch's loss scaled by its share of the whole batch's tokens
+   (or sequences), as on one process;
+3. gradients are summed across ranks (``all_reduce`` SUM over one flat buffer), so every rank
+   holds the gradient of the whole batch; then the same clip, LR schedule and AdamW step run on
+   every rank (same gradient, same state: the replicas stay equal);
+4. loss and diagnostics are summed across ranks the same way.
+
+Transport: gloo on CPU (tested), NCCL on GPU (``device="cuda"``: one GPU per rank from the
+placement group; not run here). Models too large to replicate want FSDP; see docs/scaling.md.
+Ranks are placed with a PACK placement group (one bundle per rank), so that a multi-GPU learner
+lands on as few nodes as possible.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import socket
+from typing import Any, Sequence
+
+from crl_bench.distributed import require_ray
+
+
+def role_weights(backend: Any, role: str) -> list[Any]:
+    """CPU copies of the trainable parameters of ``role`` (LoRA A/B or all weights), in order."""
+    return [p.detach().to("cpu").clone() for p in backend.trainable_parameters(role)]
+
+
+def load_role_weights(backend: Any, role: str, weights: Sequence[Any]) -> None:
+    """Copy ``weights`` (from :func:`role_weights` of a backend built the same way) into ``role``."""
+    import torch
+
+    params = backend.trainable_parameters(role)
+    if len(params) != len(weights):
+        raise ValueError(f"{len(weights)} tensors for {len(params)} parameters of role {role!r}: "
+                         "the backends were not built the same way")
+    with torch.no_grad():
+        for p, w in zip(params, weights):
+            p.copy_(w.to(device=p.device, dtype=p.dtype))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return int(s.getsockname()[1])
+
+
+class LearnerRankImpl:
+    """One rank (plain class; :func:`learner_rank_class` makes it a Ray actor).
+
+    Args:
+        rank, world_size: the rank's place in the group.
+        backend_spec: keyword arguments of :class:`~crl_bench.llm.hf_backend.HFBackend`
+            (``model_name``, ``roles``, ``lora``, ``dtype``, ``device``, ``seed``...).
+        role: the role this learner trains ("actor" / "extractor").
+        optim: the role's :class:`~crl_bench.runner.config.OptimConfig`.
+        total_steps, seed: as for ``RoleTrainer``.
+        threads: torch threads of this rank.
+    """
+
+    def __init__(self, rank: int, world_size: int, backend_spec: dict[str, Any], role: str,
+                 optim: Any, total_steps: int, seed: int = 0, threads: int = 1) -> None:
+        import torch
+
+        torch.set_num_threads(threads)
+        self.rank, self.world_size = rank, world_size
+        self.backend_spec = dict(backend_spec)
+        self.role = role
+        self.optim, self.total_steps, self.seed = optim, total_steps, seed
+        self.trainer: Any = None
+        self.backend: Any = None
+        self.keep_grads = False
+        self.last_grads: list[Any] = []
+
+    def set_keep_grads(self, keep: bool) -> None:
+        """Keep a copy of the (reduced, clipped) gradients of the last update (tests only)."""
+        self.keep_grads = keep
+
+    def get_last_grads(self) -> list[Any]:
+        return self.last_grads
+
+    def address(self) -> tuple[str, int]:
+        import ray
+
+        return ray.util.get_node_ip_address(), _free_port()
+
+    def setup(self, master: tuple[str, int]) -> int:
+        """Join the process group, build the model and trainer, broadcast rank 0's weights."""
+        import torch
+        import torch.distributed as dist
+
+        from crl_bench.llm.hf_backend import HFBackend
+        from crl_bench.runner.trainer import RoleTrainer
+
+        device = str(self.backend_spec.get("device", "cpu"))
+        backend_name = "nccl" if device.startswith("cuda") else "gloo"
+        if device.startswith("cuda"):
+            # Ray sets CUDA_VISIBLE_DEVICES to the bundle's GPU: it is cuda:0 here
+            torch.cuda.set_device(0)
+        dist.init_process_group(backend_name, init_method=f"tcp://{master[0]}:{master[1]}",
+                                rank=self.rank, world_size=self.world_size)
+        self.backend = HFBackend(**self.backend_spec)
+        self.trainer = RoleTrainer(self.backend, self.role, self.optim,
+                                   total_steps=self.total_steps, seed=self.seed)
+        with torch.no_grad():
+            for p in self.trainer.params:
+                dist.broadcast(p.data, src=0)
+        return os.getpid()
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def load_weights(self, weights: Sequence[Any]) -> None:
+        load_role_weights(self.backend, self.role, weights)
+
+    def weights(self) -> list[Any]:
+        return role_weights(self.backend, self.role)
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.trainer.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.trainer.load_state_dict(state)
+
+    def update_shard(self, chunks: list[list[Any]], totals: dict[str, float], *, loss: str,
+                     loss_kwargs: dict[str, Any], agg: str, temperature: float) -> dict[str, float]:
+        """Forward/backward of this rank's micro-batches, all-reduce, optimiser step (see the
+        module docstring). ``totals``: ``tokens``, ``seqs`` (whole batch), ``active_tokens``."""
+        import torch
+        import torch.distributed as dist
+
+        from crl_bench.runner.trainer import _schedule_factor
+
+        tr = self.trainer
+        loss_fn = tr._loss_fn(loss)
+        sums: dict[str, float] = {}
+        total_loss = 0.0
+        tr.optimizer.zero_grad(set_to_none=True)
+        for chunk in chunks:
+            ids, attn, lp_old, adv, cmask = tr._collate(chunk)
+            logprobs = self.backend.forward_token_logprobs(self.role, ids, attn,
+                                                           temperature=temperature,
+                                                           score_mask=cmask[:, 1:] > 0)
+            logprobs = logprobs.float()
+            dev = logprobs.device
+            lp = logprobs * cmask[:, 1:].to(dev)
+            out, m = loss_fn(lp, lp_old[:, 1:].to(dev), adv[:, 1:].to(dev), cmask[:, 1:].to(dev),
+                             agg=agg, **loss_kwargs)
+            chunk_tokens = sum(len(s.completion_ids) for s in chunk)
+            share = (chunk_tokens / totals["tokens"] if agg == "token-mean"
+                     else len(chunk) / totals["seqs"])
+            (out * share).backward()
+            total_loss += float(out.detach()) * share
+            m_share = chunk_tokens / totals["active_tokens"]
+            for k, v in m.items():
+                sums[k] = sums.get(k, 0.0) + float(v) * m_share
+        # gradients of the whole batch on every rank: one flat buffer, summed
+        params = tr.params
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+        flat = torch.cat([g.reshape(-1).float() for g in grads])
+        dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+        offset = 0
+        for p in params:
+            n = p.numel()
+            p.grad = flat[offset:offset + n].view_as(p).to(p.dtype).clone()
+            offset += n
+        # loss and diagnostics: the same sums as on one process
+        keys = sorted(set().union(*[set(x) for x in self._all_gather_keys(sorted(sums))]))
+        scal = torch.tensor([total_loss] + [sums.get(k, 0.0) for k in keys], dtype=torch.float64)
+        dist.all_reduce(scal, op=dist.ReduceOp.SUM)
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, tr.cfg.max_grad_norm)
+        if self.keep_grads:
+            self.last_grads = [p.grad.detach().to("cpu").clone() for p in params]
+        factor = _schedule_factor(tr.updates, tr.cfg, tr.total_steps)
+        for group in tr.optimizer.param_groups:
+            group["lr"] = tr.cfg.lr * factor
+        tr.optimizer.step()
+        tr.optimizer.zero_grad(set_to_none=True)
+        tr.updates += 1
+        self.backend.after_update(self.role)
+        metrics = {k: float(v) for k, v in zip(keys, scal[1:].tolist())}
+        metrics.update(loss=float(scal[0]), grad_norm=float(grad_norm), lr=tr.cfg.lr * factor)
+        return metrics
+
+    @staticmethod
+    def _all_gather_keys(keys: list[str]) -> list[list[str]]:
+        import torch.distributed as dist
+
+        out: list[Any] = [None] * dist.get_world_size()
+        dist.all_gather_object(out, keys)
+        return out
+
+    def shutdown(self) -> None:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+_RANK_CLS: Any = None
+
+
+def learner_rank_class() -> Any:
+    global _RANK_CLS
+    if _RANK_CLS is None:
+        ray = require_ray()
+        _RANK_CLS = ray.remote(LearnerRankImpl)
+    return _RANK_CLS
+
+
+def deal_chunks(chunks: list[list[Any]], n_ranks: int) -> list[list[list[Any]]]:
+    """Micro-batches to ranks, each to the rank with the fewest padded tokens so far (ties: the
+    lower rank); a rank's chunks keep their batch order."""
+    load = [0] * n_ranks
+    out: list[list[list[Any]]] = [[] for _ in range(n_ranks)]
+    for chunk in chunks:
+        cost = len(chunk) * max(len(s.prompt_ids) + len(s.completion_ids) for s in chunk)
+        r = min(range(n_ranks), key=lambda i: (load[i], i))
+        out[r].append(chunk)
+        load[r] += cost
+    return out
+
+
+class DataParallelLearner:
+    """``n_ranks`` learner ranks for one role; the driver-side face of the learner.
+
+    Args:
+        n_ranks: data-parallel ranks.
+        backend_spec: :class:`~crl_bench.llm.hf_backend.HFBackend` keyword arguments.
+        role, optim, total_steps, seed: as for ``RoleTrainer``.
+        bundle: resources of one rank (``{"CPU": 1}`` or ``{"CPU": 2, "GPU": 1}``); see
+            :meth:`~crl_bench.distributed.plan.ResourcePlan.rank_bundle`.
+        strategy: placement-group strategy (PACK: as few nodes as possible).
+    """
+
+    def __init__(self, n_ranks: int, backend_spec: dict[str, Any], role: str, optim: Any, *,
+                 total_steps: int, seed: int = 0, bundle: dict[str, float] | None = None,
+                 strategy: str = "PACK", threads: int = 1) -> None:
+        ray = require_ray()
+        from ray.util.placement_group import placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        self._ray = ray
+        self.n_ranks = n_ranks
+        self.role = role
+        self.cfg = optim
+        self._rng = random.Random(seed)  # the same draws as RoleTrainer's max_samples_per_update
+        bundle = dict(bundle or {"CPU": 1})
+        self.placement_group = placement_group([bundle] * n_ranks, strategy=strategy)
+        ray.get(self.placement_group.ready())
+        cls = learner_rank_class()
+        self.ranks = [
+            cls.options(num_cpus=bundle.get("CPU", 1), num_gpus=bundle.get("GPU", 0),
+                        scheduling_strategy=PlacementGroupSchedulingStrategy(
+                            self.placement_group, placement_group_bundle_index=r))
+            .remote(r, n_ranks, backend_spec, role, optim, total_steps, seed, threads)
+            for r in range(n_ranks)]
+        master = ray.get(self.ranks[0].address.remote())
+        self.pids = ray.get([r.setup.remote(master) for r in self.ranks])
+
+    def plan_chunks(self, samples: Sequence[Any]) -> tuple[list[list[list[Any]]], dict[str, float],
+                                                            dict[str, float]]:
+        """(chunks per rank, totals, metrics so far): the first half of ``RoleTrainer.update``."""
+        from crl_bench.runner.trainer import micro_batches
+
+        samples = [s for s in samples if s.completion_ids]
+        if self.cfg.max_samples_per_update and len(samples) > self.cfg.max_samples_per_update:
+            samples = self._rng.sample(samples, self.cfg.max_samples_per_update)
+        active = [s for s in samples if s.weight != 0.0 and s.advantage != 0.0]
+        metrics = {"samples": float(len(samples)), "active_samples": float(len(active))}
+        if not active:
+            return [], {}, metrics
+        totals = {"tokens": float(sum(len(s.completion_ids) for s in samples)),
+                  "seqs": float(len(samples)),
+                  "active_tokens": float(sum(len(s.completion_ids) for s in active))}
+        active.sort(key=lambda s: len(s.prompt_ids) + len(s.completion_ids), reverse=True)
+        chunks = micro_batches(active, self.cfg.micro_batch_size, self.cfg.micro_batch_tokens)
+        return deal_chunks(chunks, self.n_ranks), totals, metrics
+
+    def update(self, samples: Sequence[Any], *, loss: str, loss_kwargs: dict[str, Any],
+               agg: str = "token-mean", temperature: float = 1.0) -> dict[str, float]:
+        """One optimiser step on ``samples`` across the ranks; the metrics of ``RoleTrainer.update``."""
+        per_rank, totals, metrics = self.plan_chunks(samples)
+        if not per_rank:
+            metrics.update(loss=0.0, grad_norm=0.0, skipped=1.0)
+            return metrics
+        results = self._ray.get([
+            rank.update_shard.remote(chunks, totals, loss=loss, loss_kwargs=loss_kwargs, agg=agg,
+                                     temperature=temperature)
+            for rank, chunks in zip(self.ranks, per_rank)])
+        metrics.update(results[0])
+        metrics.update(tokens=totals["tokens"], skipped=0.0)
+        return metrics
+
+    def weights_ref(self) -> Any:
+        """An object ref of rank 0's trainable weights (pass it to engines: no driver copy)."""
+        return self.ranks[0].weights.remote()
+
+    def weights(self) -> list[Any]:
+        return self._ray.get(self.weights_ref())
+
+    def load_weights(self, weights: Any) -> None:
+        ref = weights if isinstance(weights, self._ray.ObjectRef) else self._ray.put(weights)
+        self._ray.get([r.load_weights.remote(ref) for r in self.ranks])
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"trainer": self._ray.get(self.ranks[0].state_dict.remote()),
+                "rng": self._rng.getstate()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        ref = self._ray.put(state["trainer"])
+        self._ray.get([r.load_state_dict.remote(ref) for r in self.ranks])
+        self._rng.setstate(state["rng"])
+
+    def close(self) -> None:
+        from ray.util.placement_group import remove_placement_group
+
+        try:
+            self._ray.get([r.shutdown.remote() for r in self.ranks], timeout=30)
+        except Exception:
+            pass
+        for r in self.ranks:
+            self._ray.kill(r)
+        remove_placement_group(self.placement_group)

@@ -1,0 +1,191 @@
+"""Resource plans: how many GPUs and CPUs each part of a Ray run gets, checked at start.
+
+A :class:`ResourcePlan` says how many GPUs go to actor generation, actor training and the
+extractor, how many env workers there are and how many CPUs each part takes. :func:`check_plan`
+compares it with what the cluster has (``ray.cluster_resources()`` and, per node,
+``ray.nodes()``) before anything is placed, and raises :class:`ResourcePlanError` naming every
+missing resource, instead of letting Ray wait forever for a placement group that cannot fit.
+
+Documented plans (:data:`PLANS`, ``--set ray.plan=NAME``):
+
+* ``paper16``: the paper's 16 GPUs (8 actor, 8 extractor): 4 vLLM engines for the 7B actor
+  (1 GPU each), 4 FSDP learner ranks, 8 GPUs for the extractor (4B thinking model), 32 env
+  workers on the CPUs of the cluster.
+* ``gpu1``: one GPU shared by everything (both roles as LoRA adapters on one base model):
+  generation 0.5, training 0.25, extractor 0.25 of the device (Ray's fractional GPUs; memory is
+  not enforced by Ray, the split only makes the placement explicit), 4 env workers.
+* ``cpu``: no GPU (CI and laptops): 1 HF generation engine, 2 gloo learner ranks, 2 env workers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+
+class ResourcePlanError(RuntimeError):
+    """The cluster lacks what the plan needs (the message names each missing resource)."""
+
+
+@dataclass(frozen=True)
+class ResourcePlan:
+    """GPUs and CPUs per part of a Ray run.
+
+    Attributes:
+        name: the plan's name (in errors and records).
+        actor_generation_gpus: GPUs for the actor's generation engines (all engines together).
+        generation_engines: number of generation engines; each gets
+            ``actor_generation_gpus / generation_engines`` GPUs (its tensor-parallel group).
+        actor_training_gpus: GPUs for the actor's learner ranks (all ranks together).
+        learner_ranks: data-parallel ranks of the actor learner; each gets
+            ``actor_training_gpus / learner_ranks`` GPUs (0: gloo on CPU).
+        extractor_gpus: GPUs for the extractor track (its generation and training).
+        env_workers: env worker actors (CPU only; they may live on GPU-less nodes).
+        envs_per_worker: a hint for the pool size of each worker (the pool grows on demand).
+        cpus_per_env_worker: CPUs reserved per env worker (SWE sandboxes want more).
+        cpus_per_engine, cpus_per_rank, cpus_extractor, cpus_experience: CPUs of the other parts.
+    """
+
+    name: str = "custom"
+    actor_generation_gpus: float = 0.0
+    generation_engines: int = 1
+    actor_training_gpus: float = 0.0
+    learner_ranks: int = 1
+    extractor_gpus: float = 0.0
+    env_workers: int = 2
+    envs_per_worker: int = 8
+    cpus_per_env_worker: float = 1.0
+    cpus_per_engine: float = 1.0
+    cpus_per_rank: float = 1.0
+    cpus_extractor: float = 0.0
+    cpus_experience: float = 0.0
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, (int, float)) and v < 0:
+                raise ValueError(f"ray plan {self.name!r}: {f.name} must be >= 0, got {v}")
+        if self.generation_engines < 1 or self.learner_ranks < 1:
+            raise ValueError(f"ray plan {self.name!r}: generation_engines and learner_ranks must "
+                             "be >= 1")
+
+    # -- per-actor requests --------------------------------------------------------------------
+    @property
+    def gpus_per_engine(self) -> float:
+        return self.actor_generation_gpus / self.generation_engines
+
+    @property
+    def gpus_per_rank(self) -> float:
+        return self.actor_training_gpus / self.learner_ranks
+
+    def engine_options(self) -> dict[str, float]:
+        return {"num_cpus": self.cpus_per_engine, "num_gpus": self.gpus_per_engine}
+
+    def rank_bundle(self) -> dict[str, float]:
+        """One placement-group bundle per learner rank."""
+        b = {"CPU": self.cpus_per_rank}
+        if self.gpus_per_rank:
+            b["GPU"] = self.gpus_per_rank
+        return b
+
+    def env_worker_options(self) -> dict[str, float]:
+        return {"num_cpus": self.cpus_per_env_worker}
+
+    def parts(self) -> list[tuple[str, int, dict[str, float]]]:
+        """(part, count, resources of one) for every part of the plan."""
+        return [
+            ("actor generation engine", self.generation_engines,
+             {"CPU": self.cpus_per_engine, "GPU": self.gpus_per_engine}),
+            ("actor learner rank", self.learner_ranks,
+             {"CPU": self.cpus_per_rank, "GPU": self.gpus_per_rank}),
+            ("extractor", 1, {"CPU": self.cpus_extractor, "GPU": self.extractor_gpus}),
+            ("experience service", 1, {"CPU": self.cpus_experience}),
+            ("env worker", self.env_workers, {"CPU": self.cpus_per_env_worker}),
+        ]
+
+    def required(self) -> dict[str, float]:
+        """Total CPU and GPU the plan reserves."""
+        total: dict[str, float] = {"CPU": 0.0, "GPU": 0.0}
+        for _, count, res in self.parts():
+            for k, v in res.items():
+                total[k] += count * v
+        return total
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+PLANS: dict[str, ResourcePlan] = {
+    "paper16": ResourcePlan(
+        name="paper16", actor_generation_gpus=4, generation_engines=4, actor_training_gpus=4,
+        learner_ranks=4, extractor_gpus=8, env_workers=32, envs_per_worker=4,
+        cpus_per_env_worker=1, cpus_per_engine=2, cpus_per_rank=2, cpus_extractor=4,
+        cpus_experience=2),
+    "gpu1": ResourcePlan(
+        name="gpu1", actor_generation_gpus=0.5, generation_engines=1, actor_training_gpus=0.25,
+        learner_ranks=1, extractor_gpus=0.25, env_workers=4, envs_per_worker=32,
+        cpus_per_env_worker=1, cpus_per_engine=1, cpus_per_rank=1),
+    "cpu": ResourcePlan(
+        name="cpu", generation_engines=1, learner_ranks=2, env_workers=2, envs_per_worker=16,
+        cpus_per_env_worker=0.25, cpus_per_engine=0.25, cpus_per_rank=0.25),
+}
+
+
+def get_plan(name_or_plan: str | ResourcePlan | dict, **overrides: Any) -> ResourcePlan:
+    """A plan by name (:data:`PLANS`), as given, or from a dict of fields; ``overrides`` replace
+    fields (``env_workers=4``)."""
+    if isinstance(name_or_plan, ResourcePlan):
+        plan = name_or_plan
+    elif isinstance(name_or_plan, dict):
+        plan = ResourcePlan(**name_or_plan)
+    elif name_or_plan in PLANS:
+        plan = PLANS[name_or_plan]
+    else:
+        raise ValueError(f"unknown ray plan {name_or_plan!r}; known: {', '.join(PLANS)}")
+    return dataclasses.replace(plan, **overrides) if overrides else plan
+
+
+def _fmt(x: float) -> str:
+    return f"{x:g}"
+
+
+def check_plan(plan: ResourcePlan, cluster: dict[str, float],
+               nodes: list[dict[str, float]] | None = None) -> None:
+    """Raise :class:`ResourcePlanError` when ``cluster`` (``ray.cluster_resources()``) cannot
+    hold ``plan``; ``nodes`` (the ``Resources`` of each alive node in ``ray.nodes()``) adds the
+    check that every single actor fits on some node (a 1-GPU rank needs a node with a GPU).
+
+    The message names each missing resource, what it is for and what the cluster has."""
+    need = plan.required()
+    problems: list[str] = []
+    for res in ("GPU", "CPU"):
+        have = float(cluster.get(res, 0.0))
+        if need[res] > have + 1e-9:
+            users = [f"{part} {_fmt(count * r[res])}" for part, count, r in plan.parts()
+                     if count * r.get(res, 0.0) > 0]
+            problems.append(f"{_fmt(need[res])} {res} ({' + '.join(users)}), the cluster has "
+                            f"{_fmt(have)} {res}: {_fmt(need[res] - have)} {res} missing")
+    if nodes is not None and not problems:
+        for part, count, res in plan.parts():
+            if count == 0:
+                continue
+            fits = any(all(float(n.get(k, 0.0)) + 1e-9 >= v for k, v in res.items()) for n in nodes)
+            if not fits:
+                want = ", ".join(f"{_fmt(v)} {k}" for k, v in res.items() if v)
+                problems.append(f"one {part} needs {want} on one node; no node has that "
+                                f"(nodes: {[{k: n.get(k, 0) for k in ('CPU', 'GPU')} for n in nodes]})")
+    if problems:
+        raise ResourcePlanError(f"ray plan {plan.name!r} does not fit the cluster: needs "
+                                + "; ".join(problems)
+                                + ". Pick a smaller plan (--set ray.plan=...), lower its counts, "
+                                  "or add nodes.")
+
+
+def check_plan_against_ray(plan: ResourcePlan) -> None:
+    """:func:`check_plan` against the connected Ray cluster."""
+    from crl_bench.distributed import require_ray
+
+    ray = require_ray()
+    nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
+    check_plan(plan, ray.cluster_resources(), nodes)
