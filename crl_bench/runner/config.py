@@ -139,11 +139,11 @@ class ExtractorConfig(OptimConfig):
     """Run the extractor track in a background thread (False: inline, for debugging)."""
     max_trajectory_chars: int = 3000
     """The episode is shown to the extractor in at most this many characters (see
-    ``crl_bench.experience.extraction.trajectory_to_text``)."""
+    ``crl_bench.extractor.extraction.trajectory_to_text``)."""
     answer_template: str = "free"
     """"free": the extractor writes its JSON operations itself. "content": the answer is
     pre-filled up to the content of one ``add`` and the model writes only that content (for
-    models too small for the format; see ``crl_bench.experience.extraction.ContentTemplate``)."""
+    models too small for the format; see ``crl_bench.extractor.extraction.ContentTemplate``)."""
 
 
 @dataclass
