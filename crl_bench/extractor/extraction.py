@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
-from typing import Any, Literal, Sequence
+from dataclasses import dataclass
+from typing import Any, Sequence
 
 from crl_bench.experience.bank import ExperienceEntry
-from crl_bench.experience.manager import Operation, OpKind
+from crl_bench.experience.manager import Operation
 
 MAX_OPS = 3
 MAX_TITLE_CHARS = 200
