@@ -240,3 +240,15 @@ def test_input_errors_name_the_argument():
                               torch.tensor([1, 0], dtype=torch.int32), torch.tensor([[1, 0], [1, 1]]))
     assert out.dtype == torch.float64
     torch.testing.assert_close(out, torch.tensor([[-1.0, 0.0], [0.5, 0.5]], dtype=torch.float64))
+
+
+def test_estimators_called_directly_use_their_own_default_eps():
+    from crl_bench.algorithms.advantages import mean_advantages, mean_std_advantages
+
+    scores = torch.tensor([1.0, 0.0], dtype=torch.float64)
+    keys = torch.tensor([0, 0])
+    s = math.sqrt(0.5)
+    torch.testing.assert_close(mean_std_advantages(scores, keys),
+                               torch.tensor([0.5 / (s + 1e-6), -0.5 / (s + 1e-6)], dtype=torch.float64))
+    torch.testing.assert_close(mean_advantages(scores, keys),
+                               torch.tensor([0.5, -0.5], dtype=torch.float64))

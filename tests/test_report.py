@@ -1,7 +1,8 @@
 """`crl-bench report` / `reproduce` on run directories in the runner's format.
 
-The run directories come from ``tests/_report_fixture_writer.py`` (synthetic numbers in the exact
-record format) until ``crl_bench.runner.api.run_experiment`` can produce real ``tiny`` runs here.
+Most run directories come from ``tests/_report_fixture_writer.py`` (synthetic numbers in the exact
+record format: a 3mix/6mix matrix with holes cannot be played on 2 cores);
+``test_report_on_real_tiny_runs`` reports on real ``tiny`` runs (conftest.tiny_run).
 Every expected number is recomputed in the test from the files (with scipy), never hard-coded.
 """
 
@@ -115,11 +116,22 @@ def test_mean_ci_equals_scipy_t_interval(values, confidence):
        st.lists(st.floats(0, 1), min_size=2, max_size=8))
 def test_diff_ci_equals_scipy_welch_interval(a, b):
     est = diff_ci(a, b)
-    if statistics.stdev(a) < 1e-6 or statistics.stdev(b) < 1e-6:
-        return  # scipy's interval degenerates differently on constant samples
-    ci = stats.ttest_ind(a, b, equal_var=False).confidence_interval(0.95)
-    assert est.low == pytest.approx(ci.low, abs=1e-8)
-    assert est.high == pytest.approx(ci.high, abs=1e-8)
+    mean_diff = sum(a) / len(a) - sum(b) / len(b)
+    assert est.mean == pytest.approx(mean_diff, abs=1e-12)
+    const_a, const_b = len(set(a)) == 1, len(set(b)) == 1
+    if const_a and const_b:  # no spread at all: a zero-width interval
+        assert est.half_width == 0.0
+    elif const_a or const_b:  # all the variance is the other side's: Welch df = n_other - 1
+        other = b if const_a else a
+        half = float(stats.t.ppf(0.975, len(other) - 1) * stats.sem(other))
+        assert est.half_width == pytest.approx(half, rel=1e-6, abs=1e-300)
+    else:
+        ci = stats.ttest_ind(a, b, equal_var=False).confidence_interval(0.95)
+        if math.isfinite(ci.low) and math.isfinite(ci.high):
+            assert est.low == pytest.approx(ci.low, abs=1e-8)
+            assert est.high == pytest.approx(ci.high, abs=1e-8)
+        else:  # scipy's df underflows on variances near 1e-300; ours must stay finite
+            assert math.isfinite(est.half_width) and est.half_width >= 0
 
 
 def test_diff_ci_survives_tiny_variances():
@@ -414,3 +426,46 @@ def test_ratio_with_zero_denominator_is_undefined_not_missing():
         "2.00x (n=2) · paper 1.3x"
     assert format_cell(Cell("r", None, kind="ratio")) == "no runs"
     assert format_cell(Cell("r", None, expected_n=3, kind="ratio")) == "missing (n=0/3)"
+
+
+# ---------------------------------------------------------------------------------------------
+# on real tiny runs (played once per session by conftest.tiny_run, shared with the e2e,
+# ablation and golden tests)
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_report_on_real_tiny_runs(tiny_run, tmp_path):
+    pytest.importorskip("nle")
+    runs = {(agent, seed): tiny_run(agent, seed).path
+            for agent, seed in (("grpo", 0), ("grpo", 1), ("comp_rl", 0), ("comp_rl", 1),
+                                ("static_exp", 0), ("comp_rl_no_split", 0))}
+    result = write_report(sorted(runs.values()), tmp_path, plots=True)
+    doc = json.loads((tmp_path / "report.json").read_text())
+    single = table(doc, "single_success")
+    assert single["columns"] == ["MiniHack Room"]
+    for label, agent, with_exp in (("Baseline", "grpo", False), ("Comp. RL w/ exp", "comp_rl", True),
+                                   ("Comp. RL w/o exp", "comp_rl", False)):
+        values = []
+        for seed in (0, 1):  # each run's final evaluation, read straight from its eval.jsonl
+            recs = [json.loads(x) for x in (runs[(agent, seed)] / "eval.jsonl").read_text().splitlines()]
+            last = max(r["step"] for r in recs)
+            (rec,) = [r for r in recs if r["step"] == last and r["with_experience"] == with_exp]
+            values.append(rec["success_rate"])
+        c = cell(single, label, "MiniHack Room")
+        assert c["values"] == values and c["n"] == 2
+        mean = sum(values) / 2
+        if values[0] != values[1]:
+            lo, hi = stats.t.interval(0.95, 1, loc=mean, scale=stats.sem(values))
+            assert (c["ci_low"], c["ci_high"]) == pytest.approx((lo, hi))
+        else:  # a constant sample: a zero-width interval at the mean
+            assert c["ci_low"] == pytest.approx(mean) and c["ci_high"] == pytest.approx(mean)
+    # the runs section lists what each run took, from its own records
+    assert {(r["agent"], r["seed"]) for r in doc["runs"]} == set(runs)
+    for rec in doc["runs"]:
+        train = [json.loads(x) for x in (Path(rec["path"]) / "episodes.jsonl").read_text().splitlines()
+                 if json.loads(x)["phase"] == "train"]
+        assert rec["steps"] == 3 and rec["train_episodes"] == len(train) == 3 * 8
+    with open(tmp_path / "tables" / "single_success.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    assert len(rows) == 3 and {r["agent"] for r in rows} == {"grpo", "comp_rl"}
+    assert result.plots and all(p.path.stat().st_size > 5_000 for p in result.plots)

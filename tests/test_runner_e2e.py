@@ -20,8 +20,9 @@ from crl_bench.runner.records import read_jsonl  # noqa: E402
 
 AGENTS = ("grpo", "static_exp", "exp_only", "comp_rl")
 STEPS = 3
-# tiny preset: 1 group x K=4 per step; eval every 2 steps and at the end on 2 episodes per mode
-TRAIN_EPISODES_PER_STEP = 4
+# tiny preset: 2 groups x K=4 per step; eval every 2 steps and at the end on 2 episodes per mode
+GROUPS, K = 2, 4
+TRAIN_EPISODES_PER_STEP = GROUPS * K
 BIN = Path(sys.executable).parent
 
 
@@ -31,17 +32,11 @@ def run_cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str
 
 
 @pytest.fixture(scope="module")
-def tiny_runs(tmp_path_factory) -> dict[tuple[str, int], Path]:
-    """Real tiny runs: the four agents with seed 0, and grpo / comp_rl with seed 1 too."""
-    root = tmp_path_factory.mktemp("tiny_runs")
-    runs = {}
-    for agent, seed in [(a, 0) for a in AGENTS] + [("grpo", 1), ("comp_rl", 1)]:
-        out = root / f"minihack__{agent}__seed{seed}"
-        res = run_cli("run", "--agent", agent, "--tasks", "minihack", "--preset", "tiny", "--seed", str(seed),
-                      "--steps", str(STEPS), "--out", str(out), "--no-progress")
-        assert res.returncode == 0, f"{agent} seed {seed} failed:\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}"
-        runs[(agent, seed)] = out
-    return runs
+def tiny_runs(tiny_run) -> dict[tuple[str, int], Path]:
+    """Real tiny runs (shared per session, see conftest): the four agents with seed 0, and
+    grpo / comp_rl with seed 1 too."""
+    return {(agent, seed): tiny_run(agent, seed).path
+            for agent, seed in [(a, 0) for a in AGENTS] + [("grpo", 1), ("comp_rl", 1)]}
 
 
 @pytest.mark.slow
@@ -61,7 +56,8 @@ def test_tiny_run_leaves_a_complete_run_directory(tiny_runs, agent):
     train = [e for e in episodes if e["phase"] == "train"]
     assert [sum(e["step"] == s for e in train) for s in range(1, STEPS + 1)] == [TRAIN_EPISODES_PER_STEP] * STEPS
     with_exp = sum(e["with_experience"] for e in train)
-    expected_with = {"grpo": 0, "static_exp": STEPS * 2, "exp_only": STEPS * 4, "comp_rl": STEPS * 2}[agent]
+    expected_with = {"grpo": 0, "static_exp": STEPS * GROUPS * 2, "exp_only": STEPS * GROUPS * 4,
+                     "comp_rl": STEPS * GROUPS * 2}[agent]
     assert with_exp == expected_with
     evals = read_jsonl(run / "eval.jsonl")
     assert sorted({e["step"] for e in evals}) == [0, 2, 3]
@@ -74,6 +70,17 @@ def test_tiny_run_leaves_a_complete_run_directory(tiny_runs, agent):
     assert trained == {"grpo": [True] * STEPS, "exp_only": [False] * STEPS,
                        "static_exp": [False] + [True] * (STEPS - 1),
                        "comp_rl": [False] + [True] * (STEPS - 1)}[agent]
+    # the updates are real: some samples carry an advantage and the gradient is not zero, for
+    # every role that trains; a frozen role logs no update at all
+    for role, trains in (("actor", agent != "exp_only"), ("extractor", agent in ("exp_only", "comp_rl"))):
+        active = [m.get(f"losses/{role}_active_samples", 0.0) for m in metrics[1:]]
+        grads = [m.get(f"losses/{role}_grad_norm", 0.0) for m in metrics[1:]]
+        if trains:
+            assert max(active) > 0 and max(grads) > 0, (role, active, grads)
+            for a, g in zip(active, grads):  # an update with active samples moves the weights
+                assert (a > 0) == (g > 0), (role, active, grads)
+        else:
+            assert not any(f"losses/{role}_samples" in m for m in metrics), role
     for key in ("bank/size", "bank/retrievals"):  # the report plots them under these names
         assert (key in metrics[-1]) == (agent != "grpo")
     if agent in ("static_exp", "exp_only", "comp_rl"):
@@ -125,8 +132,15 @@ def test_sigkill_mid_step_then_resume_has_no_duplicate_or_missing_records(tmp_pa
     train = [e for e in episodes if e["phase"] == "train"]
     counts = [sum(e["step"] == s for e in train) for s in range(1, 5)]
     assert counts == [TRAIN_EPISODES_PER_STEP] * 4, counts
-    keys = [(e["step"], e["group"], e["seed"], e["with_experience"], e["task_id"]) for e in train]
-    assert len(keys) == len(train)
+    # each step's episodes exactly once: per group K/2 with and K/2 without experience, on the
+    # group's own seed (train_plan: seed * 1_000_003 + step * groups + group)
+    from collections import Counter
+
+    for step in range(1, 5):
+        mine = [e for e in train if e["step"] == step]
+        assert Counter((e["group"], e["with_experience"]) for e in mine) == {
+            (g, w): K // 2 for g in range(GROUPS) for w in (True, False)}, step
+        assert {(e["group"], e["seed"]) for e in mine} == {(g, step * GROUPS + g) for g in range(GROUPS)}
     metrics = read_jsonl(out / "metrics.jsonl")
     assert [m["step"] for m in metrics] == [0, 1, 2, 3, 4]
     evals = read_jsonl(out / "eval.jsonl")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from crl_bench.runner.trainer import TrainSample, micro_batches
+from crl_bench.runner.trainer import TrainSample, micro_batches, timed
 
 
 def sample(prompt: int, completion: int = 4) -> TrainSample:
@@ -31,5 +31,30 @@ def test_token_cap_counts_padding_to_the_longest():
 
 
 def test_bad_size():
-    with pytest.raises(ValueError, match=">= 1"):
+    with pytest.raises(ValueError, match=r"^micro-batch size must be >= 1, got 0$"):
         micro_batches([sample(1)], 0)
+    assert lengths(micro_batches([sample(1)], 1)) == [[5]]
+
+
+def test_sample_cap_with_a_token_cap_that_never_binds_and_exact_fits():
+    samples = [sample(p) for p in (46, 46, 46)]  # 50 tokens each
+    # 3 x 50 = 150 fits a cap of exactly 150; one token less splits
+    assert lengths(micro_batches(samples, 8, 150)) == [[50, 50, 50]]
+    assert lengths(micro_batches(samples, 8, 149)) == [[50, 50], [50]]
+    # the longest sets the padded width even when it came first
+    assert lengths(micro_batches([sample(96), sample(6), sample(6)], 8, 200)) == [[100, 10], [10]]
+
+
+def test_timed_adds_up_even_when_the_block_raises():
+    import time
+
+    metrics = {"other": 1.0}
+    with timed(metrics, "t"):
+        time.sleep(0.01)
+    first = metrics["t"]
+    assert 0.005 < first < 5
+    with pytest.raises(RuntimeError):
+        with timed(metrics, "t"):
+            time.sleep(0.01)
+            raise RuntimeError("boom")
+    assert metrics["t"] > first + 0.005 and metrics["other"] == 1.0

@@ -329,6 +329,11 @@ def test_max_samples_per_update_trains_a_subset(backend, gens):
     other = RoleTrainer(backend, "actor", cfg, total_steps=1, seed=99)
     other.load_state_dict(state)
     assert other.updates == 1 and other._rng.getstate() == trainer._rng.getstate()
+    # the optimiser's moments come back too
+    mine, theirs = trainer.optimizer.state_dict()["state"], other.optimizer.state_dict()["state"]
+    assert mine and mine.keys() == theirs.keys()
+    for k in mine:
+        assert torch.equal(mine[k]["exp_avg"], theirs[k]["exp_avg"])
 
 
 def test_log_prob_count_must_match_the_completion(backend, gens):
@@ -349,3 +354,9 @@ def test_schedule_factor_by_hand():
         assert _schedule_factor(step, cos, 10) == pytest.approx(want)
     assert _schedule_factor(6, cos, 10) == pytest.approx(0.5)
     assert _schedule_factor(5, OptimConfig(), 10) == 1.0
+    # one step after warm-up: span 1, so the next step is already at the end of the cosine
+    short = OptimConfig(warmup_steps=2, schedule="cosine")
+    assert _schedule_factor(2, short, 3) == pytest.approx(1.0)
+    assert _schedule_factor(3, short, 3) == pytest.approx(0.0, abs=1e-12)
+    # no steps left after warm-up (span floored at 1): still ends at 0, no division by zero
+    assert _schedule_factor(3, short, 2) == pytest.approx(0.0, abs=1e-12)

@@ -581,3 +581,14 @@ def batched_step_engine_class() -> Any:
                 self.prefetched_steps += len(items)
 
     return BatchedStepRolloutEngine
+
+
+def as_batched_engine(engine: Any) -> Any:
+    """The same engine (every setting kept) as a :class:`BatchedStepRolloutEngine`."""
+    cls = batched_step_engine_class()
+    new = cls.__new__(cls)
+    new.__dict__.update(engine.__dict__)
+    new.backend = _PrefetchingBackend(engine.backend, new)
+    new._eps = []
+    new.prefetched_steps = 0
+    return new

@@ -60,11 +60,13 @@ class ResourcePlan:
     cpus_per_rank: float = 1.0
     cpus_extractor: float = 0.0
     cpus_experience: float = 0.0
+    extractor_actor: bool = True
+    """Run the extractor track in its own actor (False: on the driver, in a thread)."""
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
-            if isinstance(v, (int, float)) and v < 0:
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and v < 0:
                 raise ValueError(f"ray plan {self.name!r}: {f.name} must be >= 0, got {v}")
         if self.generation_engines < 1 or self.learner_ranks < 1:
             raise ValueError(f"ray plan {self.name!r}: generation_engines and learner_ranks must "

@@ -146,7 +146,7 @@ def _build_tiny_random(out: Path) -> None:
 
 TINY_SFT_SEED = 0
 TINY_SFT_STEPS = 300
-TINY_SFT_VERSION = 2
+TINY_SFT_VERSION = 4
 TINY_SFT_LR = 5e-3
 
 
@@ -157,6 +157,7 @@ _MESSAGES = ("", "Hello Agent, welcome to NetHack!  You are a chaotic male human
              "It's solid stone.", "You hear some noises in the distance.", "You see here a dart.")
 _QUERIES = ("how do I find the stairs?", "where is the staircase down?",
             "what should I do in a dark room?", "how do I get past the monster?")
+_ASK_QUERY = "advice please: how do I reach the stairs?"
 _TIPS = (("Head for the stairs", "When the staircase down is listed, step in its direction every turn."),
          ("Explore dark rooms", "If nothing is in sight, move along an open direction you have not tried."),
          ("Avoid the monster", "Step away from an adjacent monster and keep moving towards the goal."),
@@ -240,8 +241,10 @@ def _sft_actor_example(rng) -> tuple[list[dict], str]:
              "you, so explore to find the stairs.",
         observation=observation, history=history, admissible_actions=list(_DIRS),
         experience_text=experience, asks_left=asks_left, turn_index=turn)
-    if asks_left and rng.random() < 0.12:
-        return messages, f"<ask>{rng.choice(_QUERIES)}</ask>"
+    if asks_left and rng.random() < 0.2:
+        # one fixed question: a 2-layer model cannot track which tag it opened, but it learns
+        # that these words only ever follow <ask> and end with </ask>
+        return messages, f"<ask>{_ASK_QUERY}</ask>"
     if rng.random() < 0.05:  # off-format answers, so that sampled outcomes vary
         return messages, rng.choice(("north", "<answer>go east", "<answer></answer>", "I move west."))
     # a 2-layer model does not learn to copy the direction in a few hundred steps; what it learns

@@ -220,13 +220,14 @@ class RunConfig:
 
 def _tiny() -> RunConfig:
     # tiny-sft: the 2-layer test model after a few hundred supervised steps on answers in the
-    # prompts' formats (crl_bench.llm.models), so that tiny runs make real updates: about 2/3 of
-    # its actor turns are valid actions (some are asks), 3/4 of its extractor answers parse. The
-    # format penalty turns the invalid rest into reward differences inside a group.
+    # prompts' formats (crl_bench.llm.models), so that tiny runs make real updates: ~80% of its
+    # actor turns in MiniHack runs are valid (a random-ish walk that reaches the stairs in some
+    # episodes: 2 groups, 8 moves), 3/4+ of its extractor answers parse. The format penalty
+    # turns the invalid rest into reward differences inside a group; 24 tokens fit an ask.
     return RunConfig(
         preset="tiny", steps=3,
         model=ModelConfig(actor="tiny-sft", lora_r=4, lora_alpha=8),
-        rollout=RolloutConfig(groups=1, group_size=4, max_new_tokens=16, history=1,
+        rollout=RolloutConfig(groups=2, group_size=4, max_new_tokens=24, history=1,
                               max_episode_tokens=2048, format_penalty=0.1,
                               env_max_steps={"minihack": 8, "webshop": 4, "alfworld": 4, "swe": 3}),
         actor=ActorConfig(lr=1e-4, micro_batch_size=8),

@@ -5,7 +5,9 @@ prompt ids, the sampled completion ids and their sampling log-probs, an advantag
 The loss is computed on completion tokens only. Samples are processed in micro-batches with
 gradient accumulation, so memory stays bounded by ``micro_batch_size`` whatever the batch size;
 each micro-batch's loss is scaled by its share of the batch's tokens (or sequences), so the
-accumulated gradient equals the gradient of the loss aggregated over the whole batch.
+accumulated gradient equals the gradient of the loss aggregated over the whole batch. Samples
+with advantage 0 or weight 0 are not run through the model (their terms are 0) but still count
+in that denominator, as in the official loss.
 
 Old log-probs are the *sampling* log-probs recorded at generation time (so a sampler/trainer
 mismatch, or a sample re-used after earlier updates, shows up in the importance ratio). There is

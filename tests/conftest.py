@@ -1,0 +1,144 @@
+"""Shared fixtures: real `tiny` runs, each played once per test session.
+
+``tiny_run(agent, seed=0)`` runs ``run_experiment`` in this process (one torch thread, the
+``tiny`` preset, MiniHack, 3 steps) the first time it is asked for and returns a
+:class:`TinyRun`: the run directory plus what a few real functions of the loop were called with
+(recorded by wrapping them: the wrapped functions still run and return what they return). The
+end-to-end, ablation, golden and report tests share these runs, so each costs its ~15-25 s once.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+TINY_STEPS = 3
+
+
+@dataclass
+class TinyRun:
+    path: Path
+    agent: str
+    seed: int
+    calls: dict[str, list[Any]] = field(default_factory=dict)
+    """Recorded calls, by name: "group_keys" (split flag, keys), "group_advantages" (scores),
+    "count_aware_weights", "merge", "ask" (query, with_experience), "retrieval_config",
+    "ask_samples" (kind, usage, malformed)."""
+
+
+_RECORD = threading.local()
+_LOCK = threading.Lock()
+_ACTIVE: list[TinyRun] = []
+
+
+def _record(name: str, value: Any) -> None:
+    with _LOCK:
+        if _ACTIVE:
+            _ACTIVE[-1].calls.setdefault(name, []).append(value)
+
+
+def _install_recorders(mp: pytest.MonkeyPatch) -> None:
+    """Wrap (not replace) the functions whose calls the tests look at."""
+    from crl_bench.algorithms import advantages, credit
+    from crl_bench.experience import manager as manager_mod
+    from crl_bench.experience import search_ask
+    from crl_bench.runner import extractor_track
+
+    orig_keys = advantages.group_keys
+
+    @functools.wraps(orig_keys)
+    def group_keys(groups, with_exp, *args, **kwargs):
+        keys = orig_keys(groups, with_exp, *args, **kwargs)
+        split = kwargs.get("split", args[0] if args else None)
+        _record("group_keys", {"split": split, "groups": groups.tolist(), "with_exp": with_exp.tolist(),
+                               "keys": keys.tolist()})
+        return keys
+
+    orig_adv = advantages.group_advantages
+
+    @functools.wraps(orig_adv)
+    def group_advantages(scores, keys, *args, **kwargs):
+        adv = orig_adv(scores, keys, *args, **kwargs)
+        _record("group_advantages", {"scores": scores.tolist(), "adv": adv.tolist()})
+        return adv
+
+    orig_weights = credit.count_aware_weights
+
+    @functools.wraps(orig_weights)
+    def count_aware_weights(*args, **kwargs):
+        out = orig_weights(*args, **kwargs)
+        _record("count_aware_weights", out.tolist())
+        return out
+
+    mp.setattr(advantages, "group_keys", group_keys)
+    mp.setattr(advantages, "group_advantages", group_advantages)
+    mp.setattr(credit, "count_aware_weights", count_aware_weights)
+
+    orig_merge = manager_mod.ExperienceManager.merge
+
+    def merge(self, *args, **kwargs):
+        _record("merge", kwargs.get("step"))
+        return orig_merge(self, *args, **kwargs)
+
+    orig_init = manager_mod.ExperienceManager.__init__
+
+    def init(self, *args, **kwargs):
+        orig_init(self, *args, **kwargs)
+        _record("retrieval_config", self.retrieval)
+
+    orig_ask = search_ask.SearchAndAsk.__call__
+
+    def ask(self, query, episode_context):
+        out = orig_ask(self, query, episode_context)
+        ctx = episode_context if isinstance(episode_context, dict) else vars(episode_context)
+        _record("ask", {"query": query, "answer": out, "seed": int(ctx.get("task_id") or -1)})
+        return out
+
+    orig_add = extractor_track.ExtractorTrack.add_ask_samples
+
+    def add_ask_samples(self, samples):
+        _record("ask_samples", [{"kind": s.kind, "usage": list(s.usage), "malformed": s.malformed,
+                                 "created_step": s.created_step} for s in samples])
+        return orig_add(self, samples)
+
+    mp.setattr(manager_mod.ExperienceManager, "merge", merge)
+    mp.setattr(manager_mod.ExperienceManager, "__init__", init)
+    mp.setattr(search_ask.SearchAndAsk, "__call__", ask)
+    mp.setattr(extractor_track.ExtractorTrack, "add_ask_samples", add_ask_samples)
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory):
+    """``tiny_run(agent, seed=0) -> TinyRun``: a real tiny run, played once per session."""
+    pytest.importorskip("torch")
+    pytest.importorskip("nle")
+    from crl_bench.runner.api import run_experiment
+
+    root = tmp_path_factory.mktemp("tiny_runs_shared")
+    done: dict[tuple[str, int], TinyRun] = {}
+    mp = pytest.MonkeyPatch()
+    _install_recorders(mp)
+
+    def get(agent: str, seed: int = 0) -> TinyRun:
+        key = (agent, seed)
+        if key not in done:
+            path = root / f"minihack__{agent}__seed{seed}"
+            run = TinyRun(path, agent, seed)
+            with _LOCK:
+                _ACTIVE.append(run)
+            try:
+                run_experiment(agent, "minihack", "tiny", seed, path, steps=TINY_STEPS, progress=False,
+                               overrides={"threads": 1, "extractor.asynchronous": False})
+            finally:
+                with _LOCK:
+                    _ACTIVE.remove(run)
+            done[key] = run
+        return done[key]
+
+    yield get
+    mp.undo()
