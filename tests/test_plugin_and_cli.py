@@ -78,6 +78,7 @@ def test_plugin_agent_trains_end_to_end_with_its_options(plugin_path, tmp_path):
     metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     trained = [m for m in metrics if m["step"] >= 1]
     assert len(trained) == 2 and all("losses/actor_samples" in m for m in trained)
+    assert any(m["losses/actor_active_samples"] > 0 and m["losses/actor_grad_norm"] > 0 for m in trained)
     assert json.loads((out / "status.json").read_text())["state"] == "done"
 
     bad = run_cli("run", "--agent", "grpo_loo", "--tasks", "minihack", "--preset", "tiny", "--steps", "1",

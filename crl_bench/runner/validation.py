@@ -235,6 +235,10 @@ def validate_config(cfg: "RunConfig") -> None:
     if cfg.preset not in PRESETS:
         _check_name("preset", cfg.preset, PRESETS, "preset")
     _check_name("agent", cfg.agent, AGENTS.names(), "agent (`crl-bench list agents`)")
+    try:  # loading the agent imports a plugin, which may register advantages or losses it uses
+        AGENTS.get(cfg.agent)
+    except Exception as exc:  # noqa: BLE001 - a broken plugin is named, never hidden
+        raise ConfigError(f"agent={cfg.agent!r} cannot be loaded: {exc}") from exc
     try:
         from crl_bench.mixes import resolve_tasks
 
