@@ -1,34 +1,112 @@
-"""Complementary RL: actor and extractor co-evolve around one bank.
+"""Complementary RL: an actor and an experience extractor co-evolve around one bank.
 
-Per step: G task groups x K rollouts, K/2 with retrieved experience and K/2 without
--> advantages inside each half (split GRPO) -> actor update. In the background the extractor
-reads finished trajectories, writes add/update operations to the bank, is credited by how the
-trajectories that used its entries ended, and is trained with CISPO (count-aware weights).
-Every M steps the bank is merged; the actor can Search-and-Ask mid-episode.
+One step:
 
-The ablations switch off one mechanism each.
+1. plan G task groups of K episodes; the first K/2 of each group get an entry retrieved from the
+   bank at episode start (diversified retrieval), the other K/2 play without;
+2. play them all (the with-experience half may Search-and-Ask mid-episode);
+3. credit the entries each with-experience episode used with its outcome (the extractor's reward);
+4. advantages inside each (group, with/without) half — split GRPO — and one PPO-clip actor update
+   (not during the bank's warm-up steps);
+5. hand the episodes to the extractor track and go on without waiting: in the background it
+   distils them into add/update operations on the bank, trains the extractor with CISPO on the
+   credit its entries earn (count-aware weights), and merges the bank every M steps.
+
+Each mechanism is an option (``--set method.NAME=false`` switches it off); the ablations of the
+paper are variants with one option off, and ``static_exp`` / ``exp_only`` freeze one role.
 """
 
-from crl_bench.agent_spec import AgentSpec
+from __future__ import annotations
 
-AGENT = AgentSpec(
-    name="comp_rl",
-    description="Complementary RL: split-GRPO actor + CISPO extractor, co-evolving",
-    train_actor=True,
-    use_bank=True,
-    train_extractor=True,
-    split_advantages=True,
-    with_experience_fraction=0.5,
-    diversify=True,
-    count_reweight=True,
-    merge=True,
-    search_ask=True,
-    shared_params=False,
-)
+from dataclasses import dataclass
 
-NO_SPLIT = AGENT.ablate("comp_rl_no_split", "ablation: advantages over the whole group", split_advantages=False)
-NO_DIVERSIFY = AGENT.ablate("comp_rl_no_diversify", "ablation: plain top-k retrieval", diversify=False)
-NO_REWEIGHT = AGENT.ablate("comp_rl_no_reweight", "ablation: no count-aware reweighting", count_reweight=False)
-NO_MERGE = AGENT.ablate("comp_rl_no_merge", "ablation: no periodic merge", merge=False)
-NO_ASK = AGENT.ablate("comp_rl_no_ask", "ablation: no Search-and-Ask", search_ask=False)
-SHARED_PARAMS = AGENT.ablate("comp_rl_shared_params", "ablation: one shared adapter", shared_params=True)
+from crl_bench.agent import Agent, StepResult
+from crl_bench.runner.context import RunContext
+
+
+@dataclass
+class CompRLConfig:
+    train_actor: bool = True
+    """Update the actor with GRPO (False: the actor stays frozen — ``exp_only``)."""
+    train_extractor: bool = True
+    """Train the extractor with CISPO on its entries' credit (False: it keeps writing, frozen —
+    ``static_exp``)."""
+    with_experience_fraction: float = 0.5
+    """Share of each group's K episodes that get retrieved experience (the paper: K/2)."""
+    split_advantages: bool = True
+    """Advantages inside the (group, with/without experience) halves; False: over the whole group."""
+    diversify: bool = True
+    """Retrieval diversification (oversample, penalise popular and recently used entries)."""
+    count_reweight: bool = True
+    """Count-aware reweighting of extractor samples ((1 + times trained)^-power, cooldown)."""
+    merge: bool = True
+    """Merge the bank every ``experience.merge_every`` steps."""
+    search_ask: bool = True
+    """The with-experience episodes may query the bank mid-episode (``<ask>...</ask>``)."""
+    shared_params: bool = False
+    """Actor and extractor share one set of parameters (one adapter); each role keeps its own
+    optimiser and settings."""
+
+
+class CompRL(Agent):
+    """Complementary RL and its variants (see the module docstring)."""
+
+    Config = CompRLConfig
+
+    @property
+    def uses_bank(self) -> bool:
+        return True
+
+    @property
+    def split_groups(self) -> bool:
+        c = self.config
+        return c.split_advantages and 0.0 < c.with_experience_fraction < 1.0
+
+    def check_options(self) -> None:
+        if not 0.0 <= self.config.with_experience_fraction <= 1.0:
+            raise ValueError("method.with_experience_fraction must be in [0, 1], got "
+                             f"{self.config.with_experience_fraction}.")
+
+    def build(self, ctx: RunContext) -> None:
+        c = self.config
+        ctx.build_models(extractor=True, shared_params=c.shared_params)
+        if c.train_actor:
+            ctx.build_actor_trainer()
+        ctx.build_experience(diversify=c.diversify, search_ask=c.search_ask)
+        ctx.build_extractor(train=c.train_extractor, merge=c.merge, count_reweight=c.count_reweight)
+
+    def train_step(self, ctx: RunContext, step: int) -> StepResult:
+        c = self.config
+        n_with = round(ctx.cfg.rollout.group_size * c.with_experience_fraction)
+        plan = ctx.plan(step, with_experience=n_with)
+        trajectories = ctx.play("train", step, plan, sampling_seed=ctx.cfg.seed * 7919 + step)
+        ctx.extractor.credit(trajectories)       # entries used -> their outcome (extractor reward)
+        returns = ctx.returns(trajectories)
+        advantages = ctx.advantages(trajectories, returns, split=c.split_advantages)
+        metrics = {"charts/adv_abs_mean": float(advantages.abs().mean())}
+        if c.train_actor and step > ctx.cfg.experience.warmup_steps:
+            metrics.update(ctx.update_actor(trajectories, advantages))
+        else:  # warm-up steps only fill the bank
+            metrics["losses/actor_skipped"] = 1.0
+        ctx.extractor.submit(step, trajectories)  # distil + train the extractor, in the background
+        return StepResult(trajectories, metrics)
+
+
+AGENT = CompRL("comp_rl", label="Comp. RL",
+               description="Complementary RL: split-GRPO actor + CISPO extractor, co-evolving")
+
+NO_SPLIT = AGENT.variant("comp_rl_no_split", label="Comp. RL, no split advantages",
+                         description="ablation: advantages over the whole group (no with/without split)",
+                         split_advantages=False)
+NO_DIVERSIFY = AGENT.variant("comp_rl_no_diversify", label="Comp. RL, no retrieval diversification",
+                             description="ablation: plain top-k retrieval", diversify=False)
+NO_REWEIGHT = AGENT.variant("comp_rl_no_reweight", label="Comp. RL, no count-aware reweighting",
+                            description="ablation: no count-aware reweighting of extractor samples",
+                            count_reweight=False)
+NO_MERGE = AGENT.variant("comp_rl_no_merge", label="Comp. RL, no periodic merge",
+                         description="ablation: no periodic merge", merge=False)
+NO_ASK = AGENT.variant("comp_rl_no_ask", label="Comp. RL, no Search-and-Ask",
+                       description="ablation: no Search-and-Ask", search_ask=False)
+SHARED_PARAMS = AGENT.variant("comp_rl_shared_params", label="Comp. RL, shared actor/extractor parameters",
+                              description="ablation: actor and extractor share parameters",
+                              shared_params=True)

@@ -1,14 +1,9 @@
 """Experience Only: the actor is frozen; only the extractor learns (CISPO on the credit of its
-entries). Every training rollout uses experience, since nothing else can improve."""
+entries). Every training episode uses experience, since nothing else can improve. Complementary
+RL's step with the actor frozen."""
 
-from crl_bench.agent_spec import AgentSpec
+from crl_bench.baselines.comp_rl import AGENT as COMP_RL
 
-AGENT = AgentSpec(
-    name="exp_only",
-    description="Exp. Only: frozen actor + trained extractor",
-    train_actor=False,
-    use_bank=True,
-    train_extractor=True,
-    split_advantages=False,
-    with_experience_fraction=1.0,
-)
+AGENT = COMP_RL.variant("exp_only", label="Exp. Only",
+                        description="Exp. Only: frozen actor + trained extractor",
+                        train_actor=False, with_experience_fraction=1.0, split_advantages=False)

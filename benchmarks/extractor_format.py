@@ -6,7 +6,7 @@ extractor prompt under four formats and counts how many pass the strict parser:
 - ``free``: the model writes ``<answer>[...]</answer>`` itself;
 - ``op``: the assistant turn is pre-filled with ``<answer>[{"op": "``;
 - ``title``: pre-filled up to the title of an ``add`` (``<answer>[{"op": "add", "title": "``);
-- ``content``: :class:`crl_bench.experience.extraction.ContentTemplate` (op and title fixed, the
+- ``content``: :class:`crl_bench.extractor.extraction.ContentTemplate` (op and title fixed, the
   model writes the content and closes it with a quote) — the ``cpu`` preset's format.
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/extractor_format.py --samples 8
@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from crl_bench.experience.extraction import (ContentTemplate, build_extraction_messages,
+    from crl_bench.extractor.extraction import (ContentTemplate, build_extraction_messages,
                                                  parse_operations)
     from crl_bench.llm.hf_backend import HFBackend
     from crl_bench.llm.types import LoraSpec, SamplingParams

@@ -17,7 +17,7 @@ __all__ = ["AGENTS", "ENVS", "MIXES", "INFO_KEYS", "EnvEntry", "Registry", "Text
 
 
 def _register_builtins() -> None:
-    from crl_bench.agent_spec import register_builtin_agents
+    from crl_bench.agent import register_builtin_agents
     from crl_bench.envs import register_builtin_envs
     from crl_bench.mixes import register_builtin_mixes
 

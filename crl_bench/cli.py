@@ -112,9 +112,10 @@ def _cmd_list(args: argparse.Namespace) -> int:
             src = "" if source == "builtin" else f" [{source}]"
             print(f"{name:<{width}}  {family:<9} {desc}{src}")
     elif args.what == "agents":
-        for e in AGENTS.entries():
+        for e in AGENTS.entries():  # plugins are listed without importing them
             src = "" if e.source == "builtin" else f" [{e.source}]"
-            print(f"{e.name:<22} {e.metadata.get('description', '')}{src}")
+            desc = e.metadata.get("description", "(plugin; `crl-bench run --agent NAME` loads it)")
+            print(f"{e.name:<22} {desc}{src}")
     else:
         for e in MIXES.entries():
             tasks = e.load()

@@ -52,7 +52,15 @@ class Entry(Generic[T]):
 
     def load(self) -> T:
         if isinstance(self.target, str):
-            self.target = load_import_string(self.target)
+            if self.source == "builtin":
+                self.target = load_import_string(self.target)
+            else:  # a plugin: its import errors are reported by name, on every lookup
+                try:
+                    self.target = load_import_string(self.target)
+                except Exception as exc:
+                    raise PluginError(
+                        f"Plugin {self.name!r} ({self.target!r}, {self.source}) failed to load: "
+                        f"{type(exc).__name__}: {exc}. Fix or uninstall that package.") from exc
         return self.target  # type: ignore[return-value]
 
 
@@ -74,6 +82,7 @@ class Registry(Generic[T]):
         self._entries: dict[str, Entry[T]] = {}
         self._plugins_loaded = entry_point_group is None
         self._on_plugin = on_plugin
+        self._plugin_errors: list[PluginError] = []
 
     # -- writing -------------------------------------------------------------------------------
     def register(self, name: str, target: T | str | None = None, *, source: str = "builtin",
@@ -99,30 +108,39 @@ class Registry(Generic[T]):
     def unregister(self, name: str) -> None:
         self._entries.pop(name, None)
 
+    def has_builtin(self, name: str) -> bool:
+        """Whether ``name`` is registered already, without discovering plugins (for idempotent
+        registration of built-ins)."""
+        return name in self._entries
+
     # -- reading -------------------------------------------------------------------------------
     def _ensure_plugins(self) -> None:
-        if self._plugins_loaded:
-            return
-        self._plugins_loaded = True
-        from importlib.metadata import entry_points
+        """Discover entry-point plugins once. With an ``on_plugin`` hook (envs) the hook runs at
+        discovery; otherwise (agents) the entry point's import string is registered lazily, so a
+        plugin's heavy imports happen only when it is used. A plugin that fails is reported on
+        every later lookup, never hidden."""
+        if not self._plugins_loaded:
+            self._plugins_loaded = True
+            from importlib.metadata import entry_points
 
-        for ep in entry_points(group=self.entry_point_group):
-            dist = getattr(getattr(ep, "dist", None), "name", "?")
-            try:
-                obj = ep.load()
-                if self._on_plugin is not None:
-                    self._on_plugin(ep.name, obj)
-                elif callable(obj) and getattr(obj, "__crl_register__", False):
-                    obj(self)
-                else:
-                    self.register(ep.name, obj, source=f"entry-point:{dist}")
-            except RegistryError:
-                raise
-            except Exception as exc:  # report, never skip silently
-                raise PluginError(
-                    f"Plugin {ep.name!r} (entry point {ep.value!r} in group "
-                    f"{self.entry_point_group!r}, distribution {dist!r}) failed to load: "
-                    f"{type(exc).__name__}: {exc}. Fix or uninstall that package.") from exc
+            for ep in entry_points(group=self.entry_point_group):
+                dist = getattr(getattr(ep, "dist", None), "name", "?")
+                if self._on_plugin is None:
+                    self.register(ep.name, ep.value, source=f"entry-point:{dist}")
+                    continue
+                try:
+                    self._on_plugin(ep.name, ep.load())
+                except RegistryError:
+                    raise
+                except Exception as exc:  # report, never skip silently
+                    err = PluginError(
+                        f"Plugin {ep.name!r} (entry point {ep.value!r} in group "
+                        f"{self.entry_point_group!r}, distribution {dist!r}) failed to load: "
+                        f"{type(exc).__name__}: {exc}. Fix or uninstall that package.")
+                    err.__cause__ = exc
+                    self._plugin_errors.append(err)
+        if self._plugin_errors:
+            raise self._plugin_errors[0]
 
     def names(self) -> list[str]:
         self._ensure_plugins()
@@ -152,12 +170,6 @@ class Registry(Generic[T]):
     def __len__(self) -> int:
         self._ensure_plugins()
         return len(self._entries)
-
-
-def plugin_registrar(func: Callable[[Registry[Any]], None]) -> Callable[[Registry[Any]], None]:
-    """Mark a function as a plugin hook that registers several things into a registry."""
-    func.__crl_register__ = True  # type: ignore[attr-defined]
-    return func
 
 
 # ---------------------------------------------------------------------------------------------

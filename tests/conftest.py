@@ -46,8 +46,9 @@ def _install_recorders(mp: pytest.MonkeyPatch) -> None:
     """Wrap (not replace) the functions whose calls the tests look at."""
     from crl_bench.algorithms import advantages, credit
     from crl_bench.experience import manager as manager_mod
-    from crl_bench.experience import search_ask
-    from crl_bench.runner import extractor_track
+    from crl_bench.extractor import merge as merge_mod
+    from crl_bench.extractor import search_ask
+    from crl_bench.extractor import track as extractor_track
 
     orig_keys = advantages.group_keys
 
@@ -79,11 +80,11 @@ def _install_recorders(mp: pytest.MonkeyPatch) -> None:
     mp.setattr(advantages, "group_advantages", group_advantages)
     mp.setattr(credit, "count_aware_weights", count_aware_weights)
 
-    orig_merge = manager_mod.ExperienceManager.merge
+    orig_merge = merge_mod.merge_bank
 
-    def merge(self, *args, **kwargs):
+    def merge(manager, *args, **kwargs):
         _record("merge", kwargs.get("step"))
-        return orig_merge(self, *args, **kwargs)
+        return orig_merge(manager, *args, **kwargs)
 
     orig_init = manager_mod.ExperienceManager.__init__
 
@@ -101,12 +102,13 @@ def _install_recorders(mp: pytest.MonkeyPatch) -> None:
 
     orig_add = extractor_track.ExtractorTrack.add_ask_samples
 
-    def add_ask_samples(self, samples):
+    def add_ask_samples(self, samples, score):
+        out = orig_add(self, samples, score)  # credits each sample with the episode's score
         _record("ask_samples", [{"kind": s.kind, "usage": list(s.usage), "malformed": s.malformed,
                                  "created_step": s.created_step} for s in samples])
-        return orig_add(self, samples)
+        return out
 
-    mp.setattr(manager_mod.ExperienceManager, "merge", merge)
+    mp.setattr(merge_mod, "merge_bank", merge)
     mp.setattr(manager_mod.ExperienceManager, "__init__", init)
     mp.setattr(search_ask.SearchAndAsk, "__call__", ask)
     mp.setattr(extractor_track.ExtractorTrack, "add_ask_samples", add_ask_samples)

@@ -70,7 +70,8 @@ MERGER = textwrap.dedent("""
     from crl_bench.experience.bank import ExperienceBank
     from crl_bench.experience.embedder import load_embedder
     from crl_bench.experience.manager import ExperienceManager
-    from crl_bench.experience.scripted import TextGeneration
+    from _scripted_extractor import TextGeneration
+    from crl_bench.extractor.merge import merge_bank
 
     embedder = load_embedder()
     bank = ExperienceBank(sys.argv[1], dim=embedder.dim, embedder_name=embedder.name)
@@ -100,7 +101,7 @@ MERGER = textwrap.dedent("""
     step = 0
     while len(bank) > 2:
         step += 1
-        manager.merge(generate, step=step, chunk=3)
+        merge_bank(manager, generate, step=step, chunk=3)
     print("done", flush=True)
 """)
 
@@ -109,7 +110,7 @@ def run_and_kill(code: str, args: list[str], min_lines: int, extra_delay: float,
                  timeout: float = 120.0) -> list[str]:
     """Start the child, wait until it printed ``min_lines`` lines after "ready", wait
     ``extra_delay`` more seconds, SIGKILL it; returns the lines it printed."""
-    env = dict(os.environ, PYTHONPATH=str(REPO), TOKENIZERS_PARALLELISM="false",
+    env = dict(os.environ, PYTHONPATH=f"{REPO}{os.pathsep}{REPO / 'tests'}", TOKENIZERS_PARALLELISM="false",
                OMP_NUM_THREADS="1")
     proc = subprocess.Popen([sys.executable, "-c", code, *args], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env)

@@ -12,7 +12,7 @@ import pytest
 from crl_bench.cli import main
 from crl_bench.experience.bank import ExperienceBank
 from crl_bench.experience.embedder import load_embedder
-from crl_bench.experience.extraction import Operation
+from crl_bench.experience.manager import Operation
 from crl_bench.experience.manager import ExperienceManager, RetrievalConfig
 
 

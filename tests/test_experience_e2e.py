@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import pytest
 
+from crl_bench.extractor.merge import merge_bank
 from crl_bench.experience.bank import ExperienceBank
 from crl_bench.experience.embedder import load_embedder
-from crl_bench.experience.extraction import (
+from crl_bench.extractor.extraction import (
     Operation, build_extraction_messages, parse_operations, trajectory_to_text)
 from crl_bench.experience.manager import ExperienceManager, RetrievalConfig
-from crl_bench.experience.search_ask import EpisodeContext, SearchAndAsk
+from crl_bench.extractor.search_ask import EpisodeContext, SearchAndAsk
 
 pytestmark = pytest.mark.slow
 
@@ -76,7 +77,7 @@ def test_extractor_operations_merge_and_search_ask_with_smollm2(tmp_path, extrac
     assert bank.verify() == []
 
     # --- a merge pass over the small bank
-    result = manager.merge(extractor, step=2, chunk=3)
+    result = merge_bank(manager, extractor, step=2, chunk=3)
     assert result.n_windows >= 1 and len(result.samples) == result.n_windows
     for sample in result.samples:
         assert sample.generation.completion_ids

@@ -7,11 +7,12 @@ import json
 import pytest
 
 from crl_bench.experience.bank import ExperienceEntry
-from crl_bench.experience.extraction import (
-    EXPERIENCE_CLOSE, EXPERIENCE_OPEN, MAX_CONTENT_CHARS, Operation, build_extraction_messages,
+from crl_bench.experience.manager import Operation, usage_reward
+from crl_bench.extractor.extraction import (
+    EXPERIENCE_CLOSE, EXPERIENCE_OPEN, MAX_CONTENT_CHARS, build_extraction_messages,
     clip_middle, extract_answer, parse_operations, render_experience_block,
-    strip_experience_block, trajectory_to_text, usage_reward)
-from crl_bench.experience.merging import build_merge_messages, parse_merge_decisions
+    strip_experience_block, trajectory_to_text)
+from crl_bench.extractor.merge import build_merge_messages, parse_merge_decisions
 
 
 def make_entry(i: int, title: str = "Use the stairs", content: str = "Walk to '>' first.",

@@ -10,12 +10,13 @@ import threading
 
 import pytest
 
+from crl_bench.extractor.merge import merge_bank
 from crl_bench.experience.bank import ExperienceBank
 from crl_bench.experience.embedder import load_embedder
-from crl_bench.experience.extraction import Operation
+from crl_bench.experience.manager import Operation
 from crl_bench.experience.manager import ExperienceManager, RetrievalConfig
-from crl_bench.experience.scripted import ScriptedGenerator, TextGeneration
-from crl_bench.experience.search_ask import NO_MATCH, EpisodeContext, SearchAndAsk
+from _scripted_extractor import ScriptedGenerator, TextGeneration
+from crl_bench.extractor.search_ask import NO_MATCH, EpisodeContext, SearchAndAsk
 
 def limit_torch_threads() -> None:
     """One torch thread: on a shared 2-core CI machine two OpenMP threads spin against each
@@ -226,7 +227,7 @@ def test_merge_sliding_window_carries_merged_entry(make_manager):
         ids += m.apply_operations([Operation("add", *facts[i])], family="minihack",
                                   task_id="t", provenance={"trajectories": [f"s{i}"]}, step=0)
     gen = ScriptedGenerator(merge_first_two)
-    result = m.merge(gen, step=10, chunk=3)
+    result = merge_bank(m, gen, step=10, chunk=3)
     seen = [window_ids(p) for p in gen.prompts]
     # window 1 = ids 1..3; merge(1,2) -> 10 opens window 2 with 4, 5; and so on
     assert seen[0] == ids[:3]
@@ -257,7 +258,7 @@ def test_merge_malformed_rewrite_discard_keep(make_manager):
                                  {"op": "keep", "ids": [ids[5]]}]) + "</answer>",
     ]
     # chunk 2: windows (1,2) malformed -> no carry; (3,4) malformed; (5,6) rewrite 5 keep 6
-    result = m.merge(ScriptedGenerator(script), step=2, chunk=2)
+    result = merge_bank(m, ScriptedGenerator(script), step=2, chunk=2)
     assert [s.malformed for s in result.samples] == [True, True, False]
     assert result.n_malformed == 2 and result.rewritten == 1
     new = result.created_ids
@@ -265,7 +266,7 @@ def test_merge_malformed_rewrite_discard_keep(make_manager):
     assert m.bank.get(new)[0].title == "better tip"
     assert m.bank.get(new)[0].parent_ids == [ids[4]]
     # a discard pass
-    result = m.merge(ScriptedGenerator(lambda msgs: "<answer>" + json.dumps(
+    result = merge_bank(m, ScriptedGenerator(lambda msgs: "<answer>" + json.dumps(
         [{"op": "discard", "ids": window_ids(msgs)[:1]}]) + "</answer>"), step=3, chunk=6)
     assert result.discarded == 1 and len(m.bank) == 5
     assert m.stats()["bank/merge_malformed"] == 2
@@ -284,7 +285,7 @@ def test_merge_batches_families_and_skips_changed_windows(make_manager):
                            task_id="t", provenance={}, step=5)
         return [TextGeneration(merge_first_two(msgs)) for msgs in batch]
 
-    result = m.merge(generate, step=6, chunk=5)
+    result = merge_bank(m, generate, step=6, chunk=5)
     assert batches == [2]                       # both families' windows in one call
     stale = [s for s in result.samples if s.stale]
     assert [s.family for s in stale] == ["minihack"] and result.n_stale == 1
@@ -292,9 +293,9 @@ def test_merge_batches_families_and_skips_changed_windows(make_manager):
     assert set(a) <= set(m.bank.all_ids())               # minihack window untouched
     assert not set(w) & set(m.bank.all_ids())            # webshop window merged
     with pytest.raises(ValueError, match="returned 0 outputs"):
-        m.merge(lambda batch: [], step=7)
+        merge_bank(m, lambda batch: [], step=7)
     with pytest.raises(ValueError, match="chunk"):
-        m.merge(generate, step=7, chunk=1)
+        merge_bank(m, generate, step=7, chunk=1)
 
 
 # ------------------------------------------------------------------ Search-and-Ask

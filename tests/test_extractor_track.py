@@ -14,12 +14,12 @@ import pytest
 
 from crl_bench.experience.bank import ExperienceBank
 from crl_bench.experience.embedder import load_embedder
-from crl_bench.experience.extraction import ContentTemplate, parse_operations
+from crl_bench.extractor.extraction import ContentTemplate, parse_operations
 from crl_bench.experience.manager import ExperienceManager, RetrievalConfig
 from crl_bench.llm.rollout import Trajectory, Turn
 from crl_bench.llm.types import Generation
 from crl_bench.runner.config import ExtractorConfig
-from crl_bench.runner.extractor_track import ExtractorTrack
+from crl_bench.extractor.track import ExtractorTrack
 
 
 class FixedAnswers:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -53,13 +54,37 @@ def test_plugin_env_listed_checked_and_played(plugin_path):
     assert listed.returncode == 0, listed.stderr
     assert "crl/Echo-v0" in listed.stdout and "entry-point:crl-echo-plugin" in listed.stdout
     agents = run_cli("list", "agents", env=env)
-    assert "echo_agent" in agents.stdout
+    assert "grpo_loo" in agents.stdout and "entry-point:crl-echo-plugin" in agents.stdout
     checked = run_cli("check-env", "crl/Echo-v0", env=env)
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert "PASS crl/Echo-v0" in checked.stdout
     played = run_cli("play", "crl/Echo-v0", "--task-id", "river", env=env, input="say apple\nsay river\n")
     assert played.returncode == 0, played.stderr
     assert "Wrong word." in played.stdout and "solved: success=True" in played.stdout
+
+
+def test_plugin_agent_trains_end_to_end_with_its_options(plugin_path, tmp_path):
+    """An algorithm the core does not have (GRPO with a leave-one-out baseline, registered as a new
+    advantage estimator), installed by pip, selected with --agent, its options set with --set
+    method.*, trained on the tiny preset: no change to crl-bench."""
+    env = {"PYTHONPATH": plugin_path, "OMP_NUM_THREADS": "1"}
+    out = tmp_path / "loo"
+    run = run_cli("run", "--agent", "grpo_loo", "--tasks", "minihack", "--preset", "tiny", "--steps", "2",
+                  "--out", str(out), "--no-progress", "--set", "threads=1", "--set", "method.scale=0.5",
+                  "--set", "actor.advantage=loo", env=env, timeout=600)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-4000:]
+    config = json.loads((out / "config.json").read_text())
+    assert config["agent"] == "grpo_loo" and config["agent_options"] == {"estimator": "loo", "scale": 0.5}
+    metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    trained = [m for m in metrics if m["step"] >= 1]
+    assert len(trained) == 2 and all("losses/actor_samples" in m for m in trained)
+    assert any(m["losses/actor_active_samples"] > 0 and m["losses/actor_grad_norm"] > 0 for m in trained)
+    assert json.loads((out / "status.json").read_text())["state"] == "done"
+
+    bad = run_cli("run", "--agent", "grpo_loo", "--tasks", "minihack", "--preset", "tiny", "--steps", "1",
+                  "--out", str(tmp_path / "bad"), "--set", "method.nope=1", env=env)
+    assert bad.returncode == 2
+    assert "method.nope" in bad.stderr and "estimator, scale" in bad.stderr
 
 
 def test_unknown_env_names_the_known_ones():

@@ -46,22 +46,41 @@ def test_decorator_registration():
     assert registry.get("double")(4) == 8
 
 
-def test_broken_plugin_is_reported_by_name(monkeypatch):
+class _BrokenEP:
+    name = "broken_one"
+    value = "no_such_module_xyz:thing"
+    group = "crl_test.group"
+    dist = None
+
+    def load(self):
+        raise ImportError("No module named 'no_such_module_xyz'")
+
+
+def _only_broken(monkeypatch):
     from importlib import metadata
 
-    class BrokenEP:
-        name = "broken_one"
-        value = "no_such_module_xyz:thing"
-        group = "crl_test.group"
-        dist = None
+    monkeypatch.setattr(metadata, "entry_points",
+                        lambda group=None: [_BrokenEP()] if group == "crl_test.group" else [])
 
-        def load(self):
-            raise ImportError("No module named 'no_such_module_xyz'")
 
-    monkeypatch.setattr(metadata, "entry_points", lambda group=None: [BrokenEP()] if group == "crl_test.group" else [])
+def test_broken_plugin_hook_is_reported_by_name_on_every_lookup(monkeypatch):
+    _only_broken(monkeypatch)
+    registry: Registry[object] = Registry("widget", "crl_test.group", on_plugin=lambda n, obj: None)
+    for _ in range(2):  # the second lookup repeats the cause instead of "Unknown widget"
+        with pytest.raises(PluginError, match="Plugin 'broken_one'.*no_such_module_xyz"):
+            registry.get("broken_one")
+
+
+def test_plugin_entries_load_lazily_and_report_on_every_use(monkeypatch):
+    """Agents: a plugin is listed without importing it; using it imports it, and a failure is
+    reported by name every time."""
+    _only_broken(monkeypatch)
     registry: Registry[object] = Registry("widget", "crl_test.group")
-    with pytest.raises(PluginError, match="Plugin 'broken_one'.*no_such_module_xyz"):
-        registry.names()
+    assert registry.names() == ["broken_one"]
+    assert registry.entry("broken_one").source.startswith("entry-point:")
+    for _ in range(2):
+        with pytest.raises(PluginError, match="Plugin 'broken_one'.*no_such_module_xyz"):
+            registry.get("broken_one")
 
 
 def test_env_ids_must_use_crl_namespace():

@@ -467,5 +467,7 @@ def test_report_on_real_tiny_runs(tiny_run, tmp_path):
         assert rec["steps"] == 3 and rec["train_episodes"] == len(train) == 3 * 8
     with open(tmp_path / "tables" / "single_success.csv") as fh:
         rows = list(csv.DictReader(fh))
-    assert len(rows) == 3 and {r["agent"] for r in rows} == {"grpo", "comp_rl"}
+    # one row per (agent, evaluation variant): grpo w/o exp; the others w/ and w/o exp
+    assert len(rows) == 7
+    assert {r["agent"] for r in rows} == {"grpo", "comp_rl", "static_exp", "comp_rl_no_split"}
     assert result.plots and all(p.path.stat().st_size > 5_000 for p in result.plots)

@@ -99,11 +99,13 @@ def test_separate_adapters_only_when_on(tiny_run, agent):
     roles = json.loads((run.path / "checkpoints" / "last" / "adapters" / "roles.json").read_text())
     same = roles["routes"]["actor"] == roles["routes"]["extractor"]
     assert same is (agent == "comp_rl_shared_params")
-    # shared: the extractor trains through the actor's trainer, so only one trainer state is saved
+    # each role keeps its own optimiser (its own lr and batch settings), shared parameters or not
     import torch
 
     trainers = torch.load(run.path / "checkpoints" / "last" / "trainers.pt", weights_only=False)
-    assert set(trainers) == ({"actor"} if agent == "comp_rl_shared_params" else {"actor", "extractor"})
+    assert set(trainers) == {"actor", "extractor"}
+    metrics = read_jsonl(run.path / "metrics.jsonl")
+    assert any(m.get("losses/extractor_active_samples", 0) > 0 for m in metrics)
 
 
 @pytest.mark.parametrize("agent", (pytest.param("comp_rl", marks=ASK_XFAIL), "comp_rl_no_ask"))

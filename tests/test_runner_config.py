@@ -9,17 +9,18 @@ from crl_bench.runner.config import ConfigError, apply_overrides, build_config
 
 
 def test_odd_group_size_with_split_names_the_fix():
-    from crl_bench.agent_spec import load_agent
+    from crl_bench.agent import load_agent
 
     cfg = build_config(agent="comp_rl", tasks="minihack", preset="tiny",
                        overrides={"rollout.group_size": 5})
     with pytest.raises(ConfigError, match=r"group_size=5 is odd .* rollout.group_size=6"):
-        cfg.validate(split=load_agent("comp_rl").needs_split)
-    cfg.validate(split=load_agent("grpo").needs_split)  # no split: odd K is fine
+        cfg.validate(split=load_agent("comp_rl").split_groups)
+    cfg.validate(split=load_agent("grpo").split_groups)  # no split: odd K is fine
+    cfg.validate(split=load_agent("comp_rl", {"split_advantages": False}).split_groups)
 
 
 def test_unknown_agent_lists_known_ones():
-    from crl_bench.agent_spec import load_agent
+    from crl_bench.agent import load_agent
 
     with pytest.raises(RegistryError, match="Unknown agent 'nope'. Available: .*comp_rl.*grpo"):
         load_agent("nope")
@@ -45,8 +46,10 @@ def test_paper_preset_is_the_papers_configuration():
 
     cfg = PRESETS["paper"]()
     assert (cfg.rollout.groups, cfg.rollout.group_size, cfg.steps) == (16, 8, 512)
-    assert cfg.actor.lr == 1e-6 and cfg.actor.clip_eps == 0.2 and cfg.actor.advantage == "mean"
-    assert (cfg.extractor.eps_low, cfg.extractor.eps_high, cfg.extractor.buffer_size) == (0.1, 0.1, 64)
+    assert cfg.actor.lr == 1e-6 and cfg.actor.advantage == "mean"
+    assert cfg.actor.loss == "ppo_clip" and cfg.actor.loss_kwargs()["clip_eps"] == 0.2
+    assert cfg.extractor.loss == "cispo" and cfg.extractor.buffer_size == 64
+    assert (cfg.extractor.loss_kwargs()["eps_low"], cfg.extractor.loss_kwargs()["eps_high"]) == (0.1, 0.1)
     x = cfg.experience
     assert (x.k, x.oversample, x.lam, x.recent_s, x.drop_recent_top1_p) == (1, 16, 0.4, 300.0, 0.5)
     assert (x.merge_every, x.merge_chunk, x.max_asks, x.warmup_steps, x.capacity) == (5, 5, 2, 5, 20_000)
@@ -74,6 +77,31 @@ def test_resume_accepts_only_speed_overrides():
     assert apply_resume_overrides(cfg, {"actor.lr": cfg.actor.lr}).actor.lr == cfg.actor.lr  # unchanged: fine
     with pytest.raises(ConfigError, match="actor.lr cannot change mid-run .* another --out"):
         apply_resume_overrides(cfg, {"actor.lr": 1e-3, "threads": 1})
+
+
+def test_agent_options_are_checked_by_the_agent():
+    from crl_bench.agent import load_agent
+
+    assert load_agent("comp_rl", {"merge": False}).config.merge is False
+    with pytest.raises(ValueError, match="method.mrege: agent 'comp_rl' has no option 'mrege'"):
+        load_agent("comp_rl", {"mrege": False})
+    with pytest.raises(ValueError, match="method.merge must be true or false"):
+        load_agent("comp_rl", {"merge": "no"})
+    with pytest.raises(ValueError, match="method.with_experience_fraction must be in"):
+        load_agent("comp_rl", {"with_experience_fraction": 1.5})
+    with pytest.raises(ValueError, match="agent 'grpo' has no option"):
+        load_agent("grpo", {"merge": False})
+
+
+def test_loss_settings_belong_to_the_loss():
+    cfg = build_config(agent="grpo", tasks="minihack", preset="tiny",
+                       overrides={"actor.loss_args.clip_eps": 0.3})
+    assert cfg.actor.loss_kwargs()["clip_eps"] == 0.3
+    cfg.validate()
+    with pytest.raises(ConfigError, match="actor.loss_args.eps_low: .eps_low. is not a setting of loss .ppo_clip."):
+        build_config(agent="grpo", tasks="minihack", preset="tiny", overrides={"actor.loss_args.eps_low": 0.3})
+    with pytest.raises(ConfigError, match="extractor.loss_args.eps_high=-1"):
+        build_config(agent="grpo", tasks="minihack", preset="tiny", overrides={"extractor.loss_args.eps_high": -1})
 
 
 # -- the command line: one `error:` line, exit 2, the field and the fix (issue 20) --------------
@@ -114,7 +142,7 @@ def test_cli_config_errors_are_one_line_naming_the_field(capsys, tmp_path, args,
 
 
 def test_resume_with_a_different_agent_is_refused_with_the_way_out(capsys, tmp_path):
-    from crl_bench.agent_spec import load_agent
+    from crl_bench.agent import load_agent
     from crl_bench.runner.loop import write_config
     from crl_bench.runner.records import RunDir
 
@@ -150,7 +178,7 @@ def test_cli_rejects_a_huge_group_fast_without_a_traceback(tmp_path):
 
 def test_setup_failure_reports_its_real_cause(tmp_path):
     """A model folder that passes the name check but cannot be loaded: the error is the loader's,
-    not `'CoTrainer' object has no attribute 'track'` from cleaning up the half-built trainer."""
+    not an AttributeError from cleaning up the half-built trainer."""
     import json
 
     pytest.importorskip("torch")

@@ -28,9 +28,12 @@ ADVANTAGES.register("mean", "crl_bench.algorithms.advantages:mean_advantages",
                     description="subtract the group mean (the official code's choice)")
 ADVANTAGES.register("mean_std", "crl_bench.algorithms.advantages:mean_std_advantages",
                     description="subtract the group mean, divide by the group std (GRPO paper)")
+# ``defaults``: the loss's settings (its keyword arguments) when a role's ``loss_args`` says nothing
 LOSSES.register("ppo_clip", "crl_bench.algorithms.losses:ppo_clip_loss",
-                description="PPO clipped surrogate, optional asymmetric and dual clip")
+                description="PPO clipped surrogate, optional asymmetric and dual clip",
+                defaults={"clip_eps": 0.2, "clip_eps_high": None, "dual_clip": None})
 LOSSES.register("cispo", "crl_bench.algorithms.losses:cispo_loss",
-                description="clipped stop-gradient IS weight x advantage x log-prob")
+                description="clipped stop-gradient IS weight x advantage x log-prob",
+                defaults={"eps_low": 0.1, "eps_high": 0.1, "one_sided": False})
 
 __all__ = ["ADVANTAGES", "LOSSES"]

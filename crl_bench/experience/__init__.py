@@ -1,5 +1,6 @@
-"""The experience system: a persistent bank (SQLite + hnswlib), the embedder, the
-ExperienceManager hub (retrieval, extractor operations, merge) and Search-and-Ask.
+"""The experience system: a persistent bank (SQLite + hnswlib), the embedder and the
+ExperienceManager hub (retrieval, the bank's writes and outcome ledger). The extractor that
+writes to it (extraction, Search-and-Ask, merge, its training track) is ``crl_bench.extractor``.
 
 Names are loaded on first use so that ``import crl_bench.experience`` stays cheap.
 """
@@ -15,13 +16,7 @@ _EXPORTS = {
     "Embedder": "embedder", "SentenceTransformerEmbedder": "embedder", "load_embedder": "embedder",
     "ExperienceManager": "manager", "RetrievalConfig": "manager",
     "diversified_order": "manager",
-    "Operation": "extraction", "build_extraction_messages": "extraction",
-    "parse_operations": "extraction", "trajectory_to_text": "extraction",
-    "render_experience_block": "extraction", "strip_experience_block": "extraction",
-    "usage_reward": "extraction",
-    "MergeResult": "merging", "MergeSample": "merging",
-    "SearchAndAsk": "search_ask", "EpisodeContext": "search_ask",
-    "ScriptedGenerator": "scripted", "TextGeneration": "scripted",
+    "Operation": "manager", "usage_reward": "manager",
 }
 __all__ = sorted(_EXPORTS)
 

@@ -18,19 +18,33 @@ import threading
 import time
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Literal, Mapping, Sequence
 
 import numpy as np
 
 from crl_bench.experience.bank import (
-    ExperienceBank, ExperienceEntry, StaleEntriesError, render_entry_text)
+    ExperienceBank, ExperienceEntry, render_entry_text)
 from crl_bench.experience.embedder import Embedder
-from crl_bench.experience.extraction import Operation, usage_reward
 from crl_bench.experience.locks import RWLock
-from crl_bench.experience.merging import (
-    MergeResult, MergeSample, build_merge_messages, parse_merge_decisions)
 
 Generate = Callable[[list[list[dict[str, str]]]], Sequence[Any]]
+OpKind = Literal["add", "update", "return"]
+
+
+@dataclass
+class Operation:
+    """One bank operation proposed by the extractor (parsed by ``crl_bench.extractor``)."""
+
+    kind: OpKind
+    title: str = ""
+    content: str = ""
+    target_ids: list[int] = field(default_factory=list)
+
+
+def usage_reward(score: float) -> float:
+    """The per-trajectory value behind the extractor's reward r(m): the score when positive
+    (1 for a solved success/failure task, the fraction for WebShop), else -1."""
+    return float(score) if score > 0 else -1.0
 
 
 @dataclass
@@ -394,123 +408,25 @@ class ExperienceManager:
         with self._lock.read():
             return self.bank.get(ids)
 
-    # ------------------------------------------------------------------ merge
-    def merge(self, generate: Generate, *, step: int, chunk: int = 5,
-              families: Sequence[str] | None = None) -> MergeResult:
-        """Walk the bank (per family, oldest first) in windows of ``chunk`` entries and let the
-        extractor merge / rewrite / discard / keep them.
+    # ------------------------------------------------------------------ merge support
+    def read_lock(self) -> Any:
+        """The shared (read) side of the bank lock, for walks over the bank (merge)."""
+        return self._lock.read()
 
-        Sliding window: the entries a window produced (merged or rewritten) open the next window,
-        filled up with fresh entries to ``chunk``. Windows of different families go to
-        ``generate`` together in one batch. Each window's decisions are stored in ONE transaction
-        (replacements added and originals deleted together) and only if every original is still
-        unchanged; a malformed answer or a changed window changes nothing.
+    def replace_if_unchanged(self, adds: list[dict[str, Any]], texts: list[str], deletes: list[int],
+                             expect_versions: dict[int, int], step: int) -> Any:
+        """Add ``adds`` (embedded from ``texts``) and delete ``deletes`` in one transaction, only if
+        every deleted entry still has the expected version (``StaleEntriesError`` otherwise)."""
+        vecs = self.embedder.encode(texts) if texts else None
+        with self._lock.write():
+            return self.bank.commit(adds=adds, add_embeddings=vecs, deletes=deletes, step=step,
+                                    expect_versions=expect_versions)
 
-        Args:
-            generate: ``generate(list of chat message lists) -> list of objects with .text``.
-            step: actor step recorded on new entries.
-            chunk: window size (>= 2).
-            families: only these families (default: all).
-        """
-        if chunk < 2:
-            raise ValueError(f"chunk must be >= 2 (a window compares entries), got {chunk}")
-        result = MergeResult(size_before=len(self.bank))
-        with self._lock.read():
-            fams = sorted(families) if families is not None else sorted(
-                self.bank.family_counts())
-            queues = {f: deque(self.bank.all_ids(f)) for f in fams}
-        carry: dict[str, list[int]] = {f: [] for f in fams}
-        while True:
-            windows: list[tuple[str, list[ExperienceEntry]]] = []
-            with self._lock.read():
-                for fam in fams:
-                    ids = carry[fam][-(chunk - 1):]
-                    q = queues[fam]
-                    while q and len(ids) < chunk:
-                        i = q.popleft()
-                        if i not in ids:
-                            ids.append(i)
-                    entries = self.bank.get(ids)
-                    carry[fam] = []
-                    if len(entries) >= 2:
-                        windows.append((fam, entries))
-                    elif q and entries:  # one survivor: let it open the next window
-                        carry[fam] = [entries[0].id]
-            if not windows:
-                if any(queues.values()):
-                    continue
-                break
-            messages = [build_merge_messages(entries, fam) for fam, entries in windows]
-            generations = list(generate(messages))
-            if len(generations) != len(messages):
-                raise ValueError(f"generate() returned {len(generations)} outputs for "
-                                 f"{len(messages)} prompts")
-            for (fam, entries), msgs, gen in zip(windows, messages, generations):
-                sample = MergeSample(family=fam, messages=msgs, generation=gen,
-                                     window_ids=[e.id for e in entries])
-                result.samples.append(sample)
-                result.n_windows += 1
-                carry[fam] = self._apply_merge_window(sample, entries, step, result)
-        result.size_after = len(self.bank)
+    def count_merge(self, n_windows: int, n_malformed: int) -> None:
         with self._counter_lock:
             self._counters.merges += 1
-            self._counters.merge_windows += result.n_windows
-            self._counters.merge_malformed += result.n_malformed
-        return result
-
-    def _apply_merge_window(self, sample: MergeSample, entries: list[ExperienceEntry], step: int,
-                            result: MergeResult) -> list[int]:
-        """Store one window's decisions; returns the ids to carry into the next window."""
-        decisions, malformed = parse_merge_decisions(generation_text(sample.generation),
-                                                     sample.window_ids)
-        sample.decisions, sample.malformed = decisions, malformed
-        if malformed:
-            result.n_malformed += 1
-            return []
-        by_id = {e.id: e for e in entries}
-        new_entries: list[dict[str, Any]] = []
-        texts: list[str] = []
-        deletes: list[int] = []
-        for d in decisions:
-            if d.kind == "keep":
-                continue
-            deletes.extend(d.ids)
-            if d.kind == "discard":
-                continue
-            parents = [by_id[i] for i in d.ids]
-            lasts = [p.last_retrieved for p in parents if p.last_retrieved is not None]
-            new_entries.append({
-                "title": d.title, "content": d.content, "family": sample.family,
-                "task_ids": _union(*(p.task_ids for p in parents)),
-                "run": parents[0].run, "origin": d.kind, "parent_ids": list(d.ids),
-                "source_trajectories": _union(*(p.source_trajectories for p in parents)),
-                # usage carries over so that diversification does not favour merged entries
-                "times_retrieved": sum(p.times_retrieved for p in parents),
-                "last_retrieved": max(lasts) if lasts else None})
-            texts.append(render_entry_text(d.title, d.content))
-        if not deletes:
-            return []
-        vecs = self.embedder.encode(texts) if texts else None
-        try:
-            with self._lock.write():
-                commit = self.bank.commit(adds=new_entries, add_embeddings=vecs, deletes=deletes,
-                                          step=step,
-                                          expect_versions={i: by_id[i].version for i in deletes})
-        except StaleEntriesError:
-            sample.stale = True
-            result.n_stale += 1
-            return []
-        sample.created_ids, sample.deleted_ids = commit.added_ids, commit.deleted_ids
-        result.created_ids += commit.added_ids
-        result.deleted_ids += commit.deleted_ids
-        for d in decisions:
-            if d.kind == "merge":
-                result.merged += len(d.ids)
-            elif d.kind == "rewrite":
-                result.rewritten += 1
-            elif d.kind == "discard":
-                result.discarded += len(d.ids)
-        return list(commit.added_ids)
+            self._counters.merge_windows += n_windows
+            self._counters.merge_malformed += n_malformed
 
     # ------------------------------------------------------------------ stats
     def stats(self) -> dict[str, float]:

@@ -5,7 +5,7 @@ Light names are imported lazily so that ``import crl_bench.llm`` stays cheap (no
 * :mod:`crl_bench.llm.models` — ``resolve_model``, ``load_tokenizer``, ``load_causal_lm``,
   ``KNOWN_MODELS`` (``smollm2-135m`` embedded default, ``tiny-random`` for tests);
 * :mod:`crl_bench.llm.types` — ``SamplingParams``, ``Generation``, ``LoraSpec``;
-* :mod:`crl_bench.llm.backend` — the ``Backend`` protocol and ``make_backend("hf"|"vllm", ...)``;
+* :mod:`crl_bench.llm.backend` — the ``Backend`` protocol and the ``BACKENDS`` registry;
 * :mod:`crl_bench.llm.hf_backend` / :mod:`crl_bench.llm.vllm_backend` — the backends;
 * :mod:`crl_bench.llm.rollout` — ``RolloutEngine``, ``EpisodeSpec``, ``Trajectory``, ``Turn``;
 * :mod:`crl_bench.llm.prompting` — ``PromptConfig``, ``build_messages``, ``parse_completion``;
@@ -21,7 +21,7 @@ _LAZY = {
     "KNOWN_MODELS": "models", "DEFAULT_MODEL": "models", "resolve_model": "models",
     "load_tokenizer": "models", "load_causal_lm": "models",
     "SamplingParams": "types", "Generation": "types", "LoraSpec": "types",
-    "Backend": "backend", "make_backend": "backend",
+    "Backend": "backend", "BACKENDS": "backend", "backend_class": "backend",
     "HFBackend": "hf_backend", "VLLMBackend": "vllm_backend",
     "RolloutEngine": "rollout", "EpisodeSpec": "rollout", "Trajectory": "rollout", "Turn": "rollout",
     "PromptConfig": "prompting", "build_messages": "prompting", "parse_completion": "prompting",

@@ -51,10 +51,10 @@ class Backend(Protocol):
     def load_adapters(self, directory: Any) -> None: ...
 
 
-def make_backend(kind: str, model_name: str, **kwargs: Any) -> Backend:
-    """Build a backend by name (``"hf"`` or ``"vllm"``); unknown names list the known ones."""
+def backend_class(kind: str) -> Any:
+    """The backend class registered as ``kind`` in :data:`BACKENDS` (``model.backend``)."""
     from crl_bench.registry import load_import_string
 
     if kind not in BACKENDS:
         raise KeyError(f"Unknown LLM backend {kind!r}. Available: {', '.join(sorted(BACKENDS))}.")
-    return load_import_string(BACKENDS[kind])(model_name, **kwargs)
+    return load_import_string(BACKENDS[kind])

@@ -254,9 +254,9 @@ def _sft_actor_example(rng) -> tuple[list[dict], str]:
 
 
 def _sft_extractor_example(rng) -> tuple[list[dict], str]:
-    from crl_bench.experience.extraction import build_extraction_messages, trajectory_to_text
-    from crl_bench.experience.merging import build_merge_messages
-    from crl_bench.experience.search_ask import EpisodeContext, build_search_ask_messages
+    from crl_bench.extractor.extraction import build_extraction_messages, trajectory_to_text
+    from crl_bench.extractor.merge import build_merge_messages
+    from crl_bench.extractor.search_ask import EpisodeContext, build_search_ask_messages
 
     roll = rng.random()
     goal = "Reach the staircase down (>) in this room."

@@ -11,27 +11,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["PlannedRun", "SUITES", "PAPER_AGENTS", "ABLATIONS", "AGENT_LABELS", "VARIANTS",
+__all__ = ["PlannedRun", "SUITES", "PAPER_AGENTS", "ABLATIONS", "VARIANTS",
            "plan_suite", "run_dir_name", "agent_label"]
 
-PAPER_AGENTS = ("grpo", "static_exp", "exp_only", "comp_rl")
-
-ABLATIONS: dict[str, str] = {
-    "comp_rl_no_split": "no split advantages",
-    "comp_rl_no_diversify": "no retrieval diversification",
-    "comp_rl_no_reweight": "no count-aware reweighting",
-    "comp_rl_no_merge": "no periodic merge",
-    "comp_rl_no_ask": "no Search-and-Ask",
-    "comp_rl_shared_params": "shared actor/extractor parameters",
-}
-
-AGENT_LABELS: dict[str, str] = {
-    "grpo": "Baseline",
-    "static_exp": "Static Online Exp.",
-    "exp_only": "Exp. Only",
-    "comp_rl": "Comp. RL",
-    **{name: f"Comp. RL, {what}" for name, what in ABLATIONS.items()},
-}
+from crl_bench.agent import ABLATIONS, PAPER_AGENTS, agent_label  # the one table of agents
 
 # Which evaluation variants (with_experience flag) make a table row for each agent. The baseline
 # never sees experience; Exp. Only is a frozen actor, so its row is the one with experience.
@@ -102,7 +85,3 @@ def plan_suite(suite: str, seeds: int, tasks_filter: list[str] | None = None) ->
         raise ValueError(f"--tasks {','.join(tasks_filter or [])} keeps no run of suite "
                          f"{suite!r}; its task mixes are: {', '.join(known)}")
     return list(planned)
-
-
-def agent_label(agent: str) -> str:
-    return AGENT_LABELS.get(agent, agent)

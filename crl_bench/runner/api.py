@@ -60,7 +60,7 @@ def _stored_config(run: Any, validate: bool = True) -> Any:
         if not isinstance(data, dict):
             raise ConfigError(f"expected a JSON object, got {type(data).__name__}")
         cfg = config_from_dict({k: v for k, v in data.items()
-                                if k not in ("agent_spec", "task_names", "env_ids", "host")})
+                                if k not in ("agent_options", "task_names", "env_ids", "host")})
         if validate:
             cfg.validate()
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, ConfigError) as exc:
@@ -85,9 +85,9 @@ def _check_identity(cfg: Any, run: Any, **given: Any) -> None:
 def _run_locked(run: Any, *, agent: str | None, tasks: str | None, preset: str | None,
                 seed: int | None, steps: int | None, overrides: dict[str, Any] | None,
                 resume: bool, progress: bool, repair: bool) -> Path:
-    from crl_bench.agent_spec import load_agent
+    from crl_bench.agent import load_agent
     from crl_bench.runner.config import ConfigError, apply_resume_overrides, build_config
-    from crl_bench.runner.loop import CoTrainer, write_config
+    from crl_bench.runner.loop import Trainer, write_config
 
     status = run.status()
     checkpoint, start = None, 0
@@ -107,8 +107,11 @@ def _run_locked(run: Any, *, agent: str | None, tasks: str | None, preset: str |
                                   "--resume to continue it, or choose another --out.")
         cfg = build_config(agent=agent or "comp_rl", tasks=tasks or "3mix", preset=preset,
                            seed=0 if seed is None else seed, steps=steps, overrides=overrides)
-    spec = load_agent(cfg.agent)
-    cfg.validate(split=spec.needs_split)  # everything is checked before anything is built
+    try:  # the agent (a plugin is imported now) and its --set method.* options
+        agent_obj = load_agent(cfg.agent, cfg.method)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
+    cfg.validate(split=agent_obj.split_groups)  # everything is checked before anything is built
     if resuming:
         # damaged records and checkpoints are found (and named) before the model is built
         if repair:
@@ -131,8 +134,8 @@ def _run_locked(run: Any, *, agent: str | None, tasks: str | None, preset: str |
                 run.truncate_after(start)
                 run.set_status("done", start)
                 return run.path
-    trainer = CoTrainer(cfg, spec, run, progress=progress)
-    write_config(run, cfg, spec, trainer.tasks)
+    trainer = Trainer(cfg, agent_obj, run, progress=progress)
+    write_config(run, cfg, agent_obj, trainer.tasks)
     try:
         if checkpoint is not None and (checkpoint / "bank.sqlite").is_file():
             from crl_bench.experience.bank import restore_bank

@@ -10,8 +10,8 @@ with advantage 0 or weight 0 are not run through the model (their terms are 0) b
 in that denominator, as in the official loss.
 
 Old log-probs are the *sampling* log-probs recorded at generation time (so a sampler/trainer
-mismatch, or a sample re-used after earlier updates, shows up in the importance ratio). A
-reference model is only run when ``kl_coef > 0``.
+mismatch, or a sample re-used after earlier updates, shows up in the importance ratio). There is
+no KL term and no entropy bonus (the official configuration has neither).
 """
 
 from __future__ import annotations

@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
-from typing import Any, Literal, Sequence
+from dataclasses import dataclass
+from typing import Any, Sequence
 
 from crl_bench.experience.bank import ExperienceEntry
+from crl_bench.experience.manager import Operation
 
 MAX_OPS = 3
 MAX_TITLE_CHARS = 200
@@ -29,27 +30,10 @@ MAX_CONTENT_CHARS = 2000
 EXPERIENCE_OPEN = "<experience>"
 EXPERIENCE_CLOSE = "</experience>"
 
-OpKind = Literal["add", "update", "return"]
 _ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL | re.IGNORECASE)
 _FENCE_RE = re.compile(r"^```[a-zA-Z]*\s*\n?(.*?)\n?```$", re.DOTALL)
 _EXPERIENCE_RE = re.compile(re.escape(EXPERIENCE_OPEN) + r".*?" + re.escape(EXPERIENCE_CLOSE),
                             re.DOTALL)
-
-
-@dataclass
-class Operation:
-    """One bank operation proposed by the extractor."""
-
-    kind: OpKind
-    title: str = ""
-    content: str = ""
-    target_ids: list[int] = field(default_factory=list)
-
-
-def usage_reward(score: float) -> float:
-    """The per-trajectory value behind the extractor's reward r(m): the score when positive
-    (1 for a solved success/failure task, the fraction for WebShop), else -1."""
-    return float(score) if score > 0 else -1.0
 
 
 # ---------------------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from crl_bench.experience.bank import ExperienceEntry
-from crl_bench.experience.extraction import clip_middle, extract_answer
+from crl_bench.extractor.extraction import clip_middle, extract_answer
 from crl_bench.experience.manager import ExperienceManager, Generate, generation_text
 
 NO_MATCH = "The experience library has nothing on this yet. Continue with your own judgement."

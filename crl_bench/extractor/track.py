@@ -81,7 +81,7 @@ class ExtractorTrack:
         self.asynchronous = asynchronous
         self.log = log
         self.run_name = run_name
-        from crl_bench.experience.extraction import ANSWER_TEMPLATES
+        from crl_bench.extractor.extraction import ANSWER_TEMPLATES
 
         self.template = ANSWER_TEMPLATES[cfg.answer_template]
         self.samples: list[ExtractorSample] = []
@@ -114,9 +114,20 @@ class ExtractorTrack:
         else:
             self._process(step, trajectories)
 
-    def add_ask_samples(self, samples: list[ExtractorSample]) -> None:
+    def add_ask_samples(self, samples: list[ExtractorSample], score: float) -> None:
+        """Search-and-Ask answers of one episode, credited with that episode's ``score``."""
         with self._state_lock:
+            for s in samples:
+                s.usage.append(float(score))
             self.samples.extend(samples)
+
+    def credit(self, trajectories: list[Any]) -> None:
+        """The usage ledger: each with-experience trajectory credits the entries it used, in the
+        bank (outcome counts) and in the extractor samples that wrote them."""
+        for t in trajectories:
+            if t.with_experience and t.experience_ids:
+                self.record_usage(t.experience_ids, t.score)
+                self.manager.record_outcomes(t.experience_ids, t.score)
 
     def record_usage(self, entry_ids: list[int], score: float) -> None:
         """A finished trajectory used these entries and ended with ``score``."""
@@ -165,7 +176,8 @@ class ExtractorTrack:
                     self._cond.notify_all()
 
     def _process(self, step: int, trajectories: list[Any]) -> None:
-        from crl_bench.experience.extraction import (build_extraction_messages, parse_operations,
+        from crl_bench.extractor.merge import merge_bank
+        from crl_bench.extractor.extraction import (build_extraction_messages, parse_operations,
                                                      trajectory_to_text)
 
         t0 = time.perf_counter()
@@ -222,7 +234,7 @@ class ExtractorTrack:
                                    / max(1, len(new_samples))}
         if self.merge_every and step - self.last_merge_step >= self.merge_every:
             t1 = time.perf_counter()
-            result = self.manager.merge(self.generate, step=step, chunk=self.merge_chunk)
+            result = merge_bank(self.manager, self.generate, step=step, chunk=self.merge_chunk)
             self.last_merge_step = step
             self.stats["merges"] += 1
             metrics["extractor/merge_s"] = time.perf_counter() - t1
@@ -259,8 +271,7 @@ class ExtractorTrack:
         batch = [TrainSample(s.prompt_ids, s.completion_ids, s.logprobs, float(a), float(w))
                  for s, a, w in zip(ready, adv.tolist(), weights.tolist())]
         m = self.trainer.update(batch, loss=self.cfg.loss,
-                                loss_kwargs={"eps_low": self.cfg.eps_low, "eps_high": self.cfg.eps_high}
-                                if self.cfg.loss == "cispo" else {"clip_eps": 0.2},
+                                loss_kwargs=self.cfg.loss_kwargs(),
                                 agg=self.cfg.agg, temperature=self.temperature)
         trained_entries: list[int] = []
         with self._state_lock:

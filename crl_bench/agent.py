@@ -1,0 +1,213 @@
+"""What an agent is: a config dataclass and one training step, written as code.
+
+An agent says which parts a run must build (:meth:`Agent.build`) and what one training step does
+with them (:meth:`Agent.train_step`): plan task groups, play, compute advantages, update, hand
+trajectories to the extractor. The loop around it (:mod:`crl_bench.runner.loop`) only calls the
+step, evaluates, logs and checkpoints. The built-in agents live in ``baselines/``
+(``crl_bench.baselines``): read ``grpo.py`` first, then ``comp_rl.py``.
+
+A new agent is a subclass (or an instance with other options) registered by name::
+
+    # my_pkg/agent.py
+    from dataclasses import dataclass
+    from crl_bench.agent import Agent
+
+    @dataclass
+    class MyConfig:
+        temperature_bonus: float = 0.0
+        \"\"\"What it does (one docstring per field: ``crl-bench list agents -v`` shows them).\"\"\"
+
+    class MyAgent(Agent):
+        Config = MyConfig
+        def build(self, ctx): ctx.build_actor_trainer()
+        def train_step(self, ctx, step): ...
+
+    AGENT = MyAgent("my_agent", label="My agent", description="...")
+
+and in the plugin's ``pyproject.toml``::
+
+    [project.entry-points."crl_bench.agents"]
+    my_agent = "my_pkg.agent:AGENT"
+
+Options are set per run with ``--set method.FIELD=VALUE``; an unknown field is refused with the
+list of known ones.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:  # pragma: no cover
+    from crl_bench.runner.context import RunContext
+
+
+@dataclass
+class NoOptions:
+    """An agent without options."""
+
+
+@dataclass
+class StepResult:
+    """What one training step hands back to the loop.
+
+    Attributes:
+        trajectories: every training episode played in the step (the loop records them).
+        metrics: namespaced scalars for ``metrics.jsonl`` (``losses/``, ``charts/``, ...).
+    """
+
+    trajectories: list[Any]
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+
+class Agent:
+    """Base class of every agent (built-in and plugin).
+
+    Subclasses set :attr:`Config` (a dataclass whose fields are the agent's options) and implement
+    :meth:`build` and :meth:`train_step`. An instance is one configured agent; variants (the
+    ablations) are instances with other options, made with :meth:`variant`.
+
+    Args:
+        name: the registry name (``--agent NAME``).
+        label: the row name in tables and plots ("Comp. RL").
+        description: one line for ``crl-bench list agents``.
+        config: the options (an instance of ``Config``; default: ``Config()``).
+    """
+
+    Config: ClassVar[type] = NoOptions
+
+    def __init__(self, name: str, *, label: str = "", description: str = "",
+                 config: Any = None) -> None:
+        self.name = name
+        self.label = label or name
+        self.description = description
+        self.config = config if config is not None else self.Config()
+        if not isinstance(self.config, self.Config):
+            raise TypeError(f"agent {name!r}: config must be a {self.Config.__name__}, "
+                            f"got {type(self.config).__name__}")
+
+    # -- variants and options --------------------------------------------------------------------
+    def variant(self, name: str, *, label: str = "", description: str = "", **options: Any) -> "Agent":
+        """A copy with other options: ``AGENT.variant("comp_rl_no_merge", merge=False)``."""
+        return type(self)(name, label=label or name, description=description or self.description,
+                          config=dataclasses.replace(self.config, **options))
+
+    def with_options(self, options: dict[str, Any] | None) -> "Agent":
+        """This agent with ``--set method.FIELD=VALUE`` options applied (checked by name and type).
+
+        Raises:
+            ValueError: an option this agent does not have, or a value of the wrong type.
+        """
+        if not options:
+            return self
+        known = {f.name: f for f in dataclasses.fields(self.config)}
+        for key, value in options.items():
+            if key not in known:
+                names = ", ".join(sorted(known)) or "(none)"
+                raise ValueError(f"method.{key}: agent {self.name!r} has no option {key!r}; its "
+                                 f"options are: {names}.")
+            current = getattr(self.config, key)
+            if isinstance(current, bool) and not isinstance(value, bool):
+                raise ValueError(f"method.{key} must be true or false, got {value!r}.")
+            if isinstance(current, (int, float)) and not isinstance(current, bool) and (
+                    isinstance(value, bool) or not isinstance(value, (int, float))):
+                raise ValueError(f"method.{key} must be a number, got {value!r}.")
+            if isinstance(current, str) and not isinstance(value, str):
+                raise ValueError(f"method.{key} must be a string, got {value!r}.")
+        agent = type(self)(self.name, label=self.label, description=self.description,
+                           config=dataclasses.replace(self.config, **options))
+        agent.check_options()
+        return agent
+
+    def check_options(self) -> None:
+        """Reject option values that cannot work (raise ``ValueError`` naming ``method.FIELD``)."""
+
+    def options(self) -> dict[str, Any]:
+        return dataclasses.asdict(self.config)
+
+    # -- what the run needs ----------------------------------------------------------------------
+    @property
+    def uses_bank(self) -> bool:
+        """Whether the agent keeps an experience bank (evaluation then runs with and without it)."""
+        return False
+
+    @property
+    def split_groups(self) -> bool:
+        """Whether each group is split into with/without-experience halves (K must be even, >= 4)."""
+        return False
+
+    def build(self, ctx: "RunContext") -> None:
+        """Ask ``ctx`` for the parts the agent uses (trainers, the bank, the extractor)."""
+        raise NotImplementedError
+
+    def train_step(self, ctx: "RunContext", step: int) -> StepResult:
+        """One actor step (``step`` counts from 1)."""
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r}, {self.config})"
+
+
+# The built-in agents: name -> (import string, label, description). One table, used by
+# ``crl-bench list agents``, the runner and the report.
+BUILTIN_AGENTS: dict[str, tuple[str, str, str]] = {
+    "grpo": ("crl_bench.baselines.grpo:AGENT", "Baseline",
+             "Baseline: plain GRPO actor, no experience"),
+    "static_exp": ("crl_bench.baselines.static_exp:AGENT", "Static Online Exp.",
+                   "Static Online Exp.: GRPO actor + frozen extractor writing online"),
+    "exp_only": ("crl_bench.baselines.exp_only:AGENT", "Exp. Only",
+                 "Exp. Only: frozen actor + trained extractor"),
+    "comp_rl": ("crl_bench.baselines.comp_rl:AGENT", "Comp. RL",
+                "Complementary RL: split-GRPO actor + CISPO extractor, co-evolving"),
+    "comp_rl_no_split": ("crl_bench.baselines.comp_rl:NO_SPLIT", "Comp. RL, no split advantages",
+                         "ablation: advantages over the whole group (no with/without split)"),
+    "comp_rl_no_diversify": ("crl_bench.baselines.comp_rl:NO_DIVERSIFY",
+                             "Comp. RL, no retrieval diversification", "ablation: plain top-k retrieval"),
+    "comp_rl_no_reweight": ("crl_bench.baselines.comp_rl:NO_REWEIGHT",
+                            "Comp. RL, no count-aware reweighting",
+                            "ablation: no count-aware reweighting of extractor samples"),
+    "comp_rl_no_merge": ("crl_bench.baselines.comp_rl:NO_MERGE", "Comp. RL, no periodic merge",
+                         "ablation: no periodic merge"),
+    "comp_rl_no_ask": ("crl_bench.baselines.comp_rl:NO_ASK", "Comp. RL, no Search-and-Ask",
+                       "ablation: no Search-and-Ask"),
+    "comp_rl_shared_params": ("crl_bench.baselines.comp_rl:SHARED_PARAMS",
+                              "Comp. RL, shared actor/extractor parameters",
+                              "ablation: actor and extractor share parameters"),
+}
+
+PAPER_AGENTS: tuple[str, ...] = ("grpo", "static_exp", "exp_only", "comp_rl")
+ABLATIONS: tuple[str, ...] = tuple(n for n in BUILTIN_AGENTS if n.startswith("comp_rl_"))
+
+
+def register_builtin_agents() -> None:
+    from crl_bench.registry import AGENTS
+
+    for name, (target, label, description) in BUILTIN_AGENTS.items():
+        if not AGENTS.has_builtin(name):
+            AGENTS.register(name, target, label=label, description=description)
+
+
+def agent_label(name: str) -> str:
+    """The table label of an agent (its name when it is not built in)."""
+    entry = BUILTIN_AGENTS.get(name)
+    return entry[1] if entry else name
+
+
+def load_agent(name: str, options: dict[str, Any] | None = None) -> Agent:
+    """The registered agent ``name`` with ``options`` applied.
+
+    Raises:
+        RegistryError: unknown name (the message lists the known ones).
+        PluginError: the plugin that provides it failed to import (every time it is asked for).
+        TypeError: the registered object is not an :class:`Agent`.
+    """
+    from crl_bench.registry import AGENTS
+
+    agent = AGENTS.get(name)
+    if not isinstance(agent, Agent):
+        raise TypeError(f"agent {name!r} must be a crl_bench.agent.Agent instance, got "
+                        f"{type(agent).__name__}; see `crl_bench/agent.py` for how to write one.")
+    if agent.name != name:  # registered under another name than the instance's own
+        agent = type(agent)(name, label=agent.label, description=agent.description, config=agent.config)
+    return agent.with_options(options)

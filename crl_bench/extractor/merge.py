@@ -1,0 +1,278 @@
+"""The periodic merge: the prompt that shows the extractor a window of bank entries, the strict
+parser of its decisions (merge / rewrite / discard / keep) and :func:`merge_bank`, which walks the
+bank and applies them.
+
+Answer format, a JSON list inside ``<answer>...</answer>``; ids not mentioned are kept:
+
+    [{"op": "merge", "ids": [3, 7], "title": "...", "content": "..."},
+     {"op": "rewrite", "ids": [5], "title": "...", "content": "..."},
+     {"op": "discard", "ids": [9]},
+     {"op": "keep", "ids": [11]}]
+"""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Literal, Sequence
+
+from crl_bench.experience.bank import ExperienceEntry, StaleEntriesError, render_entry_text
+from crl_bench.experience.manager import ExperienceManager, Generate, generation_text
+from crl_bench.extractor.extraction import MAX_CONTENT_CHARS, MAX_TITLE_CHARS, extract_answer
+
+MergeKind = Literal["merge", "rewrite", "discard", "keep"]
+
+
+@dataclass
+class MergeDecision:
+    """What to do with some entries of a merge window."""
+
+    kind: MergeKind
+    ids: list[int]
+    title: str = ""
+    content: str = ""
+
+
+_SYSTEM = """You curate the experience library of an agent that solves tasks in text-based \
+environments. The library has grown by many small additions; your job now is to tidy a few \
+entries at a time so that it stays short, general and correct.
+
+For the entries you are shown, decide:
+- merge: several entries say overlapping things -> one entry that keeps every useful point.
+- rewrite: one entry is useful but vague, too specific or badly worded -> a better version.
+- discard: an entry is wrong, useless, or fully covered by another one.
+- keep: an entry is fine as it is (entries you do not mention are kept too).
+
+A good entry says in which situation it applies and what to do there, in one to four sentences.
+
+Think first if you want, then give your decisions as a JSON list between <answer> and </answer>, \
+using only these keys:
+<answer>[{"op": "merge", "ids": [3, 7], "title": "...", "content": "..."}, \
+{"op": "rewrite", "ids": [5], "title": "...", "content": "..."}, {"op": "discard", "ids": [9]}, \
+{"op": "keep", "ids": [11]}]</answer>
+Each id may appear at most once. An answer that does not follow this format changes nothing."""
+
+
+def build_merge_messages(entries: Sequence[ExperienceEntry], family: str
+                         ) -> list[dict[str, str]]:
+    """Chat messages asking the extractor what to do with one window of ``entries``."""
+    if not entries:
+        raise ValueError("a merge window needs at least one entry")
+    listing = "\n".join(
+        f"[id {e.id}] {e.render()} (retrieved {e.times_retrieved}x"
+        + (f", mean outcome {e.mean_outcome:+.2f} over {e.n_used} uses" if e.n_used else "")
+        + ")" for e in entries)
+    user = (f"## Environment family\n{family}\n\n## Entries\n{listing}\n\n"
+            f"## Your task\nDecide merge / rewrite / discard / keep for these entries, as a JSON "
+            f"list inside <answer></answer>.")
+    return [{"role": "system", "content": _SYSTEM}, {"role": "user", "content": user}]
+
+
+def parse_merge_decisions(text: str, window_ids: Sequence[int]
+                          ) -> tuple[list[MergeDecision], bool]:
+    """Strictly parse a merge answer. Returns ``(decisions, malformed)``; malformed -> ``([],
+    True)``: no answer block, not a non-empty JSON list, unknown op or keys, ids not from the
+    window or repeated, merge with fewer than 2 ids, rewrite with other than 1 id, bad text."""
+    body = extract_answer(text)
+    if body is None:
+        return [], True
+    try:
+        items = json.loads(body)
+    except json.JSONDecodeError:
+        return [], True
+    if not isinstance(items, list) or not items:
+        return [], True
+    allowed = set(window_ids)
+    seen: set[int] = set()
+    out: list[MergeDecision] = []
+    for item in items:
+        decision = _parse_item(item, allowed)
+        if decision is None or set(decision.ids) & seen:
+            return [], True
+        seen.update(decision.ids)
+        out.append(decision)
+    return out, False
+
+
+def _parse_item(item: Any, allowed: set[int]) -> MergeDecision | None:
+    if not isinstance(item, dict):
+        return None
+    kind = item.get("op")
+    with_text = kind in ("merge", "rewrite")
+    if kind not in ("merge", "rewrite", "discard", "keep"):
+        return None
+    if set(item) != ({"op", "ids", "title", "content"} if with_text else {"op", "ids"}):
+        return None
+    ids = item["ids"]
+    if (not isinstance(ids, list) or not ids
+            or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids)
+            or len(set(ids)) != len(ids) or not set(ids) <= allowed):
+        return None
+    if kind == "merge" and len(ids) < 2 or kind == "rewrite" and len(ids) != 1:
+        return None
+    if not with_text:
+        return MergeDecision(kind, list(ids))
+    title, content = item["title"], item["content"]
+    if not (isinstance(title, str) and isinstance(content, str)):
+        return None
+    title, content = title.strip(), content.strip()
+    if not title or not content or len(title) > MAX_TITLE_CHARS or len(content) > MAX_CONTENT_CHARS:
+        return None
+    return MergeDecision(kind, list(ids), title, content)
+
+
+@dataclass
+class MergeSample:
+    """One extractor call of a merge, kept so the loop can train on it."""
+
+    family: str
+    messages: list[dict[str, str]]
+    generation: Any
+    window_ids: list[int]
+    decisions: list[MergeDecision] = field(default_factory=list)
+    malformed: bool = False
+    stale: bool = False
+    """The window changed (another write) before the decisions could be stored: nothing done."""
+    created_ids: list[int] = field(default_factory=list)
+    deleted_ids: list[int] = field(default_factory=list)
+
+
+@dataclass
+class MergeResult:
+    """Everything one merge pass did."""
+
+    samples: list[MergeSample] = field(default_factory=list)
+    size_before: int = 0
+    size_after: int = 0
+    n_windows: int = 0
+    n_malformed: int = 0
+    n_stale: int = 0
+    merged: int = 0
+    """Original entries folded into merged entries."""
+    rewritten: int = 0
+    discarded: int = 0
+    created_ids: list[int] = field(default_factory=list)
+    deleted_ids: list[int] = field(default_factory=list)
+
+    def generations(self) -> list[Any]:
+        """The raw generation objects (with ``.text``), one per extractor call."""
+        return [s.generation for s in self.samples]
+
+
+def merge_bank(manager: ExperienceManager, generate: Generate, *, step: int, chunk: int = 5,
+               families: Sequence[str] | None = None) -> MergeResult:
+    """Walk the bank (per family, oldest first) in windows of ``chunk`` entries and let the
+    extractor merge / rewrite / discard / keep them.
+
+    Sliding window: the entries a window produced (merged or rewritten) open the next window,
+    filled up with fresh entries to ``chunk``. Windows of different families go to ``generate``
+    together in one batch. Each window's decisions are stored in ONE transaction (replacements
+    added and originals deleted together) and only if every original is still unchanged; a
+    malformed answer or a changed window changes nothing.
+
+    Args:
+        manager: the bank's :class:`ExperienceManager` (all reads and writes go through it).
+        generate: ``generate(list of chat message lists) -> list of objects with .text``.
+        step: actor step recorded on new entries.
+        chunk: window size (>= 2).
+        families: only these families (default: all).
+    """
+    if chunk < 2:
+        raise ValueError(f"chunk must be >= 2 (a window compares entries), got {chunk}")
+    bank = manager.bank
+    result = MergeResult(size_before=len(bank))
+    with manager.read_lock():
+        fams = sorted(families) if families is not None else sorted(bank.family_counts())
+        queues = {f: deque(bank.all_ids(f)) for f in fams}
+    carry: dict[str, list[int]] = {f: [] for f in fams}
+    while True:
+        windows: list[tuple[str, list[ExperienceEntry]]] = []
+        with manager.read_lock():
+            for fam in fams:
+                ids = carry[fam][-(chunk - 1):]
+                q = queues[fam]
+                while q and len(ids) < chunk:
+                    i = q.popleft()
+                    if i not in ids:
+                        ids.append(i)
+                entries = bank.get(ids)
+                carry[fam] = []
+                if len(entries) >= 2:
+                    windows.append((fam, entries))
+                elif q and entries:  # one survivor: let it open the next window
+                    carry[fam] = [entries[0].id]
+        if not windows:
+            if any(queues.values()):
+                continue
+            break
+        messages = [build_merge_messages(entries, fam) for fam, entries in windows]
+        generations = list(generate(messages))
+        if len(generations) != len(messages):
+            raise ValueError(f"generate() returned {len(generations)} outputs for "
+                             f"{len(messages)} prompts")
+        for (fam, entries), msgs, gen in zip(windows, messages, generations):
+            sample = MergeSample(family=fam, messages=msgs, generation=gen,
+                                 window_ids=[e.id for e in entries])
+            result.samples.append(sample)
+            result.n_windows += 1
+            carry[fam] = _apply_window(manager, sample, entries, step, result)
+    result.size_after = len(bank)
+    manager.count_merge(result.n_windows, result.n_malformed)
+    return result
+
+
+def _apply_window(manager: ExperienceManager, sample: MergeSample, entries: list[ExperienceEntry],
+                  step: int, result: MergeResult) -> list[int]:
+    """Store one window's decisions; returns the ids to carry into the next window."""
+    decisions, malformed = parse_merge_decisions(generation_text(sample.generation),
+                                                 sample.window_ids)
+    sample.decisions, sample.malformed = decisions, malformed
+    if malformed:
+        result.n_malformed += 1
+        return []
+    by_id = {e.id: e for e in entries}
+    new_entries: list[dict[str, Any]] = []
+    texts: list[str] = []
+    deletes: list[int] = []
+    for d in decisions:
+        if d.kind == "keep":
+            continue
+        deletes.extend(d.ids)
+        if d.kind == "discard":
+            continue
+        parents = [by_id[i] for i in d.ids]
+        lasts = [p.last_retrieved for p in parents if p.last_retrieved is not None]
+        new_entries.append({
+            "title": d.title, "content": d.content, "family": sample.family,
+            "task_ids": _union(*(p.task_ids for p in parents)),
+            "run": parents[0].run, "origin": d.kind, "parent_ids": list(d.ids),
+            "source_trajectories": _union(*(p.source_trajectories for p in parents)),
+            # usage carries over so that diversification does not favour merged entries
+            "times_retrieved": sum(p.times_retrieved for p in parents),
+            "last_retrieved": max(lasts) if lasts else None})
+        texts.append(render_entry_text(d.title, d.content))
+    if not deletes:
+        return []
+    try:
+        commit = manager.replace_if_unchanged(new_entries, texts, deletes,
+                                              {i: by_id[i].version for i in deletes}, step)
+    except StaleEntriesError:
+        sample.stale = True
+        result.n_stale += 1
+        return []
+    sample.created_ids, sample.deleted_ids = commit.added_ids, commit.deleted_ids
+    result.created_ids += commit.added_ids
+    result.deleted_ids += commit.deleted_ids
+    for d in decisions:
+        if d.kind == "merge":
+            result.merged += len(d.ids)
+        elif d.kind == "rewrite":
+            result.rewritten += 1
+        elif d.kind == "discard":
+            result.discarded += len(d.ids)
+    return list(commit.added_ids)
+
+
+def _union(*lists: Sequence[str]) -> list[str]:
+    return list(dict.fromkeys(x for lst in lists for x in lst))

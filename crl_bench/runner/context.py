@@ -1,0 +1,439 @@
+"""The run context: the parts of a run, built once, and the verbs an agent's step is written in.
+
+An agent's :meth:`~crl_bench.agent.Agent.build` asks for parts (``build_actor_trainer``,
+``build_experience``, ``build_extractor``); its :meth:`~crl_bench.agent.Agent.train_step` uses
+the verbs: :meth:`RunContext.plan` task groups, :meth:`RunContext.play` them,
+:meth:`RunContext.returns` / :meth:`RunContext.advantages`, :meth:`RunContext.update_actor`.
+The loop (:mod:`crl_bench.runner.loop`) owns evaluation, records and checkpoints.
+
+The generation backend is shared by the actor loop and the extractor track (a background
+thread); a lock serialises model calls, and the time the actor loop waited for it while the
+track held it is logged as ``timing_s/extractor_wait``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from crl_bench.mixes import MixTask, resolve_tasks
+from crl_bench.runner.config import ConfigError, RunConfig
+from crl_bench.runner.records import RunDir
+
+
+class WaitTimingLock:
+    """An RLock that adds the time each thread spent blocked on it to ``waits[thread name]``."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self.waits: dict[str, float] = {}
+        self._meta = threading.Lock()
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        if self._lock.acquire(blocking=False):
+            return True
+        start = time.perf_counter()
+        ok = self._lock.acquire(blocking, timeout)
+        waited = time.perf_counter() - start
+        name = threading.current_thread().name
+        with self._meta:
+            self.waits[name] = self.waits.get(name, 0.0) + waited
+        return ok
+
+    def release(self) -> None:
+        self._lock.release()
+
+    def __enter__(self) -> "WaitTimingLock":
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
+
+    def take_wait(self, name: str) -> float:
+        with self._meta:
+            return self.waits.pop(name, 0.0)
+
+
+class LockedBackend:
+    """Proxy that holds the model lock around every call into the backend."""
+
+    def __init__(self, backend: Any, lock: WaitTimingLock) -> None:
+        self._backend = backend
+        self._lock = lock
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._backend, name)
+        if not callable(attr):
+            return attr
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            with self._lock:
+                return attr(*args, **kwargs)
+        return call
+
+
+@dataclass(frozen=True)
+class GroupPlan:
+    """One task group of a step: ``size`` episodes of one task instance (``seed``); the first
+    ``with_experience`` of them get entries retrieved at episode start."""
+
+    task: MixTask
+    seed: int
+    group_id: int
+    with_experience: int
+    size: int
+
+
+def check_family_available(task: MixTask, make_kwargs: dict[str, Any]) -> None:
+    """Make one env of ``task``; on failure say which family is missing and how to get it."""
+    import gymnasium
+
+    from crl_bench.registry import ENVS
+
+    if task.env_id not in ENVS:
+        raise ConfigError(
+            f"Task {task.name!r} needs env {task.env_id!r} (family {task.family!r}), which is not "
+            f"registered in this installation. Install the family's extra "
+            f"(pip install -e '.[{task.family}]') or pick another task set; `crl-bench list envs` "
+            "shows what is available.")
+    try:
+        env = gymnasium.make(task.env_id, **make_kwargs)
+        env.close()
+    except Exception as exc:
+        raise ConfigError(f"Task {task.name!r} ({task.env_id}) cannot start: {type(exc).__name__}: "
+                          f"{exc}") from exc
+
+
+class RunContext:
+    """Everything a run builds once: config, tasks, envs, the model backend, trainers, the bank
+    and the extractor track. Parts an agent did not ask for stay ``None``.
+
+    Attributes:
+        cfg: the run's :class:`RunConfig`.
+        run: the :class:`RunDir` (records, checkpoints, the bank file).
+        tasks: the resolved task list of the mix.
+        actor_trainer: the actor's :class:`~crl_bench.runner.trainer.RoleTrainer` (None: frozen).
+        manager: the :class:`~crl_bench.experience.manager.ExperienceManager` (None: no bank).
+        extractor: the :class:`~crl_bench.extractor.track.ExtractorTrack` (None: no extractor).
+        step: the actor step being played (0 during the first evaluation).
+    """
+
+    def __init__(self, cfg: RunConfig, run_dir: RunDir) -> None:
+        self.cfg = cfg
+        self.run = run_dir
+        self.tasks = resolve_tasks(cfg.tasks)
+        self.step = 0
+        self.lock = WaitTimingLock()
+        self._envs: dict[tuple[str, str], list[Any]] = {}
+        self.raw_backend: Any = None
+        self.ext_raw: Any = None
+        self.backend: Any = None
+        self.ext_backend: Any = None
+        self.actor_trainer: Any = None
+        self.extractor_trainer: Any = None
+        self.manager: Any = None
+        self.extractor: Any = None
+        self.search_ask = False
+        self.timings: dict[str, float] = {}
+        """``timing_s/...`` of the current step (the loop writes and resets them)."""
+        self._extractor_metrics: list[dict[str, Any]] = []
+        self._extractor_metrics_lock = threading.Lock()
+
+    # -- building ------------------------------------------------------------------------------
+    def seed_everything(self) -> None:
+        import numpy as np
+        import torch
+
+        from crl_bench.runner.memory import limit_malloc_arenas
+
+        if self.cfg.threads:
+            torch.set_num_threads(self.cfg.threads)
+        random.seed(self.cfg.seed)
+        np.random.seed(self.cfg.seed)
+        torch.manual_seed(self.cfg.seed)
+        limit_malloc_arenas(2)
+        for task in self.tasks:
+            check_family_available(task, self.env_kwargs(task, "train"))
+
+    def build_models(self, *, extractor: bool, shared_params: bool = False) -> None:
+        """The generation/training backend(s): one base model with an ``actor`` adapter (and an
+        ``extractor`` adapter, or one adapter both roles share); or, when ``model.extractor``
+        names another model (the paper: Qwen3-4B beside a Qwen2.5-7B actor), one backend per
+        role."""
+        from crl_bench.llm.backend import backend_class
+        from crl_bench.llm.types import LoraSpec, SamplingParams
+
+        m = self.cfg.model
+        backend_cls = backend_class(m.backend)
+        common: dict[str, Any] = dict(lora=LoraSpec(r=m.lora_r, alpha=m.lora_alpha), dtype=m.dtype,
+                                      device=m.device, seed=self.cfg.seed)
+        roles = ("actor", "extractor") if extractor else ("actor",)
+        if extractor and m.extractor and m.extractor != m.actor:
+            if shared_params:
+                raise ConfigError("the shared-parameters ablation needs one model for both roles; "
+                                  "unset model.extractor (--set model.extractor=null).")
+            self.raw_backend = backend_cls(m.actor, roles=("actor",), **common)
+            self.ext_raw = backend_cls(m.extractor, roles=("extractor",), **common)
+        else:
+            self.raw_backend = backend_cls(m.actor, roles=roles, shared_adapter=shared_params, **common)
+            self.ext_raw = self.raw_backend
+        self.backend = LockedBackend(self.raw_backend, self.lock)
+        self.ext_backend = (self.backend if self.ext_raw is self.raw_backend
+                            else LockedBackend(self.ext_raw, self.lock))
+        r, e = self.cfg.rollout, self.cfg.extractor
+        self.actor_sampling = SamplingParams(temperature=r.temperature, top_p=r.top_p,
+                                             max_new_tokens=r.max_new_tokens)
+        self.extractor_sampling = SamplingParams(temperature=e.temperature, top_p=e.top_p,
+                                                 max_new_tokens=e.max_new_tokens, stop=("</answer>",))
+
+    def build_actor_trainer(self) -> None:
+        from crl_bench.runner.trainer import RoleTrainer
+
+        self.actor_trainer = RoleTrainer(self.raw_backend, "actor", self.cfg.actor,
+                                         total_steps=self.cfg.steps, lock=self.lock, seed=self.cfg.seed)
+
+    def build_experience(self, *, diversify: bool = True, search_ask: bool = False) -> None:
+        """The bank (``RUN_DIR/bank.sqlite``), the embedder and the manager. ``search_ask``: the
+        with-experience episodes may query the bank mid-episode (train and evaluation)."""
+        from crl_bench.experience.bank import ExperienceBank
+        from crl_bench.experience.embedder import load_embedder
+        from crl_bench.experience.manager import ExperienceManager, RetrievalConfig
+
+        x = self.cfg.experience
+        embedder = load_embedder(x.embedder)
+        bank = ExperienceBank(self.run.bank_path, dim=embedder.dim, capacity=x.capacity,
+                              embedder_name=embedder.name)
+        retrieval = RetrievalConfig(k=x.k, oversample=x.oversample, diversify=diversify, lam=x.lam,
+                                    recent_s=x.recent_s, drop_recent_top1_p=x.drop_recent_top1_p,
+                                    seed=self.cfg.seed)
+        self.manager = ExperienceManager(bank, embedder, retrieval)
+        self.search_ask = search_ask
+
+    def build_extractor(self, *, train: bool, merge: bool = True, count_reweight: bool = True) -> None:
+        """The extractor track (after :meth:`build_experience`). ``train``: give the extractor its
+        own optimiser (on the shared adapter when the parameters are shared)."""
+        from crl_bench.extractor.track import ExtractorTrack
+        from crl_bench.runner.trainer import RoleTrainer
+
+        if self.manager is None:
+            raise RuntimeError("build_experience() must come before build_extractor()")
+        x = self.cfg.experience
+        if train:
+            self.extractor_trainer = RoleTrainer(self.ext_raw, "extractor", self.cfg.extractor,
+                                                 total_steps=self.cfg.steps, lock=self.lock,
+                                                 seed=self.cfg.seed + 1)
+        self.extractor = ExtractorTrack(
+            self.manager, self.extractor_generate, self.extractor_trainer, self.cfg.extractor,
+            temperature=self.extractor_sampling.logprob_temperature,
+            merge_every=x.merge_every if merge else 0, merge_chunk=x.merge_chunk,
+            count_reweight=count_reweight, asynchronous=self.cfg.extractor.asynchronous,
+            log=self._log_extractor, run_name=self.run.path.name)
+
+    def _log_extractor(self, metrics: dict[str, Any]) -> None:
+        with self._extractor_metrics_lock:
+            self._extractor_metrics.append(metrics)
+
+    def take_extractor_metrics(self) -> list[dict[str, Any]]:
+        """Metrics of extractor batches finished since the last call."""
+        with self._extractor_metrics_lock:
+            done, self._extractor_metrics = self._extractor_metrics, []
+        return done
+
+    def put_back_extractor_metrics(self, metrics: list[dict[str, Any]]) -> None:
+        with self._extractor_metrics_lock:
+            self._extractor_metrics = list(metrics) + self._extractor_metrics
+
+    # -- model calls ---------------------------------------------------------------------------
+    def extractor_generate(self, message_lists: list[list[dict]], stop: tuple[str, ...] = ()
+                           ) -> list[Any]:
+        """The extractor role. A message list ending with an assistant message is a pre-fill:
+        the assistant turn starts with that text (prompt tokens) and the model continues it.
+        ``stop`` replaces the default stop strings."""
+        prompts = []
+        for m in message_lists:
+            if m and m[-1].get("role") == "assistant":
+                ids = self.ext_backend.chat_prompt_ids(m[:-1])
+                ids += self.ext_backend.tokenizer(m[-1]["content"], add_special_tokens=False)["input_ids"]
+            else:
+                ids = self.ext_backend.chat_prompt_ids(m)
+            prompts.append(ids)
+        sampling = (dataclasses.replace(self.extractor_sampling, stop=tuple(stop)) if stop
+                    else self.extractor_sampling)
+        return self.ext_backend.generate(prompts, sampling, adapter="extractor")
+
+    # -- envs and episodes ---------------------------------------------------------------------
+    def env_kwargs(self, task: MixTask, phase: str) -> dict[str, Any]:
+        kwargs = dict(task.train_kwargs if phase == "train" else task.eval_kwargs)
+        cap = self.cfg.rollout.env_max_steps.get(task.family)
+        if cap:
+            kwargs.setdefault("max_steps", cap)
+        return kwargs
+
+    def envs_for(self, task: MixTask, phase: str, n: int) -> list[Any]:
+        import gymnasium
+
+        pool = self._envs.setdefault((task.env_id, phase), [])
+        while len(pool) < n:
+            pool.append(gymnasium.make(task.env_id, **self.env_kwargs(task, phase)))
+        return pool[:n]
+
+    def plan(self, step: int, *, with_experience: int = 0) -> list[GroupPlan]:
+        """The step's G task groups (tasks of the mix in turn, a fresh seed each), K episodes
+        each, the first ``with_experience`` of every group with retrieved experience."""
+        r = self.cfg.rollout
+        plan = []
+        for g in range(r.groups):
+            task = self.tasks[(step * r.groups + g) % len(self.tasks)]
+            seed = self.cfg.seed * 1_000_003 + step * r.groups + g  # < eval offset for any sane run
+            plan.append(GroupPlan(task, seed, g, with_experience, r.group_size))
+        return plan
+
+    def eval_plan(self, with_experience: bool) -> list[GroupPlan]:
+        n = self.cfg.eval.episodes_per_task
+        return [GroupPlan(task, task.eval_seed_offset + i, ti * n + i, int(with_experience), 1)
+                for ti, task in enumerate(self.tasks) for i in range(n)]
+
+    def _episode_specs(self, phase: str, step: int, plan: list[GroupPlan]) -> list[Any]:
+        """All K episodes of a group share the seed, i.e. the same task instance."""
+        from crl_bench.llm.rollout import EpisodeSpec
+
+        specs = []
+        by_task: dict[str, int] = {}
+        for g in plan:
+            used = by_task.get(g.task.env_id, 0)
+            envs = self.envs_for(g.task, phase, used + g.size)[used:used + g.size]
+            by_task[g.task.env_id] = used + g.size
+            retrieved: list[list[Any]] = [[] for _ in range(g.size)]
+            if g.with_experience and self.manager is not None:
+                try:
+                    obs, info = envs[0].reset(seed=g.seed)
+                except Exception:  # noqa: BLE001 - the engine's own reset records the env error
+                    obs, info = None, None
+                if info is not None:
+                    query = f"{info.get('goal', '')}\n{obs}"[:2000]
+                    retrieved[:g.with_experience] = self.manager.retrieve(
+                        [query] * g.with_experience, family=g.task.family)
+            for i, env in enumerate(envs):
+                entries = retrieved[i]
+                specs.append(EpisodeSpec(
+                    env=env, seed=g.seed, options=None, group_id=g.group_id, task_name=g.task.name,
+                    with_experience=i < g.with_experience, experience_ids=[e.id for e in entries],
+                    experience_text="\n".join(e.render() for e in entries),
+                    meta={"family": g.task.family, "env_id": g.task.env_id, "phase": phase,
+                          "step": step}))
+        return specs
+
+    def _engine(self, ask: Any, seed: int) -> Any:
+        from crl_bench.llm.rollout import PromptConfig, RolloutEngine
+        from crl_bench.llm.types import SamplingParams
+
+        r = self.cfg.rollout
+        sampling = SamplingParams(temperature=r.temperature, top_p=r.top_p,
+                                  max_new_tokens=r.max_new_tokens, seed=seed)
+        kwargs = dict(history=r.history, think=r.think, max_episode_tokens=r.max_episode_tokens,
+                      format_penalty=r.format_penalty, max_asks=self.cfg.experience.max_asks)
+        if r.small_model_prompt:
+            kwargs.pop("think")
+            prompt = PromptConfig.for_small_model(**kwargs)
+        else:
+            prompt = PromptConfig(**kwargs)
+        return RolloutEngine(self.backend, sampling, prompt, adapter="actor", ask_callback=ask,
+                             progress=False)
+
+    def play(self, phase: str, step: int, plan: list[GroupPlan], *, sampling_seed: int) -> list[Any]:
+        """Play every episode of ``plan`` concurrently (one batched model call per turn).
+
+        With Search-and-Ask on (:meth:`build_experience`) the with-experience episodes may query
+        the bank; on training episodes of a trained extractor the asks become extractor samples
+        credited with the asking episode's score."""
+        from crl_bench.runner.trainer import timed
+
+        specs = self._episode_specs(phase, step, plan)
+        callback, ask_samples = self._ask_callback(
+            self.search_ask, record=(phase == "train" and self.extractor_trainer is not None))
+        with timed(self.timings, f"timing_s/{'rollout' if phase == 'train' else 'eval_rollout'}"):
+            trajectories = self._engine(callback, sampling_seed).run(specs)
+        for spec, traj in zip(specs, trajectories):
+            traj.meta.update(spec.meta)
+            samples = ask_samples.get(id(spec), [])
+            if samples and self.extractor is not None:
+                self.extractor.add_ask_samples(samples, traj.score)
+        return trajectories
+
+    def _ask_callback(self, enabled: bool, record: bool) -> tuple[Any, dict[int, list[Any]]]:
+        if not enabled or self.manager is None:
+            return None, {}
+        from crl_bench.extractor.search_ask import SearchAndAsk
+        from crl_bench.extractor.track import ExtractorSample
+
+        saa = SearchAndAsk(self.manager, self.extractor_generate)
+        by_episode: dict[int, list[ExtractorSample]] = {}
+
+        def ask(query: str, spec: Any, context: dict[str, Any]) -> str:
+            if not spec.with_experience:  # "without experience" must stay without it
+                return "Searching the experience library is not available in this episode."
+            before = len(saa.samples)
+            answer = saa(query, {"goal": context.get("goal", ""),
+                                 "observation": context.get("observation", ""),
+                                 "family": spec.meta.get("family"), "task_id": str(spec.seed)})
+            if record:
+                for rec in saa.samples[before:]:
+                    gen = rec.generation
+                    by_episode.setdefault(id(spec), []).append(ExtractorSample(
+                        list(gen.prompt_ids), list(gen.completion_ids), list(gen.logprobs),
+                        kind="ask", created_step=self.step, malformed=bool(rec.malformed)))
+            return answer
+        return ask, by_episode
+
+    # -- the step's algebra --------------------------------------------------------------------
+    def returns(self, trajectories: list[Any]) -> Any:
+        """Outcome reward per episode: the task score (1/0 for success tasks, WebShop's reward in
+        [0, 1]) minus ``rollout.format_penalty`` per malformed turn."""
+        import torch
+
+        pen = self.cfg.rollout.format_penalty
+        return torch.tensor([t.score - pen * t.n_invalid_format for t in trajectories],
+                            dtype=torch.float32)
+
+    def advantages(self, trajectories: list[Any], returns: Any, *, split: bool) -> Any:
+        """Advantages inside task groups with the estimator ``actor.advantage`` (a name in
+        ``ADVANTAGES``); ``split``: inside (group, with/without experience) halves."""
+        import torch
+
+        from crl_bench.algorithms.advantages import group_advantages, group_keys
+
+        groups = torch.tensor([t.group_id for t in trajectories], dtype=torch.long)
+        with_exp = torch.tensor([t.with_experience for t in trajectories], dtype=torch.bool)
+        keys = group_keys(groups, with_exp, split=split)
+        return group_advantages(returns, keys, method=self.cfg.actor.advantage)
+
+    def update_actor(self, trajectories: list[Any], advantages: Any) -> dict[str, float]:
+        """One actor update on every turn of ``trajectories`` (each turn carries its episode's
+        advantage); returns ``losses/actor_*`` metrics."""
+        from crl_bench.runner.trainer import TrainSample
+
+        if self.actor_trainer is None:
+            raise RuntimeError("update_actor() needs build_actor_trainer() in the agent's build()")
+        samples = [TrainSample(turn.prompt_ids, turn.completion_ids, turn.logprobs, float(a))
+                   for traj, a in zip(trajectories, advantages.tolist()) for turn in traj.turns]
+        from crl_bench.runner.trainer import timed
+
+        a = self.cfg.actor
+        with timed(self.timings, "timing_s/actor_update"):
+            m = self.actor_trainer.update(samples, loss=a.loss, loss_kwargs=a.loss_kwargs(), agg=a.agg,
+                                          temperature=self.actor_sampling.logprob_temperature)
+        return {f"losses/actor_{k}": v for k, v in m.items()}
+
+    def close(self) -> None:
+        if self.extractor is not None:
+            self.extractor.close()
+        if self.manager is not None:
+            self.manager.bank.close()
+        for envs in self._envs.values():
+            for env in envs:
+                env.close()

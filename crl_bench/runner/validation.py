@@ -1,0 +1,289 @@
+"""Validation of a :class:`~crl_bench.runner.config.RunConfig`: every field's type and range, every
+name against its registry, model names — before anything is built. A bad value raises
+:class:`~crl_bench.runner.config.ConfigError` naming the field and the fix.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import re
+from dataclasses import dataclass, fields
+from typing import Any
+
+from crl_bench.runner.config import PRESETS, ConfigError, RunConfig
+
+
+MAX_GROUP_SIZE = 1024
+"""Most rollouts per group (K). The paper uses 8."""
+MAX_EPISODES_PER_STEP = 4096
+"""Most concurrent episodes: ``rollout.groups * rollout.group_size`` per training step, and
+``eval.episodes_per_task`` per evaluated task. Each holds a live env (MiniHack: tens of MB) and
+its prompts, so more exhausts memory (the paper: 16 x 8 = 128)."""
+MAX_TOKENS = 1 << 20
+"""Most tokens per turn / per episode."""
+MAX_STEPS = 1_000_000
+MAX_SEED = 2**31 - 1
+SCHEDULES = ("constant", "cosine")
+"""Learning-rate schedules (``crl_bench.runner.trainer._schedule_factor``)."""
+ANSWER_TEMPLATES = ("free", "content")
+DTYPES = ("auto", "float32", "fp32", "bfloat16", "bf16", "float16", "fp16")
+_DEVICE_RE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
+
+
+@dataclass(frozen=True)
+class Range:
+    """Allowed values of one numeric field: ``lo <(=) value <(=) hi``, always finite."""
+
+    lo: float
+    hi: float
+    lo_open: bool = False
+    """True: ``value > lo`` (else ``value >= lo``)."""
+    hi_open: bool = False
+    note: str = ""
+    """What special values mean (shown in the error)."""
+
+    def __contains__(self, value: float) -> bool:
+        if not math.isfinite(value):
+            return False
+        above = value > self.lo if self.lo_open else value >= self.lo
+        below = value < self.hi if self.hi_open else value <= self.hi
+        return above and below
+
+    def describe(self, integer: bool = False) -> str:
+        def num(x: float) -> str:
+            return str(int(x)) if float(x).is_integer() and abs(x) < 1e15 else f"{x:g}"
+
+        lo = f"> {num(self.lo)}" if self.lo_open else f">= {num(self.lo)}"
+        hi = f"< {num(self.hi)}" if self.hi_open else f"<= {num(self.hi)}"
+        kind = "an integer" if integer else "a finite number"
+        return f"{kind} {lo} and {hi}" + (f" ({self.note})" if self.note else "")
+
+
+_OPTIM_RANGES = {
+    "lr": Range(0, 1, lo_open=True),
+    "weight_decay": Range(0, 10),
+    "max_grad_norm": Range(0, 1e6, lo_open=True),
+    "warmup_steps": Range(0, MAX_STEPS),
+    "micro_batch_size": Range(1, 4096),
+    "micro_batch_tokens": Range(0, MAX_TOKENS * 16, note="0: no token cap"),
+    "max_samples_per_update": Range(0, 1 << 24, note="0: every sample"),
+}
+
+FIELD_RANGES: dict[str, Range] = {
+    "seed": Range(0, MAX_SEED),
+    "steps": Range(1, MAX_STEPS),
+    "checkpoint_every": Range(1, MAX_STEPS, note="checkpoint every N steps and at the last"),
+    "threads": Range(0, 1024, note="0: torch's default"),
+    "model.lora_r": Range(1, 4096),
+    "model.lora_alpha": Range(1, 65536),
+    "rollout.groups": Range(1, MAX_EPISODES_PER_STEP),
+    "rollout.group_size": Range(1, MAX_GROUP_SIZE),
+    "rollout.temperature": Range(0, 10, lo_open=True),
+    "rollout.top_p": Range(0, 1, lo_open=True),
+    "rollout.max_new_tokens": Range(1, MAX_TOKENS),
+    "rollout.history": Range(-1, 1024, note="-1: the whole episode"),
+    "rollout.max_episode_tokens": Range(1, MAX_TOKENS),
+    "rollout.format_penalty": Range(0, 100),
+    **{f"actor.{k}": v for k, v in _OPTIM_RANGES.items()},
+    **{f"extractor.{k}": v for k, v in _OPTIM_RANGES.items()},
+    "extractor.buffer_size": Range(1, 1 << 20),
+    "extractor.temperature": Range(0, 10, lo_open=True),
+    "extractor.top_p": Range(0, 1, lo_open=True),
+    "extractor.max_new_tokens": Range(1, MAX_TOKENS),
+    "extractor.max_ops": Range(1, 64),
+    "extractor.count_power": Range(0, 10),
+    "extractor.cooldown": Range(0, MAX_STEPS),
+    "extractor.max_reuse": Range(1, MAX_STEPS),
+    "extractor.credit_horizon": Range(1, MAX_STEPS),
+    "extractor.max_trajectory_chars": Range(1, 1 << 24),
+    "experience.k": Range(1, 64),
+    "experience.oversample": Range(1, 1024),
+    "experience.lam": Range(0, 1),
+    "experience.recent_s": Range(0, 1e9),
+    "experience.drop_recent_top1_p": Range(0, 1),
+    "experience.capacity": Range(1, 100_000_000),
+    "experience.merge_every": Range(0, MAX_STEPS, note="0: never merge"),
+    "experience.merge_chunk": Range(1, 1024),
+    "experience.max_asks": Range(0, 64, note="0: no Search-and-Ask"),
+    "experience.warmup_steps": Range(0, MAX_STEPS),
+    "eval.every": Range(0, MAX_STEPS, note="0: only at the end"),
+    "eval.episodes_per_task": Range(1, MAX_EPISODES_PER_STEP),
+}
+"""Allowed range of every numeric field, by dotted name (``--set`` spelling)."""
+
+LOSS_ARG_RANGES: dict[str, Range] = {
+    "clip_eps": Range(0, 10, lo_open=True),
+    "clip_eps_high": Range(0, 10, lo_open=True),
+    "dual_clip": Range(1, 1e6, lo_open=True),
+    "eps_low": Range(0, 1),
+    "eps_high": Range(0, 100),
+}
+"""Ranges of the built-in losses' settings (``ROLE.loss_args.NAME``); a plugin loss's settings
+are checked only for being finite numbers."""
+
+ENV_MAX_STEPS_RANGE = Range(1, 100_000)
+
+
+def _fix(key: str, example: Any) -> str:
+    return f"e.g. --set {key}={json.dumps(example)}"
+
+
+def _check_type(key: str, value: Any, annotation: str) -> None:
+    """``annotation`` is the field's annotation string (``from __future__ import annotations``)."""
+    ann = annotation.replace(" ", "")
+    optional = ann.endswith("|None")
+    base = ann[:-len("|None")] if optional else ann
+    if value is None and optional:
+        return
+    ok = {
+        "int": lambda v: isinstance(v, int) and not isinstance(v, bool),
+        "float": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+        "bool": lambda v: isinstance(v, bool),
+        "str": lambda v: isinstance(v, str),
+    }.get(base)
+    if base.startswith("dict["):
+        ok = lambda v: isinstance(v, dict)  # noqa: E731
+    if ok is not None and not ok(value):
+        want = {"int": "an integer", "float": "a number", "bool": "true or false",
+                "str": "a string"}.get(base, base)
+        raise ConfigError(f"{key}={value!r}: must be {want}"
+                          + (" or null" if optional else "") + ".")
+
+
+def _check_name(key: str, value: str, known: Any, what: str) -> None:
+    names = sorted(known)
+    if value not in names:
+        raise ConfigError(f"{key}={value!r}: unknown {what}. Available: {', '.join(names)} "
+                          f"({_fix(key, names[0]) if names else 'none registered'}).")
+
+
+def check_model_name(key: str, name: Any) -> None:
+    """A model name is a known short name, a folder with a Hugging Face ``config.json``, or a hub
+    id ``owner/name``; anything else (a file such as ``/etc/passwd``, a missing path) is refused
+    here, before a model is built. Nothing is downloaded or built."""
+    from pathlib import Path
+
+    from crl_bench.llm.models import KNOWN_MODELS
+
+    if not isinstance(name, str) or not name.strip():
+        raise ConfigError(f"{key}={name!r}: must be a model name ({', '.join(KNOWN_MODELS)}, a "
+                          "hub id 'owner/name' or a model folder).")
+    if name in KNOWN_MODELS:
+        return
+    path = Path(name).expanduser()
+    hint = (f"Give a known short name ({', '.join(KNOWN_MODELS)}), a hub id 'owner/name', or a "
+            f"folder holding a Hugging Face checkpoint (config.json), e.g. --set {key}=smollm2-135m.")
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise ConfigError(f"{key}={name!r}: the folder has no config.json, so it is not a "
+                              f"Hugging Face model. {hint}")
+        return
+    if path.exists():
+        raise ConfigError(f"{key}={name!r}: that is a file, not a model. {hint}")
+    if name.count("/") == 1 and not name.startswith((".", "/", "~")) and all(name.split("/")):
+        return  # a hub id: resolved (cache or download) when the model is built
+    raise ConfigError(f"{key}={name!r}: not a known model, an existing folder or a hub id. {hint}")
+
+
+_SECTION_TYPES = ("ModelConfig", "RolloutConfig", "ActorConfig", "ExtractorConfig",
+                  "ExperienceConfig", "EvalConfig")
+
+
+def _sections(cfg: "RunConfig") -> list[tuple[str, Any]]:
+    return [("", cfg)] + [(f.name + ".", getattr(cfg, f.name)) for f in fields(cfg)
+                          if str(f.type) in _SECTION_TYPES]
+
+
+def validate_config(cfg: "RunConfig") -> None:
+    """Every check of :meth:`RunConfig.validate` that does not depend on the agent."""
+    # 1. types and numeric ranges, section by section (so the first error is the first field)
+    for prefix, obj in _sections(cfg):
+        if not dataclasses.is_dataclass(obj) or isinstance(obj, type):
+            raise ConfigError(f"{prefix.rstrip('.')}: must be a section of fields, got {obj!r}.")
+        for f in fields(obj):
+            value = getattr(obj, f.name)
+            if str(f.type) in _SECTION_TYPES:
+                continue  # checked as a section
+            key = prefix + f.name
+            _check_type(key, value, str(f.type))
+            rng = FIELD_RANGES.get(key)
+            if rng is not None and value not in rng:
+                default = getattr(type(obj)(), f.name) if prefix else getattr(RunConfig(), f.name)
+                raise ConfigError(f"{key}={value!r}: must be "
+                                  f"{rng.describe(str(f.type).strip() == 'int')}; "
+                                  f"{_fix(key, default)}.")
+    r = cfg.rollout
+    if r.groups * r.group_size > MAX_EPISODES_PER_STEP:
+        raise ConfigError(
+            f"rollout.groups x rollout.group_size = {r.groups} x {r.group_size} = "
+            f"{r.groups * r.group_size} episodes per step, more than the maximum "
+            f"{MAX_EPISODES_PER_STEP} (every episode holds a live env and its prompts). Use fewer "
+            "groups or a smaller group_size.")
+    for family, cap in r.env_max_steps.items():
+        if not isinstance(family, str) or isinstance(cap, bool) or not isinstance(cap, int) \
+                or cap not in ENV_MAX_STEPS_RANGE:
+            raise ConfigError(f"rollout.env_max_steps[{family!r}]={cap!r}: must be an integer "
+                              f">= 1 and <= {ENV_MAX_STEPS_RANGE.hi:g} (actions per episode), e.g. "
+                              '--set rollout.env_max_steps=\'{"minihack": 10}\'.')
+    # 2. names, against the registries
+    from crl_bench.algorithms import ADVANTAGES, LOSSES
+    from crl_bench.llm.backend import BACKENDS
+    from crl_bench.registry import AGENTS, RegistryError
+
+    if cfg.preset not in PRESETS:
+        _check_name("preset", cfg.preset, PRESETS, "preset")
+    _check_name("agent", cfg.agent, AGENTS.names(), "agent (`crl-bench list agents`)")
+    try:  # loading the agent imports a plugin, which may register advantages or losses it uses
+        AGENTS.get(cfg.agent)
+    except Exception as exc:  # noqa: BLE001 - a broken plugin is named, never hidden
+        raise ConfigError(f"agent={cfg.agent!r} cannot be loaded: {exc}") from exc
+    try:
+        from crl_bench.mixes import resolve_tasks
+
+        resolve_tasks(cfg.tasks)
+    except (RegistryError, ValueError) as exc:
+        raise ConfigError(f"tasks={cfg.tasks!r}: {exc} (`crl-bench list mixes`, `crl-bench list "
+                          "envs`)") from None
+    check_model_name("model.actor", cfg.model.actor)
+    if cfg.model.extractor is not None:
+        check_model_name("model.extractor", cfg.model.extractor)
+    _check_name("model.backend", cfg.model.backend, BACKENDS, "generation backend")
+    _check_name("model.dtype", cfg.model.dtype, DTYPES, "dtype")
+    if not _DEVICE_RE.match(cfg.model.device):
+        raise ConfigError(f"model.device={cfg.model.device!r}: must be auto, cpu, mps, cuda or "
+                          "cuda:N; e.g. --set model.device=cpu.")
+    for role in ("actor", "extractor"):
+        opt = getattr(cfg, role)
+        _check_name(f"{role}.loss", opt.loss, LOSSES.names(), "policy loss")
+        allowed = LOSSES.entry(opt.loss).metadata.get("defaults", {})
+        for arg, value in opt.loss_args.items():
+            key = f"{role}.loss_args.{arg}"
+            if arg not in allowed:
+                raise ConfigError(f"{key}: {arg!r} is not a setting of loss {opt.loss!r}; its "
+                                  f"settings: {', '.join(sorted(allowed)) or '(none)'}.")
+            if isinstance(allowed[arg], bool):
+                if not isinstance(value, bool):
+                    raise ConfigError(f"{key}={value!r}: must be true or false.")
+                continue
+            if value is None and allowed[arg] is None:
+                continue
+            rng = LOSS_ARG_RANGES.get(arg, Range(-1e12, 1e12))
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value not in rng:
+                raise ConfigError(f"{key}={value!r}: must be {rng.describe(False)}; "
+                                  f"{_fix(key, allowed[arg])}.")
+        _check_name(f"{role}.schedule", opt.schedule, SCHEDULES, "learning-rate schedule")
+        _check_name(f"{role}.agg", opt.agg, _aggregation_modes(), "token aggregation mode")
+    _check_name("actor.advantage", cfg.actor.advantage, ADVANTAGES.names(), "advantage estimator")
+    _check_name("extractor.answer_template", cfg.extractor.answer_template, ANSWER_TEMPLATES,
+                "answer template")
+    if not cfg.experience.embedder.strip():
+        raise ConfigError("experience.embedder='': must name an embedder; e.g. "
+                          "--set experience.embedder=all-MiniLM-L6-v2.")
+
+
+def _aggregation_modes() -> tuple[str, ...]:
+    from crl_bench.algorithms.losses import AGGREGATION_MODES
+
+    return tuple(AGGREGATION_MODES)
