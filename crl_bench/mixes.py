@@ -62,7 +62,7 @@ def register_builtin_mixes() -> None:
     from crl_bench.registry import MIXES
 
     for name, tasks in BUILTIN_MIXES.items():
-        if name not in MIXES._entries:
+        if not MIXES.has_builtin(name):
             MIXES.register(name, tasks)
 
 

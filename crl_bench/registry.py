@@ -109,8 +109,8 @@ class Registry(Generic[T]):
         self._entries.pop(name, None)
 
     def has_builtin(self, name: str) -> bool:
-        """Whether ``name`` is registered already, without discovering plugins (for idempotent
-        registration of built-ins)."""
+        """Whether ``name`` is registered already, without discovering plugins (registering the
+        built-ins twice, on a re-import, is then a no-op)."""
         return name in self._entries
 
     # -- reading -------------------------------------------------------------------------------

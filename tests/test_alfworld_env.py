@@ -53,7 +53,7 @@ def test_check_text_env_passes_on_the_evaluation_split() -> None:
 def test_registered_ids_and_kwargs() -> None:
     from crl_bench.registry import ENVS
 
-    ids = [n for n in ENVS._entries if n.startswith("crl/ALFWorld")]
+    ids = [n for n in ENVS.names() if n.startswith("crl/ALFWorld")]
     assert len(ids) == 10
     e = gymnasium.make("crl/ALFWorld-PickTwo-v0", split="valid_unseen", data_dir=str(DATA),
                        max_steps=7)

@@ -42,6 +42,6 @@ def register() -> None:
                f"ALFWorld {name} games only (split=train by default), 50 steps")
               for env_id, alias, name in _TASK_TYPE_IDS]
     for env_id, kwargs, description in specs:
-        if env_id not in ENVS._entries:  # registering twice (re-import) is a no-op
+        if not ENVS.has_builtin(env_id):  # registering twice (re-import) is a no-op
             register_env(env_id, ENTRY_POINT, family="alfworld", kwargs=kwargs,
                          description=description, extra="alfworld")

@@ -16,7 +16,7 @@ def register() -> None:
     from crl_bench.registry import ENVS, register_env
 
     for task in TASKS:
-        if task.env_id in ENVS._entries:  # registering twice (re-import) is a no-op
+        if ENVS.has_builtin(task.env_id):  # registering twice (re-import) is a no-op
             continue
         register_env(task.env_id, ENTRY_POINT, family="minihack",
                      kwargs={"task": task.minihack_id, "max_steps": task.max_steps},

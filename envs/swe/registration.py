@@ -7,7 +7,7 @@ def register() -> None:
     """Register this family's envs with crl-bench and gymnasium."""
     from crl_bench.registry import ENVS, register_env
 
-    if "crl/SWE-v0" in ENVS._entries:
+    if ENVS.has_builtin("crl/SWE-v0"):
         return
     register_env(
         "crl/SWE-v0", "crl_bench.envs.swe.env:SWETextEnv", family="swe",

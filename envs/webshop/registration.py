@@ -16,6 +16,6 @@ def register() -> None:
          "WebShop, 1k products, the human-written goals for those products, 15 steps"),
     ]
     for env_id, kwargs, description in specs:
-        if env_id not in ENVS._entries:  # registering twice (re-import) is not an error
+        if not ENVS.has_builtin(env_id):  # registering twice (re-import) is not an error
             register_env(env_id, ENTRY_POINT, family="webshop", kwargs=kwargs,
                          description=description, extra="webshop")
