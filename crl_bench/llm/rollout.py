@@ -189,8 +189,8 @@ class RolloutEngine:
 
     def __init__(self, backend: Any, sampling: SamplingParams, prompt: PromptConfig | None = None,
                  adapter: str | None = "actor", ask_callback: AskCallback | None = None,
-                 progress: bool = False, *, ask_batch_callback: AskBatchCallback | None = None
-                 ) -> None:
+                 progress: bool = False, *, ask_batch_callback: AskBatchCallback | None = None,
+                 on_progress: Callable[[dict], None] | None = None) -> None:
         if ask_callback is not None and ask_batch_callback is not None:
             raise ValueError("Give ask_callback or ask_batch_callback, not both.")
         self.backend = backend
@@ -201,6 +201,7 @@ class RolloutEngine:
         self.ask_callback = ask_callback
         self.ask_batch_callback = ask_batch_callback
         self.progress = progress
+        self.on_progress = on_progress  # f({episodes_done, episodes, turns, turns_max, tokens}) per turn
         self.last_stats: dict[str, float] = {}
         self._prefix_ids: list[int] = []
         if self.prompt.response_prefix:
@@ -342,6 +343,11 @@ class RolloutEngine:
                 if ep.done and bar is not None:
                     bar.update(1)
             turn_no += 1
+            if self.on_progress is not None:
+                self.on_progress({"episodes_done": sum(ep.done for ep in running), "episodes": len(running),
+                                  "turns": sum(ep.max_turns if ep.done else len(ep.turns) for ep in running),
+                                  "turns_max": sum(ep.max_turns for ep in running),
+                                  "tokens": sum(ep.tokens for ep in running)})
         if bar is not None:
             bar.close()
         wall = time.perf_counter() - t0
