@@ -141,6 +141,10 @@ class RunContext:
         self.search_ask = False
         self.timings: dict[str, float] = {}
         """``timing_s/...`` of the current step (the loop writes and resets them)."""
+        from crl_bench.runner.progress import NullProgress
+
+        self.progress: Any = NullProgress()
+        """The run's :class:`~crl_bench.runner.progress.ProgressReporter` (the loop sets it)."""
         self._extractor_metrics: list[dict[str, Any]] = []
         self._extractor_metrics_lock = threading.Lock()
 
@@ -343,7 +347,7 @@ class RunContext:
         else:
             prompt = PromptConfig(**kwargs)
         return RolloutEngine(self.backend, sampling, prompt, adapter="actor", ask_callback=ask,
-                             progress=False)
+                             progress=False, on_progress=self.progress.on_play_progress)
 
     def play(self, phase: str, step: int, plan: list[GroupPlan], *, sampling_seed: int) -> list[Any]:
         """Play every episode of ``plan`` concurrently (one batched model call per turn).
@@ -356,8 +360,10 @@ class RunContext:
         specs = self._episode_specs(phase, step, plan)
         callback, ask_samples = self._ask_callback(
             self.search_ask, record=(phase == "train" and self.extractor_trainer is not None))
+        self.progress.begin_play("playing" if phase == "train" else "evaluating", len(specs))
         with timed(self.timings, f"timing_s/{'rollout' if phase == 'train' else 'eval_rollout'}"):
             trajectories = self._engine(callback, sampling_seed).run(specs)
+        self.progress.end_play()
         for spec, traj in zip(specs, trajectories):
             traj.meta.update(spec.meta)
             samples = ask_samples.get(id(spec), [])
@@ -424,6 +430,7 @@ class RunContext:
         from crl_bench.runner.trainer import timed
 
         a = self.cfg.actor
+        self.progress.set_phase("updating actor")
         with timed(self.timings, "timing_s/actor_update"):
             m = self.actor_trainer.update(samples, loss=a.loss, loss_kwargs=a.loss_kwargs(), agg=a.agg,
                                           temperature=self.actor_sampling.logprob_temperature)
