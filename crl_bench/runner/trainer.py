@@ -10,7 +10,12 @@ with advantage 0 or weight 0 are not run through the model (their terms are 0) b
 in that denominator, as in the official loss.
 
 Old log-probs are the *sampling* log-probs recorded at generation time (so a sampler/trainer
-mismatch, or a sample re-used after earlier updates, shows up in the importance ratio). There is
+mismatch, or a sample re-used after earlier updates, shows up in the importance ratio), or, with
+``recompute_old_logprobs`` (the official way), this trainer's own log-probs computed just before
+the update on the same micro-batches (the ratio is then exactly 1 at the first micro-step).
+
+A sample may be a whole multi-turn episode (:class:`TrainSample` with a ``completion_mask``):
+the shared prefix is encoded once and the loss is taken on every assistant turn. There is
 no KL term and no entropy bonus (the official configuration has neither).
 """
 
@@ -28,14 +33,23 @@ from crl_bench.runner.config import OptimConfig
 
 @dataclass
 class TrainSample:
-    """One model call to learn from.
+    """One sequence to learn from: a model call, or a whole multi-turn episode.
+
+    ``prompt_ids + completion_ids`` is the token sequence fed to the model. The loss is taken on
+    the completion tokens where ``completion_mask`` is 1 (default: all of them). A per-turn
+    sample (one model call) has no mask; a trajectory-level sample (``actor.sample_unit:
+    trajectory``) is the last turn's full sequence: ``prompt_ids`` the first turn's prompt,
+    ``completion_ids`` everything after it, ``completion_mask`` 1 on every assistant turn's
+    sampled tokens and 0 on the observation / chat-template tokens between them.
 
     Attributes:
         prompt_ids: the prompt token ids exactly as fed to the model.
-        completion_ids: the sampled completion token ids.
-        old_logprobs: sampling log-prob of each completion token (len == len(completion_ids)).
+        completion_ids: the tokens after the prompt.
+        old_logprobs: sampling log-prob of each *trained* token, in order
+            (len == number of 1s in ``completion_mask``, or len(completion_ids) without a mask).
         advantage: the scalar advantage of the episode / extractor sample this call belongs to.
         weight: multiplies the advantage (count-aware reweighting; 1.0 for the actor).
+        completion_mask: optional 0/1 per completion token; None = every completion token.
     """
 
     prompt_ids: list[int]
@@ -43,6 +57,18 @@ class TrainSample:
     old_logprobs: list[float]
     advantage: float
     weight: float = 1.0
+    completion_mask: list[int] | None = None
+
+    @property
+    def n_tokens(self) -> int:
+        """Trained (masked) tokens."""
+        if self.completion_mask is None:
+            return len(self.completion_ids)
+        return int(sum(1 for m in self.completion_mask if m))
+
+    @property
+    def length(self) -> int:
+        return len(self.prompt_ids) + len(self.completion_ids)
 
 
 def _schedule_factor(step: int, cfg: OptimConfig, total_steps: int) -> float:
@@ -110,7 +136,7 @@ class RoleTrainer:
         """
         import torch
 
-        samples = [s for s in samples if s.completion_ids]
+        samples = [s for s in samples if s.n_tokens > 0]
         if self.cfg.max_samples_per_update and len(samples) > self.cfg.max_samples_per_update:
             samples = self._rng.sample(samples, self.cfg.max_samples_per_update)
         active = [s for s in samples if s.weight != 0.0 and s.advantage != 0.0]
@@ -123,19 +149,34 @@ class RoleTrainer:
         # over the whole batch, the count-aware weight folded into the advantage): a sample with
         # advantage 0 or weight 0 adds no gradient but still counts in the token / sequence
         # denominator. Only the active samples are run through the model (the others' terms
-        # are exactly 0), each micro-batch scaled by its share of the *whole* batch.
-        total_tokens = sum(len(s.completion_ids) for s in samples)
+        # are exactly 0), each micro-batch scaled by its share of the *whole* batch: its trained
+        # tokens / all trained tokens (token-mean), its sequences / all sequences (seq-mean-*,
+        # whose in-chunk loss is already a mean over the chunk's sequences).
+        total_tokens = sum(s.n_tokens for s in samples)
         total_seqs = len(samples)
-        active_tokens = sum(len(s.completion_ids) for s in active)
+        active_tokens = sum(s.n_tokens for s in active)
         mb = self.cfg.micro_batch_size
         # longest first: similar lengths share a micro-batch, less padding
-        active.sort(key=lambda s: len(s.prompt_ids) + len(s.completion_ids), reverse=True)
+        active.sort(key=lambda s: s.length, reverse=True)
+        chunks = micro_batches(active, mb, self.cfg.micro_batch_tokens)
+        collated = [self._collate(chunk) for chunk in chunks]
         sums: dict[str, float] = {}
         total_loss = 0.0
         with self.lock:
+            recomputed: list[Any] = []
+            if getattr(self.cfg, "recompute_old_logprobs", False):
+                # "old" = this trainer's log-probs before the update (official: the ratio is
+                # exactly 1 at the first micro-step), computed on the very micro-batches the
+                # update runs, so that padding and batch shapes are the same too
+                with torch.no_grad():
+                    for ids, attn, _, _, cmask in collated:
+                        lp = self.backend.forward_token_logprobs(self.adapter, ids, attn,
+                                                                 temperature=temperature,
+                                                                 score_mask=cmask[:, 1:] > 0)
+                        recomputed.append(lp.float().detach() * cmask[:, 1:])
             self.optimizer.zero_grad(set_to_none=True)
-            for chunk in micro_batches(active, mb, self.cfg.micro_batch_tokens):
-                ids, attn, lp_old, adv, cmask = self._collate(chunk)
+            for ci, chunk in enumerate(chunks):
+                ids, attn, lp_old, adv, cmask = collated[ci]
                 # only the completion positions go through the vocabulary projection
                 logprobs = self.backend.forward_token_logprobs(self.adapter, ids, attn,
                                                                temperature=temperature,
@@ -143,8 +184,9 @@ class RoleTrainer:
                 logprobs = logprobs.float()
                 # align: token t (t >= 1) is predicted at position t-1 of the log-prob tensor
                 lp = logprobs * cmask[:, 1:]
-                out, m = loss_fn(lp, lp_old[:, 1:], adv[:, 1:], cmask[:, 1:], agg=agg, **loss_kwargs)
-                chunk_tokens = sum(len(s.completion_ids) for s in chunk)
+                old = recomputed[ci] if recomputed else lp_old[:, 1:]
+                out, m = loss_fn(lp, old, adv[:, 1:], cmask[:, 1:], agg=agg, **loss_kwargs)
+                chunk_tokens = sum(s.n_tokens for s in chunk)
                 share = (chunk_tokens / total_tokens if agg == "token-mean"
                          else len(chunk) / total_seqs)
                 (out * share).backward()
@@ -180,13 +222,23 @@ class RoleTrainer:
         cmask = torch.zeros((b, length), dtype=torch.float32)
         for i, s in enumerate(chunk):
             p, c = len(s.prompt_ids), len(s.completion_ids)
-            if len(s.old_logprobs) != c:
-                raise ValueError(f"sample {i}: {len(s.old_logprobs)} log-probs for {c} completion tokens")
+            if len(s.old_logprobs) != s.n_tokens:
+                raise ValueError(f"sample {i}: {len(s.old_logprobs)} log-probs for {s.n_tokens} "
+                                 "trained completion tokens")
             ids[i, :p + c] = torch.tensor(list(s.prompt_ids) + list(s.completion_ids), dtype=torch.long)
             attn[i, :p + c] = 1
-            lp_old[i, p:p + c] = torch.tensor(s.old_logprobs, dtype=torch.float32)
+            if s.completion_mask is None:
+                lp_old[i, p:p + c] = torch.tensor(s.old_logprobs, dtype=torch.float32)
+                cmask[i, p:p + c] = 1.0
+            else:
+                if len(s.completion_mask) != c:
+                    raise ValueError(f"sample {i}: completion_mask has {len(s.completion_mask)} "
+                                     f"entries for {c} completion tokens")
+                row = torch.tensor([1.0 if m else 0.0 for m in s.completion_mask])
+                cmask[i, p:p + c] = row
+                where = torch.nonzero(row, as_tuple=True)[0] + p
+                lp_old[i, where] = torch.tensor(s.old_logprobs, dtype=torch.float32)
             adv[i, p:p + c] = s.advantage * s.weight
-            cmask[i, p:p + c] = 1.0
         return ids, attn, lp_old, adv, cmask
 
 
