@@ -11,8 +11,6 @@ import json
 import pytest
 
 ray = pytest.importorskip("ray")
-# TEMPORARY until the agents-as-code runner lands on main (crl_bench.agent, RunContext)
-pytest.importorskip("crl_bench.agent", reason="needs the agents-as-code runner")
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 

@@ -13,8 +13,6 @@ from pathlib import Path
 import pytest
 
 ray = pytest.importorskip("ray")
-# TEMPORARY until the agents-as-code runner lands on main (crl_bench.agent, RunContext)
-pytest.importorskip("crl_bench.agent", reason="needs the agents-as-code runner")
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
@@ -120,3 +118,25 @@ def test_ray_tiny_run_equals_single_process(cluster, tmp_path):
     mb = [{k: v for k, v in m.items() if not k.startswith(VOLATILE)} for m in lines(got / "metrics.jsonl")]
     close(ma, mb, "metrics.jsonl")
     assert any("losses/actor_loss" in m and m["losses/actor_loss"] != 0 for m in mb)
+
+
+def test_cli_ray_options(monkeypatch, tmp_path):
+    """`crl-bench run --ray [ADDRESS] --ray-plan P` reaches run_experiment as its ray= argument."""
+    from crl_bench import cli
+    from crl_bench.runner import api
+
+    seen = []
+
+    def fake(*args, **kwargs):
+        seen.append(kwargs.get("ray"))
+        raise SystemExit(0)
+
+    monkeypatch.setattr(api, "run_experiment", fake)
+    for argv, want in ((["--ray"], {"address": None, "plan": "cpu"}),
+                       (["--ray", "10.0.0.1:6379", "--ray-plan", "paper16"],
+                        {"address": "10.0.0.1:6379", "plan": "paper16"}),
+                       ([], None)):
+        with pytest.raises(SystemExit):
+            cli.main(["run", "--agent", "grpo", "--tasks", "minihack", "--out",
+                      str(tmp_path / "x"), *argv])
+        assert seen[-1] == want
