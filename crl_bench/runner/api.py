@@ -19,8 +19,12 @@ def default_run_dir(agent: str, tasks: str, seed: int, root: str | Path = "runs"
 def run_experiment(agent: str | None, tasks: str | None, preset: str | None, seed: int | None,
                    out_dir: str | Path, steps: int | None = None,
                    overrides: dict[str, Any] | None = None, resume: bool = True,
-                   progress: bool = True, repair: bool = False) -> Path:
+                   progress: bool = True, repair: bool = False,
+                   ray: dict[str, Any] | None = None) -> Path:
     """Train and evaluate ``agent`` on ``tasks``; returns the run directory.
+
+    ``ray``: run on a Ray cluster (``{"address": None or "HOST:PORT", "plan": "cpu"}``, the
+    keyword arguments of :func:`crl_bench.distributed.context.attach_ray`); None: one process.
 
     With ``resume`` and an existing checkpoint in ``out_dir`` the run continues after the last
     checkpointed step (records of later, unfinished steps are cut first); a finished run is left
@@ -45,7 +49,8 @@ def run_experiment(agent: str | None, tasks: str | None, preset: str | None, see
     try:
         run.remove_stale_temporaries()  # left by a killed process; we hold the run now
         return _run_locked(run, agent=agent, tasks=tasks, preset=preset, seed=seed, steps=steps,
-                           overrides=overrides, resume=resume, progress=progress, repair=repair)
+                           overrides=overrides, resume=resume, progress=progress, repair=repair,
+                           ray=ray)
     finally:
         run.release()
 
@@ -84,7 +89,8 @@ def _check_identity(cfg: Any, run: Any, **given: Any) -> None:
 
 def _run_locked(run: Any, *, agent: str | None, tasks: str | None, preset: str | None,
                 seed: int | None, steps: int | None, overrides: dict[str, Any] | None,
-                resume: bool, progress: bool, repair: bool) -> Path:
+                resume: bool, progress: bool, repair: bool,
+                ray: dict[str, Any] | None = None) -> Path:
     from crl_bench.agent import load_agent
     from crl_bench.runner.config import ConfigError, apply_resume_overrides, build_config
     from crl_bench.runner.loop import Trainer, write_config
@@ -135,6 +141,10 @@ def _run_locked(run: Any, *, agent: str | None, tasks: str | None, preset: str |
                 run.set_status("done", start)
                 return run.path
     trainer = Trainer(cfg, agent_obj, run, progress=progress)
+    if ray is not None:  # envs, generation, learner, bank, extractor on a Ray cluster
+        from crl_bench.distributed.context import attach_ray
+
+        attach_ray(trainer, **ray)
     write_config(run, cfg, agent_obj, trainer.tasks)
     try:
         if checkpoint is not None and (checkpoint / "bank.sqlite").is_file():

@@ -12,9 +12,10 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tasks", default=None,
                    help="task set: a mix (`crl-bench list mixes`: minihack, webshop, alfworld, swe, 3mix, "
                         "6mix) or comma-separated env ids; default 3mix (with --resume: the stored run's)")
-    p.add_argument("--preset", choices=["tiny", "cpu", "paper"], default=None,
-                   help="tiny (tests), cpu (embedded SmolLM2; minutes per step on 2 cores), paper (GPUs); "
-                        "default: cpu without a GPU, paper with one")
+    p.add_argument("--preset", choices=["tiny", "quick", "cpu", "paper"], default=None,
+                   help="tiny (tests), quick (embedded SmolLM2, sized to end in about 30 min on 2 "
+                        "cores: a look at the whole pipeline), cpu (embedded SmolLM2, longer runs; "
+                        "minutes per step), paper (GPUs); default: quick without a GPU, paper with one")
     p.add_argument("--seed", type=int, nargs="+", default=None,
                    help="one or more distinct seeds >= 0 (one run each); default 0")
     p.add_argument("--steps", type=int, default=None, help="actor steps (overrides the preset)")
@@ -26,7 +27,20 @@ def configure(p: argparse.ArgumentParser) -> None:
                         "line) aside to <file>.bad instead of stopping with an error")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config field, e.g. --set actor.lr=2e-5 --set rollout.group_size=8")
-    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
+                   help="run on a Ray cluster (pip install 'crl-bench[ray]'): ADDRESS of a running "
+                        "cluster (HOST:PORT or auto), none: start a local one; see docs/scaling.md")
+    p.add_argument("--ray-plan", default="cpu", metavar="PLAN",
+                   help="with --ray: resource plan (cpu, gpu1, paper16; docs/scaling.md)")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no live progress line (default: one line rewritten in place on a terminal, "
+                        "a plain line every 10 s otherwise; CRL_PROGRESS_EVERY=SECONDS changes that)")
+    p.add_argument("--wandb", action="store_true",
+                   help="also log metrics to Weights & Biases (pip install 'crl-bench[wandb]'); "
+                        "offline without WANDB_API_KEY (files in RUN_DIR/wandb); also on with "
+                        "WANDB_MODE or WANDB_API_KEY set, off with CRL_WANDB=0")
+    p.add_argument("--no-report", action="store_true",
+                   help="do not write the report (tables + plots) into RUN_DIR/report at the end")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
     p.set_defaults(func=run_command)
     p.epilog = ("--set cannot change agent/tasks/seed/preset/steps to something else than their own "
@@ -41,6 +55,10 @@ def run_command(args: argparse.Namespace) -> int:
     from crl_bench.runner.api import default_run_dir, run_experiment
 
     overrides = parse_overrides(args.overrides)
+    if getattr(args, "wandb", False):
+        import os
+
+        os.environ["CRL_WANDB"] = "1"
     if args.resume and not args.out:
         raise ValueError("--resume needs --out RUN_DIR (the run to continue).")
     if args.repair and not args.resume:
@@ -54,6 +72,8 @@ def run_command(args: argparse.Namespace) -> int:
     if bad:
         raise ValueError(f"--seed {bad[0]}: seeds must be >= 0.")
     agent, tasks = args.agent or "comp_rl", args.tasks or "3mix"
+    ray = (None if args.ray is None else
+           {"address": None if args.ray == "local" else args.ray, "plan": args.ray_plan})
     for seed in seeds:
         if args.out and len(seeds) == 1:
             out = Path(args.out)
@@ -66,22 +86,51 @@ def run_command(args: argparse.Namespace) -> int:
                               args.tasks if args.resume else tasks, args.preset,
                               seed, out, steps=args.steps, overrides=overrides,
                               resume=args.resume, progress=not args.no_progress,
-                              repair=args.repair)
+                              repair=args.repair, ray=ray)
         _print_summary(path)
+        if not getattr(args, "no_report", False):
+            _write_run_report(path)
     return 0
+
+
+def _write_run_report(path) -> None:
+    """The run's own report (tables + plots via ``crl_bench.report``) in ``RUN_DIR/report``."""
+    try:
+        from crl_bench.report import write_report
+
+        result = write_report([path], path / "report", title=f"crl-bench run {path.name}")
+    except Exception as exc:  # noqa: BLE001 - the run itself is done and recorded
+        print(f"report: not written ({type(exc).__name__}: {exc}); try `crl-bench report {path}`")
+        return
+    print(f"report: {result.markdown} ({len(result.plots)} plot(s) in {result.out_dir / 'plots'})")
+
+
+def summary_lines(evals: list[dict]) -> list[str]:
+    """The end-of-run table: per task, evaluation success without / with experience, first
+    evaluated step -> last (n = episodes per cell)."""
+    if not evals:
+        return []
+    first, last = min(e["step"] for e in evals), max(e["step"] for e in evals)
+    cells = {(e["task"], bool(e["with_experience"]), e["step"]): e for e in evals}
+    tasks = list(dict.fromkeys(e["task"] for e in evals))
+    modes = [m for m in (False, True) if any(k[1] == m for k in cells)]
+    head = f"  {'task':<22}" + "".join(f"{'without exp' if not m else 'with exp':>22}" for m in modes)
+    lines = [f"success rate, evaluation at step {first} -> step {last}:", head]
+    for task in tasks:
+        row = f"  {task:<22}"
+        for m in modes:
+            a, b = cells.get((task, m, first)), cells.get((task, m, last))
+            text = (f"{a['success_rate']:.2f} -> {b['success_rate']:.2f} (n={b['n']})" if a and b
+                    else "-")
+            row += f"{text:>22}"
+        lines.append(row)
+    return lines
 
 
 def _print_summary(path) -> None:
     from crl_bench.runner.records import read_jsonl
 
     evals = read_jsonl(path / "eval.jsonl")
-    if not evals:
-        print(f"run directory: {path}")
-        return
-    last = max(e["step"] for e in evals)
-    print(f"\nfinal evaluation (step {last}) — {path}")
-    for e in evals:
-        if e["step"] == last:
-            tag = "with exp   " if e["with_experience"] else "without exp"
-            print(f"  {e['task']:<20} {tag}  success {e['success_rate']:.2f}  score {e['score']:.2f}  "
-                  f"actions {e['avg_actions']:.1f}  (n={e['n']})")
+    print(f"\nrun directory: {path}")
+    for line in summary_lines(evals):
+        print(line)
