@@ -284,17 +284,34 @@ def _paper() -> RunConfig:
     )
 
 
-PRESETS = {"tiny": _tiny, "cpu": _cpu, "paper": _paper}
+def _quick() -> RunConfig:
+    """``cpu``, sized so that the main command (``crl-bench run --agent comp_rl --tasks 3mix``)
+    ends in about 30 minutes on 2 CPU cores: a look at the whole pipeline (play, update,
+    extract, evaluate, report), not a result. Sizing from the recorded ``cpu`` runs
+    (results/cpu: a comp_rl step of 8 episodes with its update and extraction took 7-16 min per
+    family with two runs sharing the cores): 3 steps (the first only fills the bank) of one
+    group of 4 per family, 12-turn-or-less episodes, at most 16 turns per actor update, and 2
+    held-out episodes per task and mode at steps 0 and 3 only. Measured time: README."""
+    cfg = _cpu()
+    cfg.preset, cfg.steps = "quick", 3
+    cfg.rollout.groups, cfg.rollout.group_size = 3, 4
+    cfg.rollout.env_max_steps = {"minihack": 8, "webshop": 6, "alfworld": 10, "swe": 6}
+    cfg.actor.max_samples_per_update = 16
+    cfg.eval = EvalConfig(every=0, episodes_per_task=2)
+    return cfg
+
+
+PRESETS = {"tiny": _tiny, "quick": _quick, "cpu": _cpu, "paper": _paper}
 
 
 def default_preset() -> str:
-    """``cpu`` when no CUDA device is present, else ``paper``."""
+    """``quick`` when no CUDA device is present, else ``paper``."""
     try:
         import torch
 
-        return "paper" if torch.cuda.is_available() else "cpu"
+        return "paper" if torch.cuda.is_available() else "quick"
     except ImportError:
-        return "cpu"
+        return "quick"
 
 
 def _coerce(value: Any, current: Any, key: str) -> Any:

@@ -13,6 +13,7 @@ are built once by the :class:`~crl_bench.runner.context.RunContext`. This module
 from __future__ import annotations
 
 import json
+import os
 import random
 import time
 from pathlib import Path
@@ -49,6 +50,7 @@ class Trainer:
         self.ctx = RunContext(cfg, run_dir)
         self.tasks = self.ctx.tasks
         self.tb: Any = None
+        self.wandb: Any = None
         self._bank_counters = (0.0, 0.0)  # (queries, empty results) at the last step
 
     @property
@@ -56,8 +58,14 @@ class Trainer:
         return self.ctx.step
 
     def setup(self) -> None:
+        from crl_bench.runner.progress import NullProgress, ProgressReporter
+
+        # the live line starts before the models load (that alone can take a minute)
+        self.ctx.progress = (ProgressReporter().start() if self.progress else NullProgress())
+        self.ctx.progress.set_phase("loading models")
         self.ctx.seed_everything()
         self.agent.build(self.ctx)
+        self.wandb = _start_wandb(self.cfg, self.run)
         try:
             from torch.utils.tensorboard import SummaryWriter
 
@@ -90,19 +98,27 @@ class Trainer:
 
     # -- the loop ------------------------------------------------------------------------------
     def run_steps(self, start_step: int) -> None:
-        from tqdm.auto import tqdm
-
         cfg, ctx = self.cfg, self.ctx
+        progress = ctx.progress
+        eval_steps = [s for s in range(start_step + 1, cfg.steps + 1)
+                      if s == cfg.steps or (cfg.eval.every and s % cfg.eval.every == 0)]
+        if start_step == 0 and cfg.eval.at_start:
+            eval_steps.insert(0, 0)
+        modes = 2 if ctx.manager is not None else 1
+        progress.plan_run(total_steps=cfg.steps, start_step=start_step,
+                          train_episodes_per_step=cfg.rollout.groups * cfg.rollout.group_size,
+                          eval_episodes=modes * cfg.eval.episodes_per_task * len(self.tasks),
+                          eval_steps=eval_steps)
         if start_step == 0 and cfg.eval.at_start:
             m: dict[str, Any] = {}
             with timed(m, "timing_s/eval"):
                 m.update(self.evaluate(0))
             ctx.timings.clear()
             self._write_metrics(0, m)
-        bar = tqdm(range(start_step + 1, cfg.steps + 1), desc=f"{self.agent.name} {cfg.tasks}",
-                   unit="step", disable=not self.progress, initial=start_step, total=cfg.steps)
-        for step in bar:
+        for step in range(start_step + 1, cfg.steps + 1):
             ctx.step = step
+            progress.step_started(step)
+            progress.set_phase("playing", step)
             t_step = time.perf_counter()
             metrics: dict[str, Any] = {}
             ctx.lock.take_wait("MainThread")
@@ -116,9 +132,11 @@ class Trainer:
             self.run.write_trajectories(step, "train", [t.to_json() for t in trajs])
             if ctx.extractor is not None and step == cfg.steps:
                 # the last batches (and a due merge) land in this record
+                progress.set_phase("extracting (final drain)")
                 with timed(metrics, "timing_s/final_drain"):
                     ctx.extractor.wait_idle()
             self._step_metrics(trajs, metrics)
+            progress.step_done(step)
             if step == cfg.steps or (cfg.eval.every and step % cfg.eval.every == 0):
                 with timed(metrics, "timing_s/eval"):
                     metrics.update(self.evaluate(step))
@@ -134,8 +152,11 @@ class Trainer:
             if step % cfg.checkpoint_every == 0 or step == cfg.steps:
                 self.save_checkpoint(step)
             self.run.set_status("running" if step < cfg.steps else "done", step)
-            bar.set_postfix(success=f"{metrics.get('charts/success_rate', 0):.2f}",
-                            bank=metrics.get("bank/size", "-"))
+            extra = f"train success {metrics.get('charts/success_rate', 0):.2f}"
+            if "bank/size" in metrics:
+                extra += f", bank {metrics['bank/size']}"
+            progress.extra = extra
+        progress.set_phase("done")
 
     def _step_metrics(self, trajs: list[Any], metrics: dict[str, Any]) -> None:
         ctx = self.ctx
@@ -177,6 +198,13 @@ class Trainer:
             for k, v in metrics.items():
                 if isinstance(v, (int, float)):
                     self.tb.add_scalar(k, v, step)
+        if self.wandb is not None:
+            try:
+                self.wandb.log({k: v for k, v in metrics.items()
+                                if isinstance(v, (int, float)) and not isinstance(v, bool)}, step=step)
+            except Exception as exc:  # noqa: BLE001 - logging must never end a run
+                print(f"[wandb] logging stopped: {type(exc).__name__}: {exc}")
+                self.wandb = None
 
     # -- checkpoints ---------------------------------------------------------------------------
     def _trainers(self) -> dict[str, Any]:
@@ -238,9 +266,49 @@ class Trainer:
         return int(state["step"])
 
     def close(self) -> None:
+        self.ctx.progress.close()
         self.ctx.close()
         if self.tb is not None:
             self.tb.close()
+        if self.wandb is not None:
+            try:
+                self.wandb.finish()
+            except Exception:  # noqa: BLE001
+                pass
+            self.wandb = None
+
+
+def wandb_wanted() -> bool:
+    """Weights & Biases logging is on when ``wandb`` is installed and asked for: ``--wandb``
+    (sets ``CRL_WANDB=1``), or ``WANDB_MODE`` / ``WANDB_API_KEY`` set; ``CRL_WANDB=0`` turns it
+    off. Installed alone is not enough, so that an installed wandb never prompts or waits on
+    the network in tests and scripts."""
+    flag = os.environ.get("CRL_WANDB")
+    if flag is not None:
+        return flag not in ("0", "", "false")
+    return bool(os.environ.get("WANDB_MODE") or os.environ.get("WANDB_API_KEY"))
+
+
+def _start_wandb(cfg: RunConfig, run: RunDir) -> Any:
+    """A wandb run beside TensorBoard (files under ``RUN_DIR/wandb``), or None. Without an API
+    key and without ``WANDB_MODE`` it runs offline (``wandb sync RUN_DIR/wandb/offline-run-*``
+    uploads it later)."""
+    if not wandb_wanted():
+        return None
+    try:
+        import wandb
+    except ImportError:
+        print("[wandb] asked for but not installed: pip install 'crl-bench[wandb]'; logging to "
+              "TensorBoard only.")
+        return None
+    mode = os.environ.get("WANDB_MODE") or ("online" if os.environ.get("WANDB_API_KEY") else "offline")
+    try:
+        return wandb.init(project=os.environ.get("WANDB_PROJECT", "crl-bench"), name=run.path.name,
+                          dir=str(run.path), config=cfg.to_dict(), mode=mode,
+                          tags=[cfg.agent, cfg.tasks, cfg.preset], reinit=True)
+    except Exception as exc:  # noqa: BLE001 - logging must never stop a run
+        print(f"[wandb] could not start ({type(exc).__name__}: {exc}); logging to TensorBoard only.")
+        return None
 
 
 def write_config(run: RunDir, cfg: RunConfig, agent: Agent, tasks: tuple[Any, ...]) -> None:
