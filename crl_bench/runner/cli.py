@@ -96,7 +96,7 @@ def run_command(args: argparse.Namespace) -> int:
 def _write_run_report(path) -> None:
     """The run's own report (tables + plots via ``crl_bench.report``) in ``RUN_DIR/report``."""
     try:
-        from crl_bench.report import write_report
+        from crl_bench.report.writer import write_report
 
         result = write_report([path], path / "report", title=f"crl-bench run {path.name}")
     except Exception as exc:  # noqa: BLE001 - the run itself is done and recorded
