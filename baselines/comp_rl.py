@@ -44,8 +44,14 @@ class CompRLConfig:
     search_ask: bool = True
     """The with-experience episodes may query the bank mid-episode (``<ask>...</ask>``)."""
     shared_params: bool = False
-    """Actor and extractor share one set of parameters (one adapter); each role keeps its own
-    optimiser and settings."""
+    """Actor and extractor share one set of parameters (one adapter, or one fully trained model
+    with ``model.lora_r=0``); each role keeps its own optimiser and settings. The actor's model
+    serves both roles (``model.extractor`` is not used), so the ablation is this one switch."""
+    gate: bool | None = None
+    """The actor accepts / refines / rejects each retrieved entry before it acts
+    (:mod:`crl_bench.extractor.gate`; official default on): the verdict sets what it is shown
+    and the credit it gives the entry's writer (score + 1, 0.5, -1). None: the run's
+    ``experience.gate`` (on in the ``paper`` preset); ``--set method.gate=false`` forces it off."""
 
 
 class CompRL(Agent):
@@ -72,7 +78,8 @@ class CompRL(Agent):
         ctx.build_models(extractor=True, shared_params=c.shared_params)
         if c.train_actor:
             ctx.build_actor_trainer()
-        ctx.build_experience(diversify=c.diversify, search_ask=c.search_ask)
+        ctx.build_experience(diversify=c.diversify, search_ask=c.search_ask,
+                             gate=ctx.cfg.experience.gate if c.gate is None else c.gate)
         ctx.build_extractor(train=c.train_extractor, merge=c.merge, count_reweight=c.count_reweight)
 
     def train_step(self, ctx: RunContext, step: int) -> StepResult:

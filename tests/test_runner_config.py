@@ -52,7 +52,9 @@ def test_paper_preset_is_the_papers_configuration():
     assert (cfg.extractor.loss_kwargs()["eps_low"], cfg.extractor.loss_kwargs()["eps_high"]) == (0.1, 0.1)
     x = cfg.experience
     assert (x.k, x.oversample, x.lam, x.recent_s, x.drop_recent_top1_p) == (1, 16, 0.4, 300.0, 0.5)
-    assert (x.merge_every, x.merge_chunk, x.max_asks, x.warmup_steps, x.capacity) == (5, 5, 2, 5, 20_000)
+    # warm-up 6: the official loop skips the actor update while global_step (from 0) <=
+    # memory_warmup_interval 5 (multi_agentic_pipeline.py:1202, 1470); ours count from 1
+    assert (x.merge_every, x.merge_chunk, x.max_asks, x.warmup_steps, x.capacity) == (5, 5, 2, 6, 20_000)
     assert cfg.rollout.env_max_steps["minihack"] == 30 and cfg.rollout.temperature == 0.99
 
 

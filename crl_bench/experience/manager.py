@@ -60,7 +60,15 @@ class RetrievalConfig:
     lam: float = 0.4
     """Weight of log(1 + times retrieved) in the diversification score."""
     recent_s: float = 300.0
-    """An entry retrieved less than this many seconds ago counts as recently retrieved."""
+    """An entry retrieved less than this many seconds ago counts as recently retrieved. Seconds
+    of the manager's clock: in a run that is the logical :func:`step_clock` (``step_s`` per actor
+    step), so that a resumed run takes the same decisions as an uninterrupted one."""
+    step_s: float = 300.0
+    """Seconds one actor step stands for on the run's logical clock (:func:`step_clock`). An
+    official step (16 groups x 8 multi-turn episodes of a 7B actor, then the update) takes longer
+    than the official ``recent_s`` = 300 s, so with ``step_s = recent_s`` "retrieved recently"
+    means "already retrieved in this step" (the K rollouts of a group and the step's other
+    groups); an entry last retrieved ``d`` steps ago is recent iff ``d * step_s < recent_s``."""
     drop_recent_top1_p: float = 0.5
     """Probability of moving a recently retrieved top-1 to the end of the order."""
     batch_size: int = 32
@@ -81,6 +89,8 @@ class RetrievalConfig:
                              f"{self.oversample}")
         if self.lam < 0 or self.recent_s < 0:
             raise ValueError("lam and recent_s must be >= 0")
+        if not (self.step_s > 0 and math.isfinite(self.step_s)):
+            raise ValueError(f"step_s must be a finite number > 0, got {self.step_s}")
         if not 0.0 <= self.drop_recent_top1_p <= 1.0:
             raise ValueError(f"drop_recent_top1_p is a probability, got {self.drop_recent_top1_p}")
         if self.batch_size < 1 or self.batch_wait_ms < 0:
@@ -121,6 +131,29 @@ def diversified_order(candidates: Sequence[tuple[int, float]], times_retrieved: 
     if len(order) > 1 and scored[0][3] and rng.random() < cfg.drop_recent_top1_p:
         order = order[1:] + order[:1]
     return order
+
+
+def step_clock(step_of: Callable[[], int], step_s: float, origin: float = 0.0
+               ) -> Callable[[], float]:
+    """A logical clock for :class:`ExperienceManager`: ``origin + step_of() * step_s`` seconds.
+
+    A run passes its current actor step (``RunContext.step``) and the bank's creation time as
+    ``origin`` (so stored ``last_retrieved`` values still read as dates). Recency decisions then
+    depend only on step differences, never on how long a step took on this machine, and a
+    resumed run (which restores the step) takes the same decisions as the uninterrupted run.
+    """
+    if not (step_s > 0 and math.isfinite(step_s)):
+        raise ValueError(f"step_s must be a finite number > 0, got {step_s}")
+
+    def now() -> float:
+        return float(origin) + int(step_of()) * float(step_s)
+    return now
+
+
+# counters that are cumulative over a run (checkpointed by ExperienceManager.state)
+_CUMULATIVE = ("retrieve_calls", "queries", "batches", "entries_returned", "empty_results",
+               "query_cache_hits", "ops_add", "ops_update", "ops_update_as_add", "ops_return",
+               "merges", "merge_windows", "merge_malformed")
 
 
 @dataclass
@@ -321,7 +354,8 @@ class ExperienceManager:
 
     # ------------------------------------------------------------------ extractor operations
     def apply_operations(self, ops: Sequence[Operation], *, family: str, task_id: str,
-                         provenance: Mapping[str, Any], step: int) -> list[int]:
+                         provenance: Mapping[str, Any], step: int, key_text: str | None = None,
+                         update_mode: str = "in_place") -> list[int]:
         """Apply the extractor's operations for one episode in ONE bank transaction.
 
         ``add`` stores a new entry of ``family``; ``update`` rewrites its first target in place
@@ -332,9 +366,18 @@ class ExperienceManager:
         Args:
             provenance: ``{"run": str, "trajectories": list[str]}`` (both optional): the run name
                 and the ids of the trajectories the entries were distilled from.
+            key_text: embed every written entry by this text (the source episode's starting
+                query: retrieval then matches episode starts, as the official
+                ``use_memory_title_for_key: false``) instead of the entry's own text.
+            update_mode: "in_place" (above) or "replace": an update deletes all its targets and
+                adds a new entry (a new id, fresh usage counts), so that only the writer of the
+                update is credited for it (official ``async_memory_manager.py``: a new uuid per
+                updated memory).
         Returns:
             ids written (new entries, then updated ones).
         """
+        if update_mode not in ("in_place", "replace"):
+            raise ValueError(f"update_mode must be 'in_place' or 'replace', got {update_mode!r}")
         unknown = set(provenance) - {"run", "trajectories"}
         if unknown:
             raise ValueError(f"provenance keys must be 'run' and 'trajectories', got "
@@ -351,7 +394,10 @@ class ExperienceManager:
             self._counters.ops_return += sum(op.kind == "return" for op in ops)
         if not writes:
             return []
-        vecs = self.embedder.encode([render_entry_text(op.title, op.content) for op in writes])
+        if key_text is not None:
+            vecs = np.repeat(self.embedder.encode([key_text]), len(writes), axis=0)
+        else:
+            vecs = self.embedder.encode([render_entry_text(op.title, op.content) for op in writes])
         adds: list[dict[str, Any]] = []
         add_vecs: list[np.ndarray] = []
         updates: list[tuple[int, dict[str, Any], np.ndarray]] = []
@@ -368,6 +414,16 @@ class ExperienceManager:
                                  "task_ids": [task_id], "run": run,
                                  "source_trajectories": trajectories, "origin": "add"})
                     add_vecs.append(vec)
+                    continue
+                if update_mode == "replace":
+                    adds.append({"title": op.title, "content": op.content, "family": family,
+                                 "task_ids": _union(*(e.task_ids for e in alive), [task_id]),
+                                 "run": run,
+                                 "source_trajectories": _union(*(e.source_trajectories for e in alive),
+                                                               trajectories),
+                                 "parent_ids": [e.id for e in alive], "origin": "update"})
+                    add_vecs.append(vec)
+                    deletes.extend(e.id for e in alive)
                     continue
                 primary, folded = alive[0], alive[1:]
                 updates.append((primary.id, {
@@ -427,6 +483,53 @@ class ExperienceManager:
             self._counters.merges += 1
             self._counters.merge_windows += n_windows
             self._counters.merge_malformed += n_malformed
+
+    # ------------------------------------------------------------------ checkpoints
+    def state(self) -> dict[str, Any]:
+        """What a checkpoint needs for a resumed run to retrieve as the uninterrupted one does
+        (JSON-serialisable): the retrieval RNG, the cumulative counters (``bank/queries``,
+        ``bank/ops_add``, ``bank/merges``, ..., and the bank's ``evicted_total``) and the texts
+        of the query-embedding cache, oldest first (their vectors: :meth:`query_cache_vectors`).
+        Take it together with the bank's backup (the loop does, under the extractor track's
+        lock) so that both describe the same moment."""
+        with self._select_lock:
+            version, internal, gauss = self._rng.getstate()
+        with self._counter_lock:
+            counters = {k: int(getattr(self._counters, k)) for k in _CUMULATIVE}
+        with self._query_lock:
+            texts = list(self._query_vecs)
+        return {"rng": [version, list(internal), gauss], "counters": counters,
+                "evicted_total": int(self.bank.evicted_total), "query_cache": texts}
+
+    def query_cache_vectors(self, texts: Sequence[str]) -> np.ndarray:
+        """float32 [len(texts), dim]: the cached embeddings of ``texts`` (from :meth:`state`)."""
+        with self._query_lock:
+            vecs = [self._query_vecs[t] for t in texts if t in self._query_vecs]
+        if len(vecs) != len(texts):
+            raise KeyError("query cache changed since state() was taken")
+        return (np.stack(vecs).astype(np.float32) if vecs
+                else np.zeros((0, self.bank.dim), dtype=np.float32))
+
+    def load_state(self, state: Mapping[str, Any], cache_vectors: np.ndarray | None = None) -> None:
+        """Restore what :meth:`state` returned (and the cache's vectors, same order; None: the
+        cache starts empty). Counters not in ``state`` keep their values."""
+        version, internal, gauss = state["rng"]
+        with self._select_lock:
+            self._rng.setstate((int(version), tuple(int(x) for x in internal), gauss))
+        with self._counter_lock:
+            for k, v in dict(state.get("counters", {})).items():
+                if k in _CUMULATIVE:
+                    setattr(self._counters, k, int(v))
+        self.bank.evicted_total = int(state.get("evicted_total", self.bank.evicted_total))
+        texts = list(state.get("query_cache", []))
+        with self._query_lock:
+            self._query_vecs.clear()
+            if cache_vectors is not None:
+                if len(cache_vectors) != len(texts):
+                    raise ValueError(f"{len(texts)} cached query texts but {len(cache_vectors)} "
+                                     "vectors")
+                for t, v in zip(texts, np.asarray(cache_vectors, dtype=np.float32)):
+                    self._query_vecs[t] = v
 
     # ------------------------------------------------------------------ stats
     def stats(self) -> dict[str, float]:

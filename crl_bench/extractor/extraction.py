@@ -69,10 +69,11 @@ def trajectory_to_text(turns_as_pairs: Sequence[tuple[str, str]], max_chars: int
     first each observation is clipped to ``max(200, max_chars // 8)`` characters (head and tail
     kept, the middle replaced by " ... "); if it still does not fit, the first turn and as many of
     the last turns as fit are kept around a line ``"[... N steps omitted ...]"``; as a last resort
-    the text is cut at ``max_chars``.
+    the text is cut at ``max_chars``. ``max_chars=0``: no cut (the official extractor sees the
+    whole conversation).
     """
-    if max_chars <= 0:
-        raise ValueError(f"max_chars must be positive, got {max_chars}")
+    if max_chars < 0:
+        raise ValueError(f"max_chars must be >= 0 (0 = no cut), got {max_chars}")
     turns = [(strip_experience_block(str(o)), str(a).strip()) for o, a in turns_as_pairs]
 
     def render(i: int, obs: str, act: str) -> str:
@@ -80,7 +81,7 @@ def trajectory_to_text(turns_as_pairs: Sequence[tuple[str, str]], max_chars: int
 
     blocks = [render(i, o, a) for i, (o, a) in enumerate(turns)]
     text = "\n\n".join(blocks)
-    if len(text) <= max_chars:
+    if max_chars == 0 or len(text) <= max_chars:
         return text
     limit = max(200, max_chars // 8)
     blocks = [render(i, clip_middle(o, limit), a) for i, (o, a) in enumerate(turns)]

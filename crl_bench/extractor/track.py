@@ -9,17 +9,30 @@ wrote finish (:meth:`record_usage`, called by the actor loop):
 
     r(sample) = mean over those trajectories of (score if score > 0 else -1);  malformed -> -1
 
-Credited samples wait in a pool; when ``buffer_size`` of them are ready the extractor is
-updated with CISPO on ``(r - mean r)`` times the count-aware weight ``(1 + n_trained)^-power``
-(0 inside the cooldown). A sample is trained at most ``max_reuse`` times; one whose entries are
-never used within ``credit_horizon`` steps is dropped. Search-and-Ask answers are samples too,
-credited with the outcome of the trajectory that asked.
+Two sample policies (``extractor.sample_policy``):
+
+* ``pool``: credited samples wait in a pool; when ``buffer_size`` of them are ready the extractor
+  is updated on all of them with CISPO on ``(r - mean r)`` times the count-aware weight
+  ``(1 + n_trained)^-power`` (0 inside the cooldown). A sample is trained at most ``max_reuse``
+  times; one whose entries are never used within ``credit_horizon`` steps is dropped.
+* ``buffer`` (official, ``multi_agentic_pipeline.py:55-108, 776-815, 1105-1111``): a sample
+  enters a FIFO buffer of ``buffer_size`` entries when retrieval credits it (the oldest is
+  evicted when full); when the buffer holds ``buffer_size`` samples exactly that many are popped
+  and trained once, each on the mean of the credit it gathered since it entered; credited again
+  later, it re-enters with only the new credit.
+
+Search-and-Ask answers are samples too, credited with the outcome of the trajectory that asked;
+with ``extractor.train_merges`` so are merge calls, credited by the use of the entries they
+created. With the gate on (:mod:`crl_bench.extractor.gate`) an episode credits its entries with
+``gate_credit(score, verdict)``.
 """
 
 from __future__ import annotations
 
+import itertools
 import queue
 import threading
+from collections import OrderedDict
 import time
 import traceback
 from dataclasses import asdict, dataclass, field
@@ -43,6 +56,8 @@ class ExtractorSample:
     usage: list[float] = field(default_factory=list)
     times_trained: int = 0
     last_trained_step: int = -1
+    uid: int = -1
+    """Unique within a run (the buffer's key)."""
 
     @property
     def resolved(self) -> bool:
@@ -69,7 +84,7 @@ class ExtractorTrack:
     def __init__(self, manager: Any, generate: Callable[[list[list[dict]]], list[Any]],
                  trainer: RoleTrainer | None, cfg: Any, *, temperature: float, merge_every: int, merge_chunk: int,
                  count_reweight: bool, asynchronous: bool, log: Callable[[dict[str, Any]], None],
-                 run_name: str = "") -> None:
+                 run_name: str = "", key_by_episode_start: bool = False) -> None:
         self.manager = manager
         self.generate = generate
         self.trainer = trainer
@@ -81,6 +96,12 @@ class ExtractorTrack:
         self.asynchronous = asynchronous
         self.log = log
         self.run_name = run_name
+        self.key_by_episode_start = key_by_episode_start
+        self.policy = getattr(cfg, "sample_policy", "pool")
+        self._uids = itertools.count()
+        self.buffer: OrderedDict[int, ExtractorSample] = OrderedDict()
+        """``sample_policy="buffer"``: credited samples in the order they entered (FIFO)."""
+        self._writes_done = 0
         from crl_bench.extractor.extraction import ANSWER_TEMPLATES
 
         self.template = ANSWER_TEMPLATES[cfg.answer_template]
@@ -96,7 +117,8 @@ class ExtractorTrack:
         self.updates = 0
         self.last_merge_step = 0
         self.stats: dict[str, float] = {"extractions": 0, "malformed": 0, "ops_applied": 0,
-                                        "merges": 0, "dropped_uncredited": 0}
+                                        "merges": 0, "dropped_uncredited": 0, "buffer_evicted": 0,
+                                        "not_distilled": 0}
         self._thread: threading.Thread | None = None
         if asynchronous:
             self._thread = threading.Thread(target=self._worker, name="extractor-track", daemon=True)
@@ -118,23 +140,56 @@ class ExtractorTrack:
         """Search-and-Ask answers of one episode, credited with that episode's ``score``."""
         with self._state_lock:
             for s in samples:
+                self._register(s)
                 s.usage.append(float(score))
-            self.samples.extend(samples)
+                if s.malformed and not getattr(self.cfg, "train_malformed", True):
+                    continue
+                self.samples.append(s)
+                self._enter_buffer(s)
 
     def credit(self, trajectories: list[Any]) -> None:
         """The usage ledger: each with-experience trajectory credits the entries it used, in the
         bank (outcome counts) and in the extractor samples that wrote them."""
+        from crl_bench.extractor.gate import gate_credit
+
         for t in trajectories:
             if t.with_experience and t.experience_ids:
-                self.record_usage(t.experience_ids, t.score)
-                self.manager.record_outcomes(t.experience_ids, t.score)
+                value = gate_credit(t.score, t.meta.get("gate"))
+                self.record_usage(t.experience_ids, value)
+                self.manager.record_outcomes(t.experience_ids, value)
 
     def record_usage(self, entry_ids: list[int], score: float) -> None:
-        """A finished trajectory used these entries and ended with ``score``."""
+        """A finished trajectory used these entries and ended with ``score`` (the credit value:
+        the score, or :func:`~crl_bench.extractor.gate.gate_credit` with the gate on)."""
         with self._state_lock:
             for eid in entry_ids:
                 for sample in self._entry_to_samples.get(int(eid), []):
                     sample.usage.append(float(score))
+                    self._enter_buffer(sample)
+
+    def _register(self, sample: ExtractorSample) -> None:
+        if sample.uid < 0:
+            sample.uid = next(self._uids)
+
+    def _enter_buffer(self, sample: ExtractorSample) -> None:
+        """``MemoryTrainingBuffer.add``: a credited sample joins the FIFO buffer (already in:
+        its credit accumulates); a full buffer evicts its oldest sample, whose credit is lost."""
+        if self.policy != "buffer" or sample.uid in self.buffer:
+            return
+        if len(self.buffer) >= self.cfg.buffer_size:
+            _, old = self.buffer.popitem(last=False)
+            old.usage = []
+            self.stats["buffer_evicted"] += 1
+        self.buffer[sample.uid] = sample
+
+    def wait_writes(self, timeout: float | None = None) -> bool:
+        """Block until the bank writes (distillation and merge) of every submitted batch are
+        done; the extractor's own training may still be running."""
+        with self._cond:
+            ok = self._cond.wait_for(
+                lambda: self._writes_done >= self._submitted or self._error is not None, timeout)
+        self.raise_if_failed()
+        return ok
 
     def wait_idle(self, timeout: float | None = None) -> bool:
         """Block until every submitted batch is processed (used at the end and in tests)."""
@@ -173,6 +228,7 @@ class ExtractorTrack:
             finally:
                 with self._cond:
                     self._done += 1
+                    self._writes_done = max(self._writes_done, self._done)
                     self._cond.notify_all()
 
     def _process(self, step: int, trajectories: list[Any]) -> None:
@@ -182,9 +238,17 @@ class ExtractorTrack:
 
         t0 = time.perf_counter()
         messages, metas = [], []
+        if getattr(self.cfg, "distill", "all") == "with_experience":
+            # official: only the with-experience half updates the bank
+            # (memory_integration_mixin.py `_should_update_trajectory_memory`)
+            kept = [t for t in trajectories if t.with_experience]
+            self.stats["not_distilled"] += len(trajectories) - len(kept)
+            trajectories = kept
+        keep_reasoning = getattr(self.cfg, "keep_reasoning", False)
         for traj in trajectories:
             retrieved = self.manager.bank.get(list(traj.experience_ids)) if traj.experience_ids else []
-            pairs = [(turn.observation, turn.completion_text if turn.action is None else turn.action)
+            pairs = [(turn.observation, turn.completion_text
+                      if (keep_reasoning or turn.action is None) else turn.action)
                      for turn in traj.turns]
             text = trajectory_to_text(pairs, max_chars=self.cfg.max_trajectory_chars)
             outcome = {"success": traj.success, "score": traj.score, "n_actions": traj.n_actions}
@@ -211,21 +275,27 @@ class ExtractorTrack:
                                                   max_ops=self.cfg.max_ops)
                 written: list[int] = []
                 if not malformed and ops:
+                    key = traj.meta.get("query") if self.key_by_episode_start else None
                     written = self.manager.apply_operations(
                         ops, family=traj.meta.get("family", ""), task_id=traj.task_id,
                         provenance={"run": self.run_name,
                                     "trajectories": [f"{traj.task_name}/seed{traj.seed}/group{traj.group_id}"]},
-                        step=step)
+                        step=step, key_text=key,
+                        update_mode=getattr(self.cfg, "update_mode", "in_place"))
                 sample = ExtractorSample(list(gen.prompt_ids), list(gen.completion_ids), list(gen.logprobs),
                                          kind="extract", created_step=step, malformed=malformed,
                                          entry_ids=[int(i) for i in written])
+                self._register(sample)
                 new_samples.append(sample)
                 self.stats["extractions"] += 1
                 self.stats["malformed"] += int(malformed)
                 self.stats["ops_applied"] += len(written)
+            train_malformed = getattr(self.cfg, "train_malformed", True)
             for s in new_samples:
-                if s.malformed or s.entry_ids:
+                if s.entry_ids or (s.malformed and train_malformed):
                     self.samples.append(s)
+                    if s.malformed:  # its reward (-1) is known now
+                        self._enter_buffer(s)
                     for eid in s.entry_ids:
                         self._entry_to_samples.setdefault(eid, []).append(s)
             self._pending = [(st, tr) for st, tr in self._pending if st != step]
@@ -239,10 +309,99 @@ class ExtractorTrack:
             self.stats["merges"] += 1
             metrics["extractor/merge_s"] = time.perf_counter() - t1
             metrics.update({f"bank/merge_{k}": v for k, v in _merge_counts(result).items()})
+            if getattr(self.cfg, "train_merges", False):
+                self._add_merge_samples(result, step)
+        with self._cond:  # bank writes of this batch are done: a waiting rollout may start
+            self._writes_done += 1
+            self._cond.notify_all()
         metrics.update(self._maybe_train(step))
         self.log(metrics)
 
+    def _add_merge_samples(self, result: Any, step: int) -> None:
+        """Merge calls become extractor samples, credited like adds: by the use of the entries
+        they created (official: merge calls are trained). A malformed merge is a malformed
+        sample; a window that changed nothing (keep / stale) creates nothing to credit."""
+        train_malformed = getattr(self.cfg, "train_malformed", True)
+        with self._state_lock:
+            for ms in result.samples:
+                gen = ms.generation
+                if not hasattr(gen, "completion_ids"):
+                    continue
+                sample = ExtractorSample(list(gen.prompt_ids), list(gen.completion_ids),
+                                         list(gen.logprobs), kind="merge", created_step=step,
+                                         malformed=bool(ms.malformed),
+                                         entry_ids=[int(i) for i in ms.created_ids])
+                self._register(sample)
+                if sample.entry_ids or (sample.malformed and train_malformed):
+                    self.samples.append(sample)
+                    for eid in sample.entry_ids:
+                        self._entry_to_samples.setdefault(eid, []).append(sample)
+
     def _maybe_train(self, step: int) -> dict[str, Any]:
+        if self.policy == "buffer":
+            return self._maybe_train_buffer(step)
+        return self._maybe_train_pool(step)
+
+    def _maybe_train_buffer(self, step: int) -> dict[str, Any]:
+        """``_maybe_train_memory_model_from_buffer``: pop exactly ``buffer_size`` samples (the
+        oldest first) once the buffer holds that many; each is trained once on the credit it
+        gathered in the buffer, and leaves it."""
+        with self._state_lock:
+            # a sample outside the buffer whose entries have all left the bank (replaced,
+            # merged, evicted) can never be credited again: let it go
+            alive = {e.id for e in self.manager.get(sorted({i for s in self.samples for i in s.entry_ids}))}
+            self.samples = [s for s in self.samples if s.uid in self.buffer
+                            or any(i in alive for i in s.entry_ids)]
+            self._entry_to_samples = {}
+            for smp in self.samples:
+                for eid in smp.entry_ids:
+                    self._entry_to_samples.setdefault(eid, []).append(smp)
+            out: dict[str, Any] = {"extractor/pool": len(self.samples),
+                                   "extractor/ready": len(self.buffer)}
+            if self.trainer is None or len(self.buffer) < self.cfg.buffer_size:
+                return out
+            batch_samples = [self.buffer.popitem(last=False)[1] for _ in range(self.cfg.buffer_size)]
+            usage = [list(s.usage) for s in batch_samples]
+            for s in batch_samples:  # re-enters with new credit only
+                s.usage = []
+        return self._train(step, batch_samples, usage, out)
+
+    def _train(self, step: int, ready: list[ExtractorSample], usage: list[list[float]],
+               out: dict[str, Any]) -> dict[str, Any]:
+        import torch
+
+        from crl_bench.algorithms.credit import count_aware_weights, extractor_advantages, extractor_rewards
+
+        rewards = extractor_rewards(usage, [s.malformed for s in ready])
+        adv = extractor_advantages(rewards)
+        if self.count_reweight:
+            weights = count_aware_weights(torch.tensor([s.times_trained for s in ready]),
+                                          torch.tensor([s.last_trained_step for s in ready]), self.updates,
+                                          power=self.cfg.count_power, cooldown=self.cfg.cooldown)
+        else:
+            weights = torch.ones(len(ready))
+        batch = [TrainSample(s.prompt_ids, s.completion_ids, s.logprobs, float(a), float(w))
+                 for s, a, w in zip(ready, adv.tolist(), weights.tolist())]
+        m = self.trainer.update(batch, loss=self.cfg.loss, loss_kwargs=self.cfg.loss_kwargs(),
+                                agg=self.cfg.agg, temperature=self.temperature)
+        trained_entries: list[int] = []
+        with self._state_lock:
+            for s, w in zip(ready, weights.tolist()):
+                if w > 0:
+                    s.times_trained += 1
+                    s.last_trained_step = self.updates
+                    trained_entries.extend(s.entry_ids)
+        if trained_entries:  # the bank's own count, for `crl-bench bank` and the report
+            self.manager.mark_trained(sorted(set(trained_entries)), step)
+        self.updates += 1
+        release_free_memory()
+        out.update({f"losses/extractor_{k}": v for k, v in m.items()})
+        out["extractor/reward_mean"] = float(rewards.mean())
+        out["extractor/updates"] = self.updates
+        out["extractor/batch"] = len(ready)
+        return out
+
+    def _maybe_train_pool(self, step: int) -> dict[str, Any]:
         import torch
 
         from crl_bench.algorithms.credit import count_aware_weights, extractor_advantages, extractor_rewards
@@ -298,6 +457,7 @@ class ExtractorTrack:
             if also is not None:
                 also()
             return {"samples": [s.to_json() for s in self.samples], "updates": self.updates,
+                    "buffer": list(self.buffer),
                     "last_merge_step": self.last_merge_step, "stats": dict(self.stats),
                     "pending": list(self._pending)}
 
@@ -309,6 +469,9 @@ class ExtractorTrack:
             for s in self.samples:
                 for eid in s.entry_ids:
                     self._entry_to_samples.setdefault(eid, []).append(s)
+            by_uid = {s.uid: s for s in self.samples if s.uid >= 0}
+            self.buffer = OrderedDict((u, by_uid[u]) for u in state.get("buffer", []) if u in by_uid)
+            self._uids = itertools.count(max(by_uid, default=-1) + 1)
             self.updates = int(state["updates"])
             self.last_merge_step = int(state["last_merge_step"])
             self.stats.update(state["stats"])

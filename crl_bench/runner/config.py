@@ -50,6 +50,8 @@ class ModelConfig:
     dtype: str = "auto"
     device: str = "auto"
     lora_r: int = 16
+    """LoRA rank; 0 = full fine-tuning (every parameter of each role's model trains, as the
+    official runs do; ``hf`` backend only: the ``vllm`` backend serves LoRA adapters)."""
     lora_alpha: int = 32
 
 
@@ -61,10 +63,17 @@ class RolloutConfig:
     """K rollouts per group. With the split on, K/2 use experience and K/2 do not."""
     temperature: float = 0.99
     top_p: float = 0.99
+    top_k: int = 0
+    """Sample among the k most likely tokens only (0: off; the official runs use 100)."""
     max_new_tokens: int = 64
     """Tokens per actor turn."""
+    conversation: str = "window"
+    """What the actor sees each turn. "window": a fresh prompt with the last ``history`` turns
+    (summarised) and the current observation. "full" (official): the whole multi-turn chat, each
+    turn appending the assistant's sampled tokens and the next observation, so that a turn's
+    prompt is the previous turn's prompt + completion + the observation, token for token."""
     history: int = 2
-    """Turns of history in the prompt (-1: the whole episode)."""
+    """Turns of history in the prompt (-1: the whole episode); "window" conversations only."""
     think: bool = False
     """Ask for <think>...</think> before the answer."""
     max_episode_tokens: int = 4096
@@ -103,6 +112,9 @@ class OptimConfig:
     agg: str = "token-mean"
     """How token losses become one number: ``token-mean``, ``seq-mean-token-mean``, ...
     (``crl_bench.algorithms.losses.aggregate``)."""
+    recompute_old_logprobs: bool = False
+    """Recompute the "old" log-probs with the trainer's own forward just before the update
+    (official; the ratio is exactly 1 at the first micro-step) instead of using the sampler's."""
 
     def loss_kwargs(self) -> dict[str, Any]:
         """The loss's keyword arguments: its registered defaults updated by ``loss_args``."""
@@ -116,6 +128,11 @@ class ActorConfig(OptimConfig):
     advantage: str = "mean"
     """A name in ``crl_bench.algorithms.ADVANTAGES``: "mean" (subtract the subgroup mean: the
     official code), "mean_std", or one a plugin registers."""
+    sample_unit: str = "turn"
+    """What one training sample is. "turn": every model call (its prompt re-encoded).
+    "trajectory" (official; needs ``rollout.conversation: full``): one sequence per episode, the
+    last turn's full token sequence with the loss on every assistant turn, the shared prefix
+    encoded once."""
 
 
 @dataclass
@@ -137,7 +154,33 @@ class ExtractorConfig(OptimConfig):
     """Run the extractor track in a background thread (False: inline, for debugging)."""
     max_trajectory_chars: int = 3000
     """The episode is shown to the extractor in at most this many characters (see
-    ``crl_bench.extractor.extraction.trajectory_to_text``)."""
+    ``crl_bench.extractor.extraction.trajectory_to_text``); 0 = no cut (official: the full
+    conversation, 64k context)."""
+    keep_reasoning: bool = False
+    """Show the extractor each actor turn's whole output, reasoning included (official); False:
+    only the parsed action."""
+    distill: str = "all"
+    """Which episodes are distilled: "all" K of each group, or "with_experience" (official: only
+    the with-experience half, ``_should_update_trajectory_memory``)."""
+    sample_policy: str = "pool"
+    """"pool": every credited sample is trained at each update, up to ``max_reuse`` times, and
+    dropped after ``credit_horizon`` steps without credit. "buffer" (official
+    ``MemoryTrainingBuffer``): a sample enters a FIFO buffer (``buffer_size`` entries) when
+    retrieval credits it; an update pops exactly ``buffer_size`` samples, each trained once on
+    the credit it gathered since it last entered the buffer."""
+    train_malformed: bool = True
+    """Train malformed extractor outputs at reward -1 (False, official: they write nothing, are
+    never retrieved and never trained)."""
+    update_mode: str = "in_place"
+    """``update`` operations: "in_place" keeps the target's id (its earlier writers keep receiving
+    credit); "replace" (official) deletes the targets and adds a new entry credited only to the
+    writer of the update."""
+    train_merges: bool = False
+    """Merge calls become extractor samples, credited like adds by the use of the entries they
+    create (official: merge calls are trained)."""
+    wait_before_rollout: bool = False
+    """Pending bank writes (distillation and merge of submitted steps) finish before each rollout
+    (official flush); the wait is logged as ``timing_s/bank_wait``. False: never wait."""
     answer_template: str = "free"
     """"free": the extractor writes its JSON operations itself. "content": the answer is
     pre-filled up to the content of one ``add`` and the model writes only that content (for
@@ -156,8 +199,18 @@ class ExperienceConfig:
     merge_every: int = 5
     merge_chunk: int = 5
     max_asks: int = 2
+    ask_k: int = 2
+    """Entries a Search-and-Ask query retrieves (official: 1, ``memory_fetch_num``)."""
+    key: str = "entry"
+    """What an entry is embedded by: "entry" (its own title + content) or "episode_start" (the
+    starting query, goal + first observation, of the episode it was distilled from: retrieval
+    matches episode starts to episode starts, official)."""
+    gate: bool = False
+    """Agents that retrieve with the accept / refine / reject gate by default (an agent option
+    ``method.gate`` overrides it; official: on)."""
     warmup_steps: int = 1
-    """First steps only fill the bank; the actor is not trained (paper: 5)."""
+    """First steps only fill the bank; the actor is not trained (paper text: 5; official code: 6,
+    see ``_paper``)."""
 
 
 @dataclass
@@ -206,6 +259,18 @@ class RunConfig:
                 f"rollout.group_size={r.group_size} is odd but the experience split is on: half of "
                 "each group uses experience and half does not. Use an even K (e.g. --set "
                 f"rollout.group_size={r.group_size + 1}) or switch the split off.")
+        if r.conversation not in ("window", "full"):
+            raise ConfigError(f"rollout.conversation={r.conversation!r}: use \"window\" (a fresh "
+                              "prompt each turn) or \"full\" (the whole multi-turn chat).")
+        if self.actor.sample_unit not in ("turn", "trajectory"):
+            raise ConfigError(f"actor.sample_unit={self.actor.sample_unit!r}: use \"turn\" or "
+                              "\"trajectory\".")
+        if self.actor.sample_unit == "trajectory" and r.conversation != "full":
+            raise ConfigError("actor.sample_unit=trajectory trains the whole conversation as one "
+                              "sequence and needs rollout.conversation=full (--set "
+                              "rollout.conversation=full), or use actor.sample_unit=turn.")
+        if not isinstance(r.top_k, int) or isinstance(r.top_k, bool) or r.top_k < 0:
+            raise ConfigError(f"rollout.top_k={r.top_k!r}: a whole number >= 0 (0 turns it off).")
         if split and r.group_size < 4:
             raise ConfigError("with the split on each half needs >= 2 rollouts for a non-zero "
                               "advantage: use rollout.group_size >= 4.")
@@ -264,22 +329,54 @@ def _cpu() -> RunConfig:
 
 
 def _paper() -> RunConfig:
-    """The official MiniHack single-task hyper-parameters (DESIGN §1)."""
+    """The official MiniHack single-task configuration (DESIGN §1; the ComplementaryRL fork of
+    ROLL at ab2574f, ``examples/singletask-agentic/single_task_complementaryrl.yaml``; every
+    mechanism, its source and its test: ``docs/fidelity.md``).
+
+    * Both models train **all parameters** at lr 1e-6 (yaml ``learning_rate: 1.0e-6`` for
+      ``actor_train`` and ``memory_actor_train``, no LoRA): ``model.lora_r=0``. Our ``vllm``
+      backend serves LoRA adapters only, so full fine-tuning generates with the ``hf`` backend
+      (slower than vLLM; the same computation). Memory: each role keeps a frozen copy of its base
+      beside the trained one, plus AdamW state (the official run spreads this over 16 GPUs).
+    * Extractor: 8,192 new tokens (yaml ``memory_model ... max_new_tokens: 8192``), the full
+      conversation with the actor's reasoning, only the with-experience half distilled, the
+      official training buffer (64, popped whole, once per new credit), malformed outputs not
+      trained, updates replace entries, merge calls trained, entries keyed by their episode's
+      start, bank writes flushed before each rollout, the accept / refine / reject gate.
+    * Search-and-Ask retrieves 1 entry (``memory_fetch_num: 1``); ALFWorld 30 actions (official
+      ALFWorld yaml); warm-up 6 steps: the official loop trains the actor only once
+      ``global_step > memory_warmup_interval`` (5) with steps counted from 0
+      (``multi_agentic_pipeline.py:1202, 1470``), i.e. 6 steps without an actor update; ours
+      count from 1 and skip ``step <= warmup_steps``.
+    * SWE: the paper evaluates on SWE-bench Verified, which this project has no task set for
+      (it needs the SWE-bench Verified data and Docker images, not available here); the ``swe``
+      family runs our ``mini`` task set under every preset, ``paper`` included.
+    """
     return RunConfig(
         preset="paper", steps=512,
         model=ModelConfig(actor="Qwen/Qwen2.5-7B-Instruct", extractor="Qwen/Qwen3-4B-Thinking-2507",
-                          backend="vllm", dtype="bfloat16", device="cuda", lora_r=64, lora_alpha=128),
-        rollout=RolloutConfig(groups=16, group_size=8, temperature=0.99, top_p=0.99,
-                              max_new_tokens=512, history=2, think=True, max_episode_tokens=32768,
-                              env_max_steps={"minihack": 30, "webshop": 15, "alfworld": 50, "swe": 50}),
+                          backend="hf", dtype="bfloat16", device="cuda", lora_r=0, lora_alpha=128),
+        # the actor sees the whole conversation, 4,096 new tokens per turn, top-k 100
+        rollout=RolloutConfig(groups=16, group_size=8, temperature=0.99, top_p=0.99, top_k=100,
+                              max_new_tokens=4096, conversation="full", history=-1, think=True,
+                              max_episode_tokens=32768,
+                              env_max_steps={"minihack": 30, "webshop": 15, "alfworld": 30, "swe": 50}),
+        # one sequence per trajectory, loss on every assistant turn, seq-mean-token-mean, old
+        # log-probs recomputed by the trainer (the official ROLL configs)
         actor=ActorConfig(lr=1e-6, loss="ppo_clip", loss_args={"clip_eps": 0.2}, micro_batch_size=8,
-                          advantage="mean"),
+                          advantage="mean", sample_unit="trajectory", agg="seq-mean-token-mean",
+                          recompute_old_logprobs=True),
         extractor=ExtractorConfig(lr=1e-6, loss="cispo", loss_args={"eps_low": 0.1, "eps_high": 0.1},
-                                  buffer_size=64,
-                                  max_new_tokens=2048, micro_batch_size=4),
+                                  buffer_size=64, max_new_tokens=8192, micro_batch_size=4,
+                                  agg="seq-mean-token-mean", recompute_old_logprobs=True,
+                                  max_trajectory_chars=0, keep_reasoning=True,
+                                  distill="with_experience", sample_policy="buffer",
+                                  train_malformed=False, update_mode="replace", train_merges=True,
+                                  wait_before_rollout=True),
         experience=ExperienceConfig(embedder="Qwen/Qwen3-Embedding-0.6B", k=1, oversample=16, lam=0.4,
                                     recent_s=300.0, drop_recent_top1_p=0.5, capacity=20_000,
-                                    merge_every=5, merge_chunk=5, max_asks=2, warmup_steps=5),
+                                    merge_every=5, merge_chunk=5, max_asks=2, ask_k=1,
+                                    key="episode_start", gate=True, warmup_steps=6),
         eval=EvalConfig(every=32, episodes_per_task=128),
     )
 

@@ -139,6 +139,12 @@ class RunContext:
         self.manager: Any = None
         self.extractor: Any = None
         self.search_ask = False
+        self.gate = False
+        """The actor judges each retrieved entry before acting (accept / refine / reject;
+        :mod:`crl_bench.extractor.gate`); set by :meth:`build_experience`."""
+        self.task_scores: dict[str, list[float]] = {}
+        """Per task: [score sum, episodes] of training episodes (the gate's historical performance)."""
+        self.gate_counts: dict[str, int] = {}
         self.timings: dict[str, float] = {}
         """``timing_s/...`` of the current step (the loop writes and resets them)."""
         from crl_bench.runner.progress import NullProgress
@@ -174,13 +180,13 @@ class RunContext:
 
         m = self.cfg.model
         backend_cls = backend_class(m.backend)
-        common: dict[str, Any] = dict(lora=LoraSpec(r=m.lora_r, alpha=m.lora_alpha), dtype=m.dtype,
-                                      device=m.device, seed=self.cfg.seed)
+        # lora_r=0: full fine-tuning (the official runs train every parameter of both models)
+        lora = LoraSpec(r=m.lora_r, alpha=m.lora_alpha) if m.lora_r > 0 else None
+        common: dict[str, Any] = dict(lora=lora, dtype=m.dtype, device=m.device, seed=self.cfg.seed)
         roles = ("actor", "extractor") if extractor else ("actor",)
-        if extractor and m.extractor and m.extractor != m.actor:
-            if shared_params:
-                raise ConfigError("the shared-parameters ablation needs one model for both roles; "
-                                  "unset model.extractor (--set model.extractor=null).")
+        # shared parameters: one model serves both roles, so the actor's model is the extractor's
+        # too (model.extractor is not used; the ablation is a single switch, also under `paper`)
+        if extractor and m.extractor and m.extractor != m.actor and not shared_params:
             self.raw_backend = backend_cls(m.actor, roles=("actor",), **common)
             self.ext_raw = backend_cls(m.extractor, roles=("extractor",), **common)
         else:
@@ -191,7 +197,7 @@ class RunContext:
                             else LockedBackend(self.ext_raw, self.lock))
         r, e = self.cfg.rollout, self.cfg.extractor
         self.actor_sampling = SamplingParams(temperature=r.temperature, top_p=r.top_p,
-                                             max_new_tokens=r.max_new_tokens)
+                                             top_k=r.top_k, max_new_tokens=r.max_new_tokens)
         self.extractor_sampling = SamplingParams(temperature=e.temperature, top_p=e.top_p,
                                                  max_new_tokens=e.max_new_tokens, stop=("</answer>",))
 
@@ -201,12 +207,14 @@ class RunContext:
         self.actor_trainer = RoleTrainer(self.raw_backend, "actor", self.cfg.actor,
                                          total_steps=self.cfg.steps, lock=self.lock, seed=self.cfg.seed)
 
-    def build_experience(self, *, diversify: bool = True, search_ask: bool = False) -> None:
+    def build_experience(self, *, diversify: bool = True, search_ask: bool = False,
+                         gate: bool = False) -> None:
         """The bank (``RUN_DIR/bank.sqlite``), the embedder and the manager. ``search_ask``: the
-        with-experience episodes may query the bank mid-episode (train and evaluation)."""
+        with-experience episodes may query the bank mid-episode (train and evaluation).
+        ``gate``: the actor accepts / refines / rejects each retrieved entry before it acts."""
         from crl_bench.experience.bank import ExperienceBank
         from crl_bench.experience.embedder import load_embedder
-        from crl_bench.experience.manager import ExperienceManager, RetrievalConfig
+        from crl_bench.experience.manager import ExperienceManager, RetrievalConfig, step_clock
 
         x = self.cfg.experience
         embedder = load_embedder(x.embedder)
@@ -215,8 +223,13 @@ class RunContext:
         retrieval = RetrievalConfig(k=x.k, oversample=x.oversample, diversify=diversify, lam=x.lam,
                                     recent_s=x.recent_s, drop_recent_top1_p=x.drop_recent_top1_p,
                                     seed=self.cfg.seed)
-        self.manager = ExperienceManager(bank, embedder, retrieval)
+        # recency on the run's logical clock (steps, see RetrievalConfig.step_s), not wall time:
+        # a resumed run must take the uninterrupted run's decisions
+        clock = step_clock(lambda: self.step, retrieval.step_s,
+                           origin=float(bank.meta.get("created_at", 0.0)))
+        self.manager = ExperienceManager(bank, embedder, retrieval, clock=clock)
         self.search_ask = search_ask
+        self.gate = gate
 
     def build_extractor(self, *, train: bool, merge: bool = True, count_reweight: bool = True) -> None:
         """The extractor track (after :meth:`build_experience`). ``train``: give the extractor its
@@ -236,7 +249,8 @@ class RunContext:
             temperature=self.extractor_sampling.logprob_temperature,
             merge_every=x.merge_every if merge else 0, merge_chunk=x.merge_chunk,
             count_reweight=count_reweight, asynchronous=self.cfg.extractor.asynchronous,
-            log=self._log_extractor, run_name=self.run.path.name)
+            log=self._log_extractor, run_name=self.run.path.name,
+            key_by_episode_start=x.key == "episode_start")
 
     def _log_extractor(self, metrics: dict[str, Any]) -> None:
         with self._extractor_metrics_lock:
@@ -307,47 +321,97 @@ class RunContext:
         from crl_bench.llm.rollout import EpisodeSpec
 
         specs = []
+        gates: list[tuple[Any, str]] = []
         by_task: dict[str, int] = {}
         for g in plan:
             used = by_task.get(g.task.env_id, 0)
             envs = self.envs_for(g.task, phase, used + g.size)[used:used + g.size]
             by_task[g.task.env_id] = used + g.size
             retrieved: list[list[Any]] = [[] for _ in range(g.size)]
-            if g.with_experience and self.manager is not None:
+            query = goal = first_obs = None
+            # the episode's starting query (goal + first observation): the retrieval query, and
+            # with experience.key="episode_start" the key its distilled entries are stored under
+            if self.manager is not None and (g.with_experience or self.cfg.experience.key == "episode_start"):
                 try:
                     obs, info = envs[0].reset(seed=g.seed)
                 except Exception:  # noqa: BLE001 - the engine's own reset records the env error
                     obs, info = None, None
                 if info is not None:
-                    query = f"{info.get('goal', '')}\n{obs}"[:2000]
-                    retrieved[:g.with_experience] = self.manager.retrieve(
-                        [query] * g.with_experience, family=g.task.family)
+                    goal, first_obs = str(info.get("goal", "")), str(obs)
+                    query = f"{goal}\n{first_obs}"[:2000]
+                    if g.with_experience:
+                        retrieved[:g.with_experience] = self.manager.retrieve(
+                            [query] * g.with_experience, family=g.task.family)
             for i, env in enumerate(envs):
                 entries = retrieved[i]
+                meta = {"family": g.task.family, "env_id": g.task.env_id, "phase": phase, "step": step}
+                if query is not None:
+                    meta["query"] = query
                 specs.append(EpisodeSpec(
                     env=env, seed=g.seed, options=None, group_id=g.group_id, task_name=g.task.name,
                     with_experience=i < g.with_experience, experience_ids=[e.id for e in entries],
                     experience_text="\n".join(e.render() for e in entries),
-                    meta={"family": g.task.family, "env_id": g.task.env_id, "phase": phase,
-                          "step": step}))
+                    meta=meta))
+                if self.gate and entries:
+                    gates.append((specs[-1], f"Goal: {goal}\nObservation: {first_obs}"))
+        if gates:
+            self._run_gate(gates)
         return specs
+
+    def _run_gate(self, gates: list[tuple[Any, str]]) -> None:
+        """The accept / refine / reject gate (:mod:`crl_bench.extractor.gate`): one batched actor
+        call judges the entry each with-experience episode was given; the verdict sets what the
+        episode is shown (``experience_text``) and, through ``meta["gate"]``, the credit it gives
+        (:func:`~crl_bench.extractor.gate.gate_credit`). Unparseable: nothing shown, no credit."""
+        from crl_bench.extractor.gate import gate_messages, parse_gate
+        from crl_bench.runner.trainer import timed
+
+        prompts = []
+        for spec, task_prompt in gates:
+            total, n = self.task_scores.get(spec.task_name, (0.0, 0))
+            prompts.append(self.backend.chat_prompt_ids(gate_messages(
+                task_prompt, spec.experience_text, total / max(n, 1), int(n))))
+        with timed(self.timings, "timing_s/gate"):
+            generations = self.backend.generate(prompts, self.actor_sampling, adapter="actor")
+        for (spec, _), gen in zip(gates, generations):
+            decision = parse_gate(gen.text, spec.experience_text)
+            verdict = decision.verdict or "invalid"
+            self.gate_counts[verdict] = self.gate_counts.get(verdict, 0) + 1
+            spec.meta["gate"] = decision.verdict
+            spec.experience_text = decision.knowledge
+            if decision.verdict is None:  # official: memory_uids = [] -> no credit
+                spec.experience_ids = []
+
+    def wait_for_bank(self) -> None:
+        """``extractor.wait_before_rollout``: pending bank writes finish before a rollout (the
+        official flush before each rollout); the wait is logged as ``timing_s/bank_wait``."""
+        if self.extractor is None or not self.cfg.extractor.wait_before_rollout:
+            return
+        from crl_bench.runner.trainer import timed
+
+        with timed(self.timings, "timing_s/bank_wait"):
+            self.extractor.wait_writes()
 
     def _engine(self, ask: Any, seed: int) -> Any:
         from crl_bench.llm.rollout import PromptConfig, RolloutEngine
         from crl_bench.llm.types import SamplingParams
 
         r = self.cfg.rollout
-        sampling = SamplingParams(temperature=r.temperature, top_p=r.top_p,
+        sampling = SamplingParams(temperature=r.temperature, top_p=r.top_p, top_k=r.top_k,
                                   max_new_tokens=r.max_new_tokens, seed=seed)
         kwargs = dict(history=r.history, think=r.think, max_episode_tokens=r.max_episode_tokens,
-                      format_penalty=r.format_penalty, max_asks=self.cfg.experience.max_asks)
+                      format_penalty=r.format_penalty, max_asks=self.cfg.experience.max_asks,
+                      conversation=r.conversation)
         if r.small_model_prompt:
             kwargs.pop("think")
             prompt = PromptConfig.for_small_model(**kwargs)
         else:
             prompt = PromptConfig(**kwargs)
+        # ask_requires_experience: Search-and-Ask is not even offered to without-experience
+        # episodes (issue 16.11: offering it and then refusing wasted their turns)
         return RolloutEngine(self.backend, sampling, prompt, adapter="actor", ask_callback=ask,
-                             progress=False, on_progress=self.progress.on_play_progress)
+                             progress=False, on_progress=self.progress.on_play_progress,
+                             ask_requires_experience=True)
 
     def play(self, phase: str, step: int, plan: list[GroupPlan], *, sampling_seed: int) -> list[Any]:
         """Play every episode of ``plan`` concurrently (one batched model call per turn).
@@ -357,6 +421,7 @@ class RunContext:
         credited with the asking episode's score."""
         from crl_bench.runner.trainer import timed
 
+        self.wait_for_bank()
         specs = self._episode_specs(phase, step, plan)
         callback, ask_samples = self._ask_callback(
             self.search_ask, record=(phase == "train" and self.extractor_trainer is not None))
@@ -366,6 +431,10 @@ class RunContext:
         self.progress.end_play()
         for spec, traj in zip(specs, trajectories):
             traj.meta.update(spec.meta)
+            if phase == "train":  # the gate's historical performance per task
+                acc = self.task_scores.setdefault(traj.task_name, [0.0, 0])
+                acc[0] += float(traj.score)
+                acc[1] += 1
             samples = ask_samples.get(id(spec), [])
             if samples and self.extractor is not None:
                 self.extractor.add_ask_samples(samples, traj.score)
@@ -377,7 +446,7 @@ class RunContext:
         from crl_bench.extractor.search_ask import SearchAndAsk
         from crl_bench.extractor.track import ExtractorSample
 
-        saa = SearchAndAsk(self.manager, self.extractor_generate)
+        saa = SearchAndAsk(self.manager, self.extractor_generate, k=self.cfg.experience.ask_k)
         by_episode: dict[int, list[ExtractorSample]] = {}
 
         def ask(query: str, spec: Any, context: dict[str, Any]) -> str:
@@ -419,14 +488,20 @@ class RunContext:
         return group_advantages(returns, keys, method=self.cfg.actor.advantage)
 
     def update_actor(self, trajectories: list[Any], advantages: Any) -> dict[str, float]:
-        """One actor update on every turn of ``trajectories`` (each turn carries its episode's
-        advantage); returns ``losses/actor_*`` metrics."""
+        """One actor update on ``trajectories`` (each turn carries its episode's advantage):
+        one sample per turn (``actor.sample_unit: turn``) or one per episode, its whole
+        conversation with the loss on every assistant turn (``trajectory``); returns
+        ``losses/actor_*`` metrics."""
         from crl_bench.runner.trainer import TrainSample
 
         if self.actor_trainer is None:
             raise RuntimeError("update_actor() needs build_actor_trainer() in the agent's build()")
-        samples = [TrainSample(turn.prompt_ids, turn.completion_ids, turn.logprobs, float(a))
-                   for traj, a in zip(trajectories, advantages.tolist()) for turn in traj.turns]
+        if self.cfg.actor.sample_unit == "trajectory":
+            samples = [TrainSample.from_turns(traj.turns, float(a))
+                       for traj, a in zip(trajectories, advantages.tolist()) if traj.turns]
+        else:
+            samples = [TrainSample(turn.prompt_ids, turn.completion_ids, turn.logprobs, float(a))
+                       for traj, a in zip(trajectories, advantages.tolist()) for turn in traj.turns]
         from crl_bench.runner.trainer import timed
 
         a = self.cfg.actor

@@ -76,7 +76,7 @@ FIELD_RANGES: dict[str, Range] = {
     "steps": Range(1, MAX_STEPS),
     "checkpoint_every": Range(1, MAX_STEPS, note="checkpoint every N steps and at the last"),
     "threads": Range(0, 1024, note="0: torch's default"),
-    "model.lora_r": Range(1, 4096),
+    "model.lora_r": Range(0, 4096, note="0: full fine-tuning (hf backend)"),
     "model.lora_alpha": Range(1, 65536),
     "rollout.groups": Range(1, MAX_EPISODES_PER_STEP),
     "rollout.group_size": Range(1, MAX_GROUP_SIZE),
@@ -97,7 +97,7 @@ FIELD_RANGES: dict[str, Range] = {
     "extractor.cooldown": Range(0, MAX_STEPS),
     "extractor.max_reuse": Range(1, MAX_STEPS),
     "extractor.credit_horizon": Range(1, MAX_STEPS),
-    "extractor.max_trajectory_chars": Range(1, 1 << 24),
+    "extractor.max_trajectory_chars": Range(0, 1 << 24, note="0: no cut"),
     "experience.k": Range(1, 64),
     "experience.oversample": Range(1, 1024),
     "experience.lam": Range(0, 1),
@@ -108,6 +108,7 @@ FIELD_RANGES: dict[str, Range] = {
     "experience.merge_chunk": Range(1, 1024),
     "experience.max_asks": Range(0, 64, note="0: no Search-and-Ask"),
     "experience.warmup_steps": Range(0, MAX_STEPS),
+    "experience.ask_k": Range(1, 64),
     "eval.every": Range(0, MAX_STEPS, note="0: only at the end"),
     "eval.episodes_per_task": Range(1, MAX_EPISODES_PER_STEP),
 }
@@ -278,6 +279,17 @@ def validate_config(cfg: "RunConfig") -> None:
     _check_name("actor.advantage", cfg.actor.advantage, ADVANTAGES.names(), "advantage estimator")
     _check_name("extractor.answer_template", cfg.extractor.answer_template, ANSWER_TEMPLATES,
                 "answer template")
+    _check_name("extractor.distill", cfg.extractor.distill, ("all", "with_experience"),
+                "distillation set")
+    _check_name("extractor.sample_policy", cfg.extractor.sample_policy, ("pool", "buffer"),
+                "extractor sample policy")
+    _check_name("extractor.update_mode", cfg.extractor.update_mode, ("in_place", "replace"),
+                "update mode")
+    _check_name("experience.key", cfg.experience.key, ("entry", "episode_start"), "retrieval key")
+    if cfg.model.lora_r == 0 and cfg.model.backend == "vllm":
+        raise ConfigError("model.lora_r=0 (full fine-tuning) needs the hf backend: the vllm "
+                          "backend serves LoRA adapters only. Use --set model.backend=hf or a "
+                          "LoRA rank > 0.")
     if not cfg.experience.embedder.strip():
         raise ConfigError("experience.embedder='': must name an embedder; e.g. "
                           "--set experience.embedder=all-MiniLM-L6-v2.")
