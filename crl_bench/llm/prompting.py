@@ -46,7 +46,13 @@ class PromptConfig:
 
     history: int = 2
     """Previous turns shown in the prompt: the last ``history`` turns (2, as verl-agent), 0 for
-    none, -1 for the full history."""
+    none, -1 for the full history ("window" conversations only)."""
+    conversation: str = "window"
+    """"window": each turn is one fresh chat (system + one user message with the goal, a window
+    of ``history`` past turns and the observation). "full" (official): one multi-turn chat per
+    episode; each turn appends the assistant's sampled tokens and a user message with the next
+    observation (:func:`build_followup_message`), so a turn's prompt ids are the previous turn's
+    prompt + completion + the new message's tokens, exactly."""
     think: bool = True
     """Ask for ``<think>...</think>`` reasoning before the answer (the parser never requires it)."""
     show_admissible: bool = True
@@ -80,6 +86,8 @@ class PromptConfig:
     ``response_prefix + completion_text``; the completion ids/text stay the sampled ones."""
 
     def __post_init__(self) -> None:
+        if self.conversation not in ("window", "full"):
+            raise ValueError(f"conversation must be 'window' or 'full', got {self.conversation!r}.")
         if self.history < -1:
             raise ValueError(f"history must be -1 (full), 0 or a positive count; got {self.history}.")
         if self.max_turns is not None and self.max_turns < 1:
@@ -162,6 +170,12 @@ def build_messages(config: PromptConfig, *, family: str, goal: str, observation:
                  f"{_cut(observation, config.max_observation_chars)}")
     if config.show_admissible and admissible_actions:
         parts.append("Admissible actions: " + ", ".join(admissible_actions))
+    parts.append(_format_line(config, admissible_actions, asks_left))
+    return [{"role": "system", "content": config.system_prompt(family)},
+            {"role": "user", "content": "\n\n".join(parts)}]
+
+
+def _format_line(config: PromptConfig, admissible_actions: list[str] | None, asks_left: int) -> str:
     a = config.answer_tag
     if config.think:
         fmt = (f"Think step by step inside <think>...</think>, then give exactly one action "
@@ -174,9 +188,47 @@ def build_messages(config: PromptConfig, *, family: str, goal: str, observation:
         q = config.ask_tag
         fmt += (f" If you need advice instead, write <{q}>your question</{q}> ({asks_left} "
                 f"left); the advice comes back as your next observation.")
-    parts.append(fmt)
-    return [{"role": "system", "content": config.system_prompt(family)},
-            {"role": "user", "content": "\n\n".join(parts)}]
+    return fmt
+
+
+def build_followup_message(config: PromptConfig, *, observation: str,
+                           admissible_actions: list[str] | None, asks_left: int = 0,
+                           turn_index: int = 1) -> str:
+    """The user message that follows an assistant turn in a "full" conversation: the new
+    observation (env feedback, advice or invalid-format feedback), the admissible actions and the
+    answer format (Search-and-Ask only while ``asks_left > 0``)."""
+    parts = [f"Observation (turn {turn_index + 1}):\n"
+             f"{_cut(observation, config.max_observation_chars)}"]
+    if config.show_admissible and admissible_actions:
+        parts.append("Admissible actions: " + ", ".join(admissible_actions))
+    parts.append(_format_line(config, admissible_actions, asks_left))
+    return "\n\n".join(parts)
+
+
+_AMARK = "\u2063ASSISTANT-MARK\u2063"
+_UMARK = "\u2063USER-MARK\u2063"
+
+
+def conversation_template(tokenizer) -> tuple[str, str, str]:
+    """``(close, user_head, user_tail)``: the chat template's text after an assistant message's
+    content (e.g. ``"<|im_end|>\\n"``), and around a following user message's content up to and
+    including the next assistant header, so that a "full" conversation is extended as
+    ``... completion + close + user_head + content + user_tail`` without re-rendering (and
+    re-tokenising) the earlier turns. Read from the tokenizer's own template with markers."""
+    def render(messages, gen):
+        return tokenizer.apply_chat_template(messages, add_generation_prompt=gen, tokenize=False)
+
+    base = [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}]
+    with_answer = render(base + [{"role": "assistant", "content": _AMARK}], False)
+    close = with_answer[with_answer.rindex(_AMARK) + len(_AMARK):]
+    follow = render(base + [{"role": "assistant", "content": _AMARK},
+                            {"role": "user", "content": _UMARK}], True)
+    rest = follow[follow.rindex(_AMARK) + len(_AMARK):]
+    if not rest.startswith(close) or _UMARK not in rest:
+        raise ValueError("this chat template does not render a follow-up user message as "
+                         "'assistant close + user message': use rollout.conversation=window")
+    head, tail = rest[len(close):].split(_UMARK, 1)
+    return close, head, tail
 
 
 _THINK = re.compile(r"<think>.*?</think>", re.DOTALL)

@@ -25,7 +25,8 @@ import time
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Callable
 
-from crl_bench.llm.prompting import (HistoryItem, PromptConfig, build_messages,
+from crl_bench.llm.prompting import (HistoryItem, PromptConfig, build_followup_message,
+                                     build_messages, conversation_template,
                                      invalid_format_feedback, parse_completion)
 from crl_bench.llm.types import SamplingParams
 
@@ -154,6 +155,7 @@ class _Running:
     start: float = field(default_factory=time.perf_counter)
     wall_s: float = 0.0
     error: str | None = None
+    conversation_ids: list[int] | None = None  # "full" conversations: the next prompt's ids
 
 
 MAX_ERROR_CHARS = 500
@@ -185,12 +187,20 @@ class RolloutEngine:
         ask_batch_callback: alternative taking all of one turn's queries at once
             ``[(query, spec, context), ...] -> [advice, ...]`` (one batched extractor call).
         progress: show a progress bar of finished episodes.
+        ask_requires_experience: offer Search-and-Ask (the tool text and ``<ask>``) only in
+            episodes with ``spec.with_experience`` (the without-experience half must stay
+            without it, so the tool is not shown there at all).
+
+    With ``prompt.conversation == "full"`` each episode is one growing chat: a turn's prompt ids
+    are the previous turn's prompt + completion + the chat template's close of the assistant
+    message + the next user message (the observation), token for token.
     """
 
     def __init__(self, backend: Any, sampling: SamplingParams, prompt: PromptConfig | None = None,
                  adapter: str | None = "actor", ask_callback: AskCallback | None = None,
                  progress: bool = False, *, ask_batch_callback: AskBatchCallback | None = None,
-                 on_progress: Callable[[dict], None] | None = None) -> None:
+                 on_progress: Callable[[dict], None] | None = None,
+                 ask_requires_experience: bool = False) -> None:
         if ask_callback is not None and ask_batch_callback is not None:
             raise ValueError("Give ask_callback or ask_batch_callback, not both.")
         self.backend = backend
@@ -201,6 +211,8 @@ class RolloutEngine:
         self.ask_callback = ask_callback
         self.ask_batch_callback = ask_batch_callback
         self.progress = progress
+        self.ask_requires_experience = ask_requires_experience
+        self._template: tuple[list[int], str, str] | None = None
         self.on_progress = on_progress  # f({episodes_done, episodes, turns, turns_max, tokens}) per turn
         self.last_stats: dict[str, float] = {}
         self._prefix_ids: list[int] = []
@@ -237,9 +249,39 @@ class RolloutEngine:
                         max_turns=max_turns)
 
     def _asks_left(self, ep: _Running) -> int:
+        if self.ask_requires_experience and not ep.spec.with_experience:
+            return 0
         return max(0, self.prompt.max_asks - ep.asks_used) if self._can_ask else 0
 
+    def _conversation_template(self) -> tuple[list[int], str, str]:
+        if self._template is None:
+            close, head, tail = conversation_template(self.backend.tokenizer)
+            close_ids = list(self.backend.tokenizer(close, add_special_tokens=False)["input_ids"])
+            self._template = (close_ids, head, tail)
+        return self._template
+
+    def _extend_conversation(self, ep: _Running) -> None:
+        """The next prompt of a "full" conversation: the last prompt + its completion + the
+        assistant close (the part the completion did not sample, e.g. after an eos) + the next
+        user message + the assistant header (+ the response prefix)."""
+        close_ids, head, tail = self._conversation_template()
+        turn = ep.turns[-1]
+        ids = list(turn.prompt_ids) + list(turn.completion_ids)
+        if close_ids and turn.completion_ids and turn.completion_ids[-1] == close_ids[0]:
+            ids += close_ids[1:]  # the completion ended with the template's end-of-turn token
+        else:
+            ids += close_ids
+        content = build_followup_message(self.prompt, observation=ep.observation,
+                                         admissible_actions=ep.admissible,
+                                         asks_left=self._asks_left(ep), turn_index=len(ep.turns))
+        ids += self.backend.tokenizer(head + content + tail, add_special_tokens=False)["input_ids"]
+        ep.conversation_ids = ids + self._prefix_ids
+
     def _prompt_ids(self, ep: _Running) -> list[int] | None:
+        if self.prompt.conversation == "full" and ep.turns:
+            ids = list(ep.conversation_ids or [])
+            cap = self.prompt.max_prompt_tokens
+            return ids if cap is None or len(ids) <= cap else None
         history = list(ep.history)
         while True:
             messages = build_messages(
@@ -340,6 +382,8 @@ class RolloutEngine:
                     self._finish(ep, truncated=True, reason="max_turns")
                 elif ep.tokens >= self.prompt.max_episode_tokens:
                     self._finish(ep, truncated=True, reason="max_episode_tokens")
+                if not ep.done and self.prompt.conversation == "full":
+                    self._extend_conversation(ep)
                 if ep.done and bar is not None:
                     bar.update(1)
             turn_no += 1

@@ -68,6 +68,8 @@ class LockedBackend:
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self._backend, name)
+        if name == "tokenizer":  # callable itself, and its methods (apply_chat_template) too
+            return LockedBackend(attr, self._lock)
         if not callable(attr):
             return attr
 
@@ -75,6 +77,10 @@ class LockedBackend:
             with self._lock:
                 return attr(*args, **kwargs)
         return call
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        with self._lock:
+            return self._backend(*args, **kwargs)
 
 
 @dataclass(frozen=True)

@@ -70,6 +70,38 @@ class TrainSample:
     def length(self) -> int:
         return len(self.prompt_ids) + len(self.completion_ids)
 
+    @classmethod
+    def from_turns(cls, turns: Sequence[Any], advantage: float, weight: float = 1.0) -> "TrainSample":
+        """One trajectory-level sample from an episode's turns (each with ``prompt_ids``,
+        ``completion_ids``, ``logprobs``) played as one conversation: the last turn's full
+        sequence, the loss on every turn's completion tokens, their sampling log-probs aligned.
+
+        Raises:
+            ValueError: a turn's prompt + completion is not a prefix of the last turn's sequence
+                (the episode was not played with ``rollout.conversation: full``).
+        """
+        if not turns:
+            raise ValueError("an episode without turns has nothing to train")
+        last = turns[-1]
+        seq = list(last.prompt_ids) + list(last.completion_ids)
+        first = len(turns[0].prompt_ids)
+        mask = [0] * len(seq)
+        old: list[float] = []
+        for k, t in enumerate(turns):
+            p, c = len(t.prompt_ids), len(t.completion_ids)
+            if len(t.logprobs) != c:
+                raise ValueError(f"turn {k}: {len(t.logprobs)} log-probs for {c} tokens")
+            if seq[:p] != list(t.prompt_ids) or seq[p:p + c] != list(t.completion_ids):
+                raise ValueError(f"turn {k}'s prompt + completion is not a prefix of the episode's "
+                                 "last sequence: trajectory-level samples need episodes played "
+                                 "as one conversation (rollout.conversation: full)")
+            if p < first:
+                raise ValueError(f"turn {k}'s prompt is shorter than the first turn's")
+            mask[p:p + c] = [1] * c
+            old.extend(float(x) for x in t.logprobs)
+        return cls(seq[:first], seq[first:], old, float(advantage), float(weight),
+                   completion_mask=mask[first:])
+
 
 def _schedule_factor(step: int, cfg: OptimConfig, total_steps: int) -> float:
     if cfg.warmup_steps and step < cfg.warmup_steps:
