@@ -47,12 +47,27 @@ def batch():
     return backend, samples
 
 
-@pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-mean"])
-def test_two_ranks_equal_one_process(cluster, batch, agg):
+def masked(samples):
+    """The batch with one trajectory-level sample (a completion mask with a 0-span in the middle:
+    two assistant turns around an observation), as ``actor.sample_unit: trajectory`` makes."""
+    s = samples[0]
+    n = len(s.completion_ids)
+    mask = [1] * 3 + [0] * 2 + [1] * (n - 5)
+    keep = [lp for lp, m in zip(s.old_logprobs, mask) if m]
+    return [TrainSample(s.prompt_ids, s.completion_ids, keep, s.advantage, s.weight, mask)] + samples[1:]
+
+
+@pytest.mark.parametrize("agg,recompute", [("token-mean", False), ("seq-mean-token-mean", False),
+                                           ("token-mean", True)])
+def test_two_ranks_equal_one_process(cluster, batch, agg, recompute):
     from crl_bench.distributed.learner import DataParallelLearner, load_role_weights, role_weights
 
     backend, samples = batch
-    cfg = OptimConfig(lr=1e-3, micro_batch_size=2, max_grad_norm=1e9)
+    if recompute:  # old log-probs recomputed by the trainer, and a masked trajectory sample
+        samples = masked(samples)
+        assert samples[0].n_tokens < len(samples[0].completion_ids)
+    cfg = OptimConfig(lr=1e-3, micro_batch_size=2, max_grad_norm=1e9,
+                      recompute_old_logprobs=recompute)
     start = role_weights(backend, "actor")
     ref = RoleTrainer(backend, "actor", cfg, total_steps=4, seed=0)
     captured = []
@@ -74,6 +89,7 @@ def test_two_ranks_equal_one_process(cluster, batch, agg):
         per_rank, totals, _ = learner.plan_chunks(samples)
         assert all(per_rank), "both ranks must get micro-batches"
         assert totals["seqs"] == 8  # zero-advantage / zero-weight samples count
+        assert totals["tokens"] == sum(x.n_tokens for x in samples)  # trained tokens only
         # the ranks start from the very weights the single process started from
         for a, b in zip(learner.weights(), start):
             assert torch.equal(a, b)

@@ -6,10 +6,12 @@ broadcast from rank 0, so every rank starts from the same weights) and a
 One update (:meth:`DataParallelLearner.update`) does what ``RoleTrainer.update`` does on one
 process, split over ranks:
 
-1. the driver filters and samples the batch exactly as ``RoleTrainer.update`` does (non-empty
-   completions, ``max_samples_per_update`` with the same seeded RNG, active = non-zero advantage
-   and weight), computes the token / sequence totals over the *whole* batch, sorts longest first
-   and cuts the same micro-batches (:func:`~crl_bench.runner.trainer.micro_batches`);
+1. the driver filters and samples the batch exactly as ``RoleTrainer.update`` does (samples with
+   trained tokens, ``max_samples_per_update`` with the same seeded RNG, active = non-zero
+   advantage and weight), computes the trained-token / sequence totals over the *whole* batch,
+   sorts longest first and cuts the same micro-batches
+   (:func:`~crl_bench.runner.trainer.micro_batches`); with ``recompute_old_logprobs`` each rank
+   recomputes the old log-probs on its own micro-batches before its first backward;
 2. micro-batches are dealt to ranks (balanced by padded tokens); each rank runs forward and
    backward on its own, each micro-batch's loss scaled by its share of the whole batch's tokens
    (or sequences), as on one process;
@@ -148,18 +150,30 @@ class LearnerRankImpl:
         loss_fn = tr._loss_fn(loss)
         sums: dict[str, float] = {}
         total_loss = 0.0
+        collated = [tr._collate(chunk) for chunk in chunks]
+        recomputed: list[Any] = []
+        if getattr(tr.cfg, "recompute_old_logprobs", False):
+            # "old" = the weights before this update, on this rank's own micro-batches (as
+            # RoleTrainer does on one process: same padding, same shapes)
+            with torch.no_grad():
+                for ids, attn, _, _, cmask in collated:
+                    lp = self.backend.forward_token_logprobs(self.role, ids, attn,
+                                                             temperature=temperature,
+                                                             score_mask=cmask[:, 1:] > 0)
+                    recomputed.append(lp.float().detach() * cmask[:, 1:].to(lp.device))
         tr.optimizer.zero_grad(set_to_none=True)
-        for chunk in chunks:
-            ids, attn, lp_old, adv, cmask = tr._collate(chunk)
+        for ci, chunk in enumerate(chunks):
+            ids, attn, lp_old, adv, cmask = collated[ci]
             logprobs = self.backend.forward_token_logprobs(self.role, ids, attn,
                                                            temperature=temperature,
                                                            score_mask=cmask[:, 1:] > 0)
             logprobs = logprobs.float()
             dev = logprobs.device
             lp = logprobs * cmask[:, 1:].to(dev)
-            out, m = loss_fn(lp, lp_old[:, 1:].to(dev), adv[:, 1:].to(dev), cmask[:, 1:].to(dev),
+            old = recomputed[ci] if recomputed else lp_old[:, 1:].to(dev)
+            out, m = loss_fn(lp, old, adv[:, 1:].to(dev), cmask[:, 1:].to(dev),
                              agg=agg, **loss_kwargs)
-            chunk_tokens = sum(len(s.completion_ids) for s in chunk)
+            chunk_tokens = sum(s.n_tokens for s in chunk)
             share = (chunk_tokens / totals["tokens"] if agg == "token-mean"
                      else len(chunk) / totals["seqs"])
             (out * share).backward()
@@ -227,7 +241,7 @@ def deal_chunks(chunks: list[list[Any]], n_ranks: int) -> list[list[list[Any]]]:
     load = [0] * n_ranks
     out: list[list[list[Any]]] = [[] for _ in range(n_ranks)]
     for chunk in chunks:
-        cost = len(chunk) * max(len(s.prompt_ids) + len(s.completion_ids) for s in chunk)
+        cost = len(chunk) * max(s.length for s in chunk)
         r = min(range(n_ranks), key=lambda i: (load[i], i))
         out[r].append(chunk)
         load[r] += cost
@@ -276,17 +290,17 @@ class DataParallelLearner:
         """(chunks per rank, totals, metrics so far): the first half of ``RoleTrainer.update``."""
         from crl_bench.runner.trainer import micro_batches
 
-        samples = [s for s in samples if s.completion_ids]
+        samples = [s for s in samples if s.n_tokens > 0]
         if self.cfg.max_samples_per_update and len(samples) > self.cfg.max_samples_per_update:
             samples = self._rng.sample(samples, self.cfg.max_samples_per_update)
         active = [s for s in samples if s.weight != 0.0 and s.advantage != 0.0]
         metrics = {"samples": float(len(samples)), "active_samples": float(len(active))}
         if not active:
             return [], {}, metrics
-        totals = {"tokens": float(sum(len(s.completion_ids) for s in samples)),
+        totals = {"tokens": float(sum(s.n_tokens for s in samples)),
                   "seqs": float(len(samples)),
-                  "active_tokens": float(sum(len(s.completion_ids) for s in active))}
-        active.sort(key=lambda s: len(s.prompt_ids) + len(s.completion_ids), reverse=True)
+                  "active_tokens": float(sum(s.n_tokens for s in active))}
+        active.sort(key=lambda s: s.length, reverse=True)
         chunks = micro_batches(active, self.cfg.micro_batch_size, self.cfg.micro_batch_tokens)
         return deal_chunks(chunks, self.n_ranks), totals, metrics
 
