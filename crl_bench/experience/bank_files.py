@@ -147,6 +147,40 @@ def restore_bank(backup: str | Path, path: str | Path) -> None:
         lock.release()
 
 
+def snapshot_bank(path: str | Path, dest: str | Path) -> Path:
+    """Copy the (closed) bank at ``path``, with what its WAL holds, to ``dest`` (SQLite's online
+    backup; complete or absent), holding the bank's writer lock so that no writer changes it
+    meanwhile (BankInUseError when one has it open). A run keeps its bank's state at start this
+    way, to restore it when a crash comes before the first checkpoint."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no experience bank at {path}")
+    lock = acquire_writer(path)
+    try:
+        conn = sqlite3.connect(str(path))
+        try:
+            return backup(conn, threading.Lock(), dest)
+        finally:
+            conn.close()
+    finally:
+        lock.release()
+
+
+def remove_bank(path: str | Path) -> bool:
+    """Delete the (closed) bank at ``path`` with its WAL and shared-memory files, holding its
+    writer lock (BankInUseError when a writer has it open). Returns whether a bank was there."""
+    path = Path(path)
+    if not path.exists():
+        return False
+    lock = acquire_writer(path)
+    try:
+        for suffix in ("-wal", "-shm", ""):
+            Path(str(path) + suffix).unlink(missing_ok=True)
+    finally:
+        lock.release()
+    return True
+
+
 def file_bytes(path: str | Path) -> int:
     """Size on disk of the database and its WAL."""
     return sum(os.path.getsize(f"{path}{s}") for s in ("", "-wal") if os.path.exists(f"{path}{s}"))

@@ -93,7 +93,7 @@ def _run_locked(run: Any, *, agent: str | None, tasks: str | None, preset: str |
                 ray: dict[str, Any] | None = None) -> Path:
     from crl_bench.agent import load_agent
     from crl_bench.runner.config import ConfigError, apply_resume_overrides, build_config
-    from crl_bench.runner.loop import Trainer, write_config
+    from crl_bench.runner.loop import Trainer, kill_point, write_config
 
     status = run.status()
     checkpoint, start = None, 0
@@ -140,6 +140,8 @@ def _run_locked(run: Any, *, agent: str | None, tasks: str | None, preset: str |
                 run.truncate_after(start)
                 run.set_status("done", start)
                 return run.path
+    if not resuming:
+        _keep_start_bank(run)  # before anything opens the bank
     trainer = Trainer(cfg, agent_obj, run, progress=progress)
     if ray is not None:  # envs, generation, learner, bank, extractor on a Ray cluster
         from crl_bench.distributed.context import attach_ray
@@ -152,6 +154,8 @@ def _run_locked(run: Any, *, agent: str | None, tasks: str | None, preset: str |
 
             # entries written after the checkpoint belong to work that is redone now
             restore_bank(checkpoint / "bank.sqlite", run.bank_path)
+        elif checkpoint is None and resuming:
+            _restore_start_bank(run)  # the dead attempt's entries must not be retrieved
         trainer.setup()
         if checkpoint is not None:
             try:
@@ -168,6 +172,7 @@ def _run_locked(run: Any, *, agent: str | None, tasks: str | None, preset: str |
         else:
             run.truncate_after(-1)  # a crash before the first checkpoint: start clean
         run.set_status("running", start)
+        kill_point("startup")  # test-only (CRL_BENCH_KILL_AT); inert otherwise
         trainer.run_steps(start)
     except BaseException as exc:
         run.set_status("failed", trainer.step, error=f"{type(exc).__name__}: {exc}",
@@ -176,6 +181,35 @@ def _run_locked(run: Any, *, agent: str | None, tasks: str | None, preset: str |
         raise
     trainer.close()
     return run.path
+
+
+def _keep_start_bank(run: Any) -> None:
+    """Record the bank as this new run finds it (a copy, or a marker that there was none), so
+    that a crash before the first checkpoint restarts from it. A record left by an earlier
+    attempt that died before opening the bank is the true start and is kept."""
+    from crl_bench.experience.bank_files import snapshot_bank
+
+    if run.start_bank_path.is_file() or run.no_start_bank_path.is_file():
+        return
+    run.start_bank_path.parent.mkdir(parents=True, exist_ok=True)
+    if run.bank_path.is_file():
+        snapshot_bank(run.bank_path, run.start_bank_path)
+    else:
+        run.no_start_bank_path.write_text("the run started without an experience bank\n")
+
+
+def _restore_start_bank(run: Any) -> None:
+    """A crash before the first checkpoint: the bank goes back to the run's start (the copy, or
+    no bank at all); a run from before start records were kept keeps its bank, with a warning."""
+    from crl_bench.experience.bank_files import remove_bank, restore_bank
+
+    if run.start_bank_path.is_file():
+        restore_bank(run.start_bank_path, run.bank_path)
+    elif run.no_start_bank_path.is_file():
+        remove_bank(run.bank_path)
+    elif run.bank_path.exists():
+        print(f"[resume] warning: {run.path} holds no record of its bank at start; restarting "
+              f"from step 0 with {run.bank_path} as the dead attempt left it.")
 
 
 class CheckpointLoadError(RuntimeError):

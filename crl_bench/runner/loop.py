@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,45 @@ from crl_bench.runner.context import RunContext
 from crl_bench.runner.memory import peak_rss_gb, release_free_memory, rss_gb
 from crl_bench.runner.records import RunDir, write_json_atomic
 from crl_bench.runner.trainer import timed
+
+
+KILL_ENV = "CRL_BENCH_KILL_AT"
+KILL_MOMENTS = ("startup", "rollout", "episodes", "checkpoint")
+
+
+def kill_point(moment: str, step: int | None = None) -> None:
+    """Test-only crash hook (tests/test_resume_exact.py), inert unless ``CRL_BENCH_KILL_AT`` is set.
+
+    ``CRL_BENCH_KILL_AT=<moment>[@<step>]`` makes the process SIGKILL itself the first time it
+    reaches ``moment`` (at actor step ``step``, when given): ``startup`` (models, bank and config
+    ready, nothing recorded; api), ``rollout`` (after the first actor generation call of the
+    step: retrievals already counted in the bank), ``episodes`` (the step's episodes and
+    trajectories written, its metrics not), ``checkpoint`` (inside the checkpoint write: the
+    temporary folder holds the adapters, trainers, RNG and bank, not the loop state). A real
+    SIGKILL: no handler, no cleanup, as a crash or the OOM killer would end the run.
+    """
+    spec = os.environ.get(KILL_ENV)
+    if not spec:
+        return
+    name, _, at = spec.partition("@")
+    if name == moment and (not at or (step is not None and int(at) == step)):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _arm_rollout_kill(ctx: RunContext) -> None:
+    """For ``CRL_BENCH_KILL_AT=rollout[@step]``: the actor's generation calls pass the kill point
+    (after the call, so the step's retrievals and first turn have happened). Nothing is wrapped
+    when the variable names another moment or is unset."""
+    if not os.environ.get(KILL_ENV, "").startswith("rollout") or ctx.backend is None:
+        return
+    generate = ctx.backend.generate
+
+    def killing_generate(*args: Any, **kwargs: Any) -> Any:
+        out = generate(*args, **kwargs)
+        if kwargs.get("adapter", args[2] if len(args) > 2 else "actor") == "actor":
+            kill_point("rollout", ctx.step)
+        return out
+    ctx.backend.generate = killing_generate
 
 
 def episode_record(traj: Any, phase: str, step: int) -> dict[str, Any]:
@@ -100,6 +140,7 @@ class Trainer:
     def run_steps(self, start_step: int) -> None:
         cfg, ctx = self.cfg, self.ctx
         progress = ctx.progress
+        _arm_rollout_kill(ctx)  # test-only (CRL_BENCH_KILL_AT); inert otherwise
         eval_steps = [s for s in range(start_step + 1, cfg.steps + 1)
                       if s == cfg.steps or (cfg.eval.every and s % cfg.eval.every == 0)]
         if start_step == 0 and cfg.eval.at_start:
@@ -130,6 +171,7 @@ class Trainer:
             trajs = result.trajectories
             self.run.append("episodes.jsonl", [episode_record(t, "train", step) for t in trajs])
             self.run.write_trajectories(step, "train", [t.to_json() for t in trajs])
+            kill_point("episodes", step)  # test-only (CRL_BENCH_KILL_AT); inert otherwise
             if ctx.extractor is not None and step == cfg.steps:
                 # the last batches (and a due merge) land in this record
                 progress.set_phase("extracting (final drain)")
@@ -227,8 +269,17 @@ class Trainer:
                     "torch": torch.get_rng_state()}, tmp / "rng.pt")
         # the bank as of this checkpoint, copied under the track's lock so that it agrees with
         # the track's list of unprocessed batches (a resumed run re-extracts exactly those)
-        backup = ((lambda: ctx.manager.bank.backup(tmp / "bank.sqlite"))
-                  if ctx.manager is not None else None)
+        manager_state: dict[str, Any] = {}
+
+        def backup() -> None:
+            # the bank and the manager's RNG, counters and query cache at the same moment
+            ctx.manager.bank.backup(tmp / "bank.sqlite")
+            if hasattr(ctx.manager, "state"):  # the Ray service proxy has no state yet
+                manager_state.update(ctx.manager.state())
+                np.save(tmp / "query_cache.npy",
+                        ctx.manager.query_cache_vectors(manager_state["query_cache"]))
+        if ctx.manager is None:
+            backup = None  # type: ignore[assignment]
         track_state = None
         if ctx.extractor is not None:
             track_state = ctx.extractor.state(also=backup)
@@ -236,7 +287,9 @@ class Trainer:
             backup()
         pending = ctx.take_extractor_metrics()  # finished batches not yet in a metrics record
         ctx.put_back_extractor_metrics(pending)
-        state = {"step": step, "track": track_state, "track_metrics": pending}
+        state = {"step": step, "track": track_state, "track_metrics": pending,
+                 "manager": manager_state or None, "bank_counters": list(self._bank_counters)}
+        kill_point("checkpoint", step)  # test-only (CRL_BENCH_KILL_AT); inert otherwise
         (tmp / "loop_state.json").write_text(json.dumps(state))
         self.run.commit_checkpoint(tmp)
 
@@ -258,6 +311,12 @@ class Trainer:
         torch.set_rng_state(rng["torch"])
         state = json.loads((path / "loop_state.json").read_text())
         ctx.put_back_extractor_metrics(list(state.get("track_metrics", [])))
+        if ctx.manager is not None and state.get("manager") and hasattr(ctx.manager, "load_state"):
+            cache = path / "query_cache.npy"
+            ctx.manager.load_state(state["manager"], np.load(cache) if cache.is_file() else None)
+        if state.get("bank_counters") is not None:  # (queries, empty results) at the last step
+            queries, empty = state["bank_counters"]
+            self._bank_counters = (float(queries), float(empty))
         if ctx.extractor is not None and state.get("track"):
             from crl_bench.llm.rollout import Trajectory
 

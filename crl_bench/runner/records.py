@@ -10,7 +10,9 @@ Layout (read by ``crl-bench report``)::
       eval.jsonl         one line per (eval step, task, with/without experience)
       trajectories/      step_XXXXX.jsonl.gz: full trajectories (token ids, log-probs) per step
       bank.sqlite        the experience bank (SQLite, WAL)
-      checkpoints/last/  adapters, optimiser states, RNG states, loop state (atomic rename)
+      checkpoints/last/  adapters, optimiser states, RNG states, the bank and the experience
+                         manager's RNG/counters, loop state (atomic rename)
+      checkpoints/bank_at_start.sqlite (or .none)  the bank as the run found it
       .lock              held (flock) by the process training the run; holds its pid
 
 Every record carries ``step``. A step's records are written *before* its checkpoint; on
@@ -205,6 +207,18 @@ class RunDir:
     @property
     def checkpoint_dir(self) -> Path:
         return self.path / "checkpoints" / "last"
+
+    @property
+    def start_bank_path(self) -> Path:
+        """A copy of the bank as it was when the run started (absent: it had none, see
+        :attr:`no_start_bank_path`); a crash before the first checkpoint restores it."""
+        return self.path / "checkpoints" / "bank_at_start.sqlite"
+
+    @property
+    def no_start_bank_path(self) -> Path:
+        """Marker: the run started without a bank (a crash before the first checkpoint removes
+        the bank the dead attempt wrote)."""
+        return self.path / "checkpoints" / "bank_at_start.none"
 
     def append(self, name: str, records: Iterable[dict[str, Any]]) -> None:
         """Append records and fsync, so that a SIGKILL cannot lose a line we reported written."""
