@@ -383,6 +383,9 @@ class RunContext:
             decision = parse_gate(gen.text, spec.experience_text)
             verdict = decision.verdict or "invalid"
             self.gate_counts[verdict] = self.gate_counts.get(verdict, 0) + 1
+            if self.extractor is not None:  # logged as extractor/gate_<verdict> (run totals)
+                key = f"gate_{verdict}"
+                self.extractor.stats[key] = self.extractor.stats.get(key, 0) + 1
             spec.meta["gate"] = decision.verdict
             spec.experience_text = decision.knowledge
             if decision.verdict is None:  # official: memory_uids = [] -> no credit
