@@ -150,17 +150,17 @@ class RayRunContext(RunContext):
         return int(self.cfg.threads or 1)
 
     # -- models --------------------------------------------------------------------------------
-    def _actor_backend_spec(self, extractor: bool, shared_params: bool) -> dict[str, Any]:
-        from crl_bench.llm.types import LoraSpec
-
+    def _spec_of(self, backend: Any) -> dict[str, Any]:
+        """Keyword arguments that rebuild ``backend`` in another process: what the built backend
+        holds (model, roles, LoRA shape, role layout), with device and dtype as configured (they
+        are resolved on the node the copy lands on) and the run's seed (same initial weights)."""
         m = self.cfg.model
-        spec: dict[str, Any] = dict(model_name=m.actor, lora=LoraSpec(r=m.lora_r, alpha=m.lora_alpha),
-                                    dtype=m.dtype, device=m.device, seed=self.cfg.seed)
-        if extractor and m.extractor and m.extractor != m.actor:
-            spec["roles"] = ("actor",)
-        else:
-            spec["roles"] = ("actor", "extractor") if extractor else ("actor",)
-            spec["shared_adapter"] = shared_params
+        spec: dict[str, Any] = dict(model_name=backend.model_name, roles=tuple(backend.roles),
+                                    lora=getattr(backend, "lora", None), dtype=m.dtype,
+                                    device=m.device, seed=self.cfg.seed)
+        for key in ("shared_adapter", "separate_bases"):
+            if hasattr(backend, key):
+                spec[key] = getattr(backend, key)
         return spec
 
     def build_models(self, *, extractor: bool, shared_params: bool = False) -> None:
@@ -168,7 +168,7 @@ class RayRunContext(RunContext):
         from crl_bench.runner.context import LockedBackend
 
         super().build_models(extractor=extractor, shared_params=shared_params)
-        spec = self._actor_backend_spec(extractor, shared_params)
+        spec = self._spec_of(self.raw_backend)
         self._actor_spec = spec
         local_ext = self.ext_backend  # the extractor keeps generating on the driver
         self.gen = RemoteGenerationBackend.start(
@@ -209,18 +209,36 @@ class RayRunContext(RunContext):
         self.learner.load_weights(role_weights(self.raw_backend, "actor"))
         self.actor_trainer = _LearnerTrainer(self, self.learner, self.actor_trainer)
 
-    def build_experience(self, *, diversify: bool = True, search_ask: bool = False) -> None:
+    def build_experience(self, **options: Any) -> None:
         """The bank and its index in the experience service actor (on this node: the bank file
-        and checkpoint backups live in the run directory); same settings as in one process."""
+        and checkpoint backups live in the run directory). The single-process build decides the
+        settings (its ExperienceManager is only recorded, its bank closed again); the service
+        builds the manager with the same retrieval settings and, when the run uses the logical
+        step clock, a step clock the driver advances before each rollout."""
+        import time as _time
+
+        import crl_bench.experience.manager as manager_mod
         from crl_bench.distributed.experience import RemoteManager
 
+        captured: dict[str, Any] = {}
+
+        class _Record:
+            def __init__(self, bank: Any, embedder: Any, retrieval: Any = None,
+                         clock: Any = None) -> None:
+                captured.update(bank=bank, retrieval=retrieval, clock=clock)
+
+        real = manager_mod.ExperienceManager
+        manager_mod.ExperienceManager = _Record  # type: ignore[misc]
+        try:
+            super().build_experience(**options)
+        finally:
+            manager_mod.ExperienceManager = real  # type: ignore[misc]
+        captured["bank"].close()  # the service opens the same file
         x = self.cfg.experience
-        retrieval = dict(k=x.k, oversample=x.oversample, diversify=diversify, lam=x.lam,
-                         recent_s=x.recent_s, drop_recent_top1_p=x.drop_recent_top1_p,
-                         seed=self.cfg.seed)
+        step_clock = captured["clock"] is not None and captured["clock"] is not _time.time
         self.manager = RemoteManager.start(str(self.run.bank_path), x.embedder, x.capacity,
-                                           retrieval, num_cpus=self.ray_plan.cpus_experience)
-        self.search_ask = search_ask
+                                           captured["retrieval"], step_clock=step_clock,
+                                           num_cpus=self.ray_plan.cpus_experience)
 
     def build_extractor(self, *, train: bool, merge: bool = True, count_reweight: bool = True) -> None:
         """The extractor track in its own actor (its model, trainer and track thread there, the
@@ -228,7 +246,6 @@ class RayRunContext(RunContext):
         parameters are shared with the actor (the shared-parameters ablation)."""
         from crl_bench.distributed.extractor import RemoteExtractorTrack
         from crl_bench.distributed.learner import role_weights
-        from crl_bench.llm.types import LoraSpec
 
         shared = bool(getattr(self.ext_raw, "shared_adapter", False))
         if not self.ray_plan.extractor_actor or shared or not hasattr(self.manager, "actor"):
@@ -236,21 +253,31 @@ class RayRunContext(RunContext):
             return
         if self.manager is None:
             raise RuntimeError("build_experience() must come before build_extractor()")
-        m, x = self.cfg.model, self.cfg.experience
-        if self.ext_raw is self.raw_backend:
-            spec = dict(self._actor_spec)
-        else:
-            spec = dict(model_name=m.extractor, roles=("extractor",), dtype=m.dtype,
-                        device=m.device, seed=self.cfg.seed,
-                        lora=LoraSpec(r=m.lora_r, alpha=m.lora_alpha))
-        track_kwargs = dict(temperature=self.extractor_sampling.logprob_temperature,
-                            merge_every=x.merge_every if merge else 0, merge_chunk=x.merge_chunk,
-                            count_reweight=count_reweight,
-                            asynchronous=self.cfg.extractor.asynchronous,
-                            run_name=self.run.path.name)
+        spec = self._spec_of(self.ext_raw)
+        # the single-process build decides the track's settings; its ExtractorTrack is only
+        # recorded here (no thread), and the same keyword arguments go to the actor's track
+        import crl_bench.extractor.track as track_mod
+
+        captured: dict[str, Any] = {}
+
+        class _Record:
+            def __init__(self, *args: Any, **kwargs: Any) -> None:
+                captured["args"], captured["kwargs"] = args, kwargs
+
+        real = track_mod.ExtractorTrack
+        track_mod.ExtractorTrack = _Record  # type: ignore[misc]
+        try:
+            super().build_extractor(train=train, merge=merge, count_reweight=count_reweight)
+        finally:
+            track_mod.ExtractorTrack = real  # type: ignore[misc]
+        if len(captured.get("args", ())) != 4:
+            raise RuntimeError("ExtractorTrack is no longer built as (manager, generate, trainer, "
+                               "cfg, **settings); RayRunContext.build_extractor must follow it")
+        track_cfg = captured["args"][3]
+        track_kwargs = {k: v for k, v in captured["kwargs"].items() if k != "log"}
         p = self.ray_plan
         self.extractor = RemoteExtractorTrack.start(
-            self.manager.actor, m.backend, spec, self.cfg.extractor, self.extractor_sampling,
+            self.manager.actor, self.cfg.model.backend, spec, track_cfg, self.extractor_sampling,
             track_kwargs, train=train, total_steps=self.cfg.steps, seed=self.cfg.seed + 1,
             threads=self._threads(), options={"num_cpus": p.cpus_extractor,
                                               "num_gpus": p.extractor_gpus})
@@ -300,6 +327,8 @@ class RayRunContext(RunContext):
         return as_batched_engine(super()._engine(ask, seed))
 
     def play(self, phase: str, step: int, plan: list[Any], *, sampling_seed: int) -> list[Any]:
+        if hasattr(self.manager, "set_step"):
+            self.manager.set_step(self.step)
         self._pull_extractor()
         self._sync_engines()
         if self.pool is not None:

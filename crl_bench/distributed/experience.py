@@ -31,15 +31,28 @@ class ExperienceServiceImpl:
     """The actor's body: builds the bank, embedder and manager exactly as
     ``RunContext.build_experience`` does (same arguments)."""
 
-    def __init__(self, bank_path: str, embedder: str, capacity: int, retrieval: dict[str, Any]) -> None:
+    def __init__(self, bank_path: str, embedder: str, capacity: int, retrieval: Any,
+                 step_clock: bool = False) -> None:
         from crl_bench.experience.bank import ExperienceBank
         from crl_bench.experience.embedder import load_embedder
         from crl_bench.experience.manager import ExperienceManager, RetrievalConfig
 
         emb = load_embedder(embedder)
         bank = ExperienceBank(bank_path, dim=emb.dim, capacity=capacity, embedder_name=emb.name)
-        self.manager = ExperienceManager(bank, emb, RetrievalConfig(**retrieval))
+        if isinstance(retrieval, dict):
+            retrieval = RetrievalConfig(**retrieval)
+        self.step = 0
+        kwargs: dict[str, Any] = {}
+        if step_clock:  # recency on the run's logical clock: the driver sends the step
+            from crl_bench.experience.manager import step_clock as make_clock
+
+            kwargs["clock"] = make_clock(lambda: self.step, retrieval.step_s,
+                                         origin=float(bank.meta.get("created_at", 0.0)))
+        self.manager = ExperienceManager(bank, emb, retrieval, **kwargs)
         self.calls = 0
+
+    def set_step(self, step: int) -> None:
+        self.step = int(step)
 
     def pid(self) -> int:
         return os.getpid()
@@ -99,7 +112,8 @@ class RemoteManager:
         self.bank = _RemoteBank(actor)
 
     @classmethod
-    def start(cls, bank_path: str, embedder: str, capacity: int, retrieval: dict[str, Any], *,
+    def start(cls, bank_path: str, embedder: str, capacity: int, retrieval: Any, *,
+              step_clock: bool = False,
               num_cpus: float = 0.0, max_restarts: int = 3, name: str | None = None,
               here: bool = True) -> "RemoteManager":
         """Start the service. ``here``: on this process's node (the bank file and checkpoint
@@ -115,7 +129,7 @@ class RemoteManager:
         if name:
             opts["name"] = name
         actor = experience_service_class().options(**opts).remote(str(bank_path), embedder,
-                                                                  capacity, retrieval)
+                                                                  capacity, retrieval, step_clock)
         require_ray().get(actor.pid.remote())
         return cls(actor)
 
@@ -127,6 +141,10 @@ class RemoteManager:
         def call(*args: Any, **kwargs: Any) -> Any:
             return self._ray.get(self.actor.call.remote(name, args, kwargs))
         return call
+
+    def set_step(self, step: int) -> None:
+        """The run's actor step (the service's logical clock, when it has one)."""
+        self._ray.get(self.actor.set_step.remote(step))
 
     @contextlib.contextmanager
     def read_lock(self) -> Any:

@@ -9,7 +9,8 @@ threaded (``max_concurrency``) so that ``submit``, ``backlog`` and ``stats`` ans
 track works.
 
 :class:`RemoteExtractorTrack` stands where ``ctx.extractor`` stands: ``submit``,
-``add_ask_samples``, ``credit``, ``record_usage``, ``wait_idle``, ``backlog``, ``stats``,
+``add_ask_samples``, ``credit``, ``record_usage``, ``wait_writes``, ``wait_idle`` (any public
+method of the track), ``backlog``, ``stats``,
 ``state`` / ``load_state`` and ``close`` become actor calls. ``state(also=...)`` keeps the
 single-process guarantee (the track's state and the bank backup agree): the actor takes the
 track's lock in a holder thread and snapshots the state, the driver runs ``also()`` (the bank
@@ -155,8 +156,8 @@ def extractor_actor_class() -> Any:
 class RemoteExtractorTrack:
     """The driver's face of the extractor actor (see the module docstring)."""
 
-    _FORWARD = frozenset({"submit", "add_ask_samples", "credit", "record_usage", "wait_idle",
-                          "raise_if_failed"})
+    # every other public method of ExtractorTrack (submit, add_ask_samples, credit,
+    # record_usage, wait_writes, wait_idle, raise_if_failed, ...) becomes an actor call
 
     def __init__(self, actor: Any) -> None:
         self.actor = actor
@@ -173,7 +174,7 @@ class RemoteExtractorTrack:
         return cls(actor)
 
     def __getattr__(self, name: str) -> Any:
-        if name not in self._FORWARD:
+        if name.startswith("_"):
             raise AttributeError(name)
 
         def call(*args: Any, **kwargs: Any) -> Any:
