@@ -288,7 +288,10 @@ class Trainer:
         pending = ctx.take_extractor_metrics()  # finished batches not yet in a metrics record
         ctx.put_back_extractor_metrics(pending)
         state = {"step": step, "track": track_state, "track_metrics": pending,
-                 "manager": manager_state or None, "bank_counters": list(self._bank_counters)}
+                 "manager": manager_state or None, "bank_counters": list(self._bank_counters),
+                 # run totals the gate reads (historical score per task) and logs
+                 "task_scores": dict(getattr(ctx, "task_scores", {})),
+                 "gate_counts": dict(getattr(ctx, "gate_counts", {}))}
         kill_point("checkpoint", step)  # test-only (CRL_BENCH_KILL_AT); inert otherwise
         (tmp / "loop_state.json").write_text(json.dumps(state))
         self.run.commit_checkpoint(tmp)
@@ -317,6 +320,10 @@ class Trainer:
         if state.get("bank_counters") is not None:  # (queries, empty results) at the last step
             queries, empty = state["bank_counters"]
             self._bank_counters = (float(queries), float(empty))
+        for name in ("task_scores", "gate_counts"):
+            if isinstance(state.get(name), dict) and hasattr(ctx, name):
+                setattr(ctx, name, {k: (list(v) if isinstance(v, list) else v)
+                                    for k, v in state[name].items()})
         if ctx.extractor is not None and state.get("track"):
             from crl_bench.llm.rollout import Trajectory
 
