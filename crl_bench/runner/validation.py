@@ -109,6 +109,7 @@ FIELD_RANGES: dict[str, Range] = {
     "experience.max_asks": Range(0, 64, note="0: no Search-and-Ask"),
     "experience.warmup_steps": Range(0, MAX_STEPS),
     "experience.ask_k": Range(1, 64),
+    "rollout.top_k": Range(0, 1 << 20, note="0: off"),
     "eval.every": Range(0, MAX_STEPS, note="0: only at the end"),
     "eval.episodes_per_task": Range(1, MAX_EPISODES_PER_STEP),
 }
