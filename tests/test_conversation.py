@@ -287,3 +287,25 @@ def test_tiny_run_with_full_conversations_and_trajectory_samples(tmp_path):
     assert r["losses/actor_samples"] == 8.0
     if r.get("losses/actor_skipped", 0.0) == 0.0:
         assert r["losses/actor_ratio_mean"] == 1.0
+
+
+def test_kv_kept_across_turns_gives_the_same_episodes(backend):
+    """The HF backend keeps each episode's KV between turns of a full conversation: only the new
+    tokens are prefilled, and the episodes (sampled tokens, log-probs) are those without it."""
+    runs = {}
+    for reuse in (False, True):
+        engine = RolloutEngine(backend, SamplingParams(temperature=1.0, max_new_tokens=10, seed=3),
+                               PromptConfig.for_small_model(max_turns=4, conversation="full"))
+        engine.reuse_kv = reuse
+        backend.kv_stats = {"reused_tokens": 0, "prefilled_tokens": 0}
+        runs[reuse] = engine.run([EpisodeSpec(env=gymnasium.make(ROOM), seed=i) for i in range(4)])
+        runs[reuse, "stats"] = dict(backend.kv_stats)
+    assert runs[False, "stats"]["reused_tokens"] == 0
+    reused, prefilled = runs[True, "stats"]["reused_tokens"], runs[True, "stats"]["prefilled_tokens"]
+    assert reused > 2 * prefilled  # most of each later prompt came from the kept KV
+    assert backend._kv_store == {} or all(not v for v in backend._kv_store.values())  # dropped
+    for a, b in zip(runs[False], runs[True]):
+        assert [t.completion_ids for t in a.turns] == [t.completion_ids for t in b.turns]
+        for u, v in zip(a.turns, b.turns):
+            assert u.prompt_ids == v.prompt_ids
+            assert max(abs(x - y) for x, y in zip(u.logprobs, v.logprobs)) < 1e-4

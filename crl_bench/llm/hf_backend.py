@@ -88,6 +88,11 @@ class HFBackend:
         self.max_batch_size = int(max_batch_size)
         self.share_prompt_prefix = bool(share_prompt_prefix)
         self.min_shared_prefix = 8
+        # KV kept across generate calls (multi-turn conversations): (model key, adapter) ->
+        # {token ids tuple: per-layer (keys, values) [H, L, D]}; off until keep_kv_across_calls()
+        self.kv_cache_entries = 0
+        self._kv_store: dict[tuple[str, str | None], dict[tuple[int, ...], list[tuple[Any, Any]]]] = {}
+        self.kv_stats = {"reused_tokens": 0, "prefilled_tokens": 0}
         self.lock = threading.RLock()
         self.tokenizer = load_tokenizer(model_name)
 
@@ -257,6 +262,33 @@ class HFBackend:
                         results[i] = g
         return results  # type: ignore[return-value]
 
+    # -- KV reuse across calls ---------------------------------------------------------------------
+    def keep_kv_across_calls(self, max_entries: int = 256) -> None:
+        """Keep each finished row's KV (its prompt + completion but the last token) for up to
+        ``max_entries`` sequences; a later prompt that extends one of them is prefilled from
+        there on only (a "full" multi-turn conversation re-prefills nothing but the new
+        observation). Cleared when the weights change (:meth:`after_update`,
+        :meth:`load_adapters`); 0 turns it off."""
+        self.kv_cache_entries = int(max_entries)
+        if not self.kv_cache_entries:
+            self._kv_store.clear()
+
+    def _kv_lookup(self, store: dict, prompt: list[int]) -> tuple[int, list[tuple[Any, Any]] | None]:
+        best, hit = 0, None
+        for ids, kv in store.items():
+            n = len(ids)
+            if best < n < len(prompt) and tuple(prompt[:n]) == ids:
+                best, hit = n, kv
+        return best, hit
+
+    def _kv_keep(self, store: dict, ids: list[int], cache: Any, row: int, valid: Any) -> None:
+        layers = []
+        for layer in cache.layers:
+            layers.append((layer.keys[row][:, valid].clone(), layer.values[row][:, valid].clone()))
+        store[tuple(ids)] = layers
+        while len(store) > self.kv_cache_entries:
+            store.pop(next(iter(store)))
+
     def _forward_kwargs(self, adapter_names: list[str | None]) -> tuple[str | None | object, dict]:
         """(uniform adapter or MIXED, extra forward kwargs) for a batch."""
         if len(set(adapter_names)) == 1:
@@ -273,19 +305,31 @@ class HFBackend:
         # group's identical first prompts) share that prefix's KV: it is computed once and
         # repeated. Layout per row: [shared prefix | left padding | own suffix]; positions count
         # real tokens only, so every token sees the same positions as without sharing.
-        shared = self._shared_prefix_length(prompt_ids) if uniform is not _MIXED else 0
-        suffixes = [p[shared:] for p in prompt_ids]
+        store = None
+        hits: list[tuple[int, Any]] = [(0, None)] * B
+        if self.kv_cache_entries and uniform is not _MIXED:
+            store = self._kv_store.setdefault((key, uniform), {})
+            hits = [self._kv_lookup(store, p) for p in prompt_ids]
+        C = max(n for n, _ in hits)
+        shared = self._shared_prefix_length(prompt_ids) if uniform is not _MIXED and not C else 0
+        # Layout per row: [cached KV, left-padded to C | shared prefix | left padding | own
+        # suffix]; positions count real tokens only, so every token sees the positions (and the
+        # cached keys their RoPE) it would have without reuse or sharing.
+        suffixes = [p[max(shared, n):] for p, (n, _) in zip(prompt_ids, hits)]
         S = max(len(x) for x in suffixes)
         pad = int(self.tokenizer.pad_token_id)
         input_ids = torch.full((B, S), pad, dtype=torch.long)
-        attention = torch.zeros((B, shared + S), dtype=torch.long)
-        attention[:, :shared] = 1
+        attention = torch.zeros((B, C + shared + S), dtype=torch.long)
+        attention[:, C:C + shared] = 1
         for b, x in enumerate(suffixes):
             input_ids[b, S - len(x):] = torch.tensor(x, dtype=torch.long)
-            attention[b, shared + S - len(x):] = 1
+            attention[b, C - hits[b][0]:C] = 1
+            attention[b, C + shared + S - len(x):] = 1
         input_ids, attention = input_ids.to(self.device), attention.to(self.device)
-        positions = position_ids_from_mask(attention)[:, shared:]
+        positions = position_ids_from_mask(attention)[:, C + shared:]
         next_pos = positions[:, -1] + 1
+        self.kv_stats["reused_tokens"] += sum(n for n, _ in hits)
+        self.kv_stats["prefilled_tokens"] += sum(len(x) for x in suffixes) + shared
 
         names = list(adapter_names)
         completions: list[list[int]] = [[] for _ in range(B)]
@@ -297,6 +341,20 @@ class HFBackend:
             if uniform is _MIXED:
                 model.eval()  # PEFT only allows per-row adapters in eval mode
             cache = self._new_cache(model)
+            if C:
+                ref = next(kv for n, kv in hits if kv is not None)
+                for layer_idx, (k_ref, v_ref) in enumerate(ref):
+                    H, D = k_ref.shape[0], k_ref.shape[-1]
+                    keys = k_ref.new_zeros((B, H, C, D))
+                    values = v_ref.new_zeros((B, H, C, v_ref.shape[-1]))
+                    for b, (n, kv) in enumerate(hits):
+                        if kv is not None:
+                            keys[b, :, C - n:] = kv[layer_idx][0]
+                            values[b, :, C - n:] = kv[layer_idx][1]
+                    cache.update(keys, values, layer_idx)
+                for b, (n, _) in enumerate(hits):
+                    if n:
+                        store.pop(tuple(prompt_ids[b][:n]), None)
             if shared:
                 prefix = torch.tensor([prompt_ids[0][:shared]], dtype=torch.long,
                                       device=self.device)
@@ -324,6 +382,10 @@ class HFBackend:
                         finish[row] = "length"
                     else:
                         keep.append(j)
+                        continue
+                    if store is not None:  # the KV of everything fed so far, for the next call
+                        self._kv_keep(store, prompt_ids[row] + completions[row][:-1], cache, j,
+                                      attention[j].bool())
                 if not keep:
                     break
                 if len(keep) < len(active):
@@ -485,8 +547,10 @@ class HFBackend:
         return params
 
     def after_update(self, adapter: str) -> None:
-        """Nothing to do: generation reads the same weights the optimiser updates."""
+        """Generation reads the same weights the optimiser updates; KV kept across calls
+        (:meth:`keep_kv_across_calls`) was computed with the old ones and is dropped."""
         self._route(adapter)
+        self._kv_store.clear()
 
     # -- persistence -----------------------------------------------------------------------------
     def _stored_units(self) -> list[tuple[str, str, str | None]]:
@@ -536,6 +600,7 @@ class HFBackend:
     def load_adapters(self, directory: str | Path) -> None:
         """Load what :meth:`save_adapters` wrote (same roles and adapter layout)."""
         directory = Path(directory)
+        self._kv_store.clear()
         manifest_path = directory / "roles.json"
         if not manifest_path.is_file():
             raise FileNotFoundError(f"{directory} has no roles.json; it was not written by "

@@ -212,6 +212,8 @@ class RolloutEngine:
         self.ask_batch_callback = ask_batch_callback
         self.progress = progress
         self.ask_requires_experience = ask_requires_experience
+        self.reuse_kv = True
+        """Keep each episode's KV across turns of a "full" conversation (HF backend)."""
         self._template: tuple[list[int], str, str] | None = None
         self.on_progress = on_progress  # f({episodes_done, episodes, turns, turns_max, tokens}) per turn
         self.last_stats: dict[str, float] = {}
@@ -310,6 +312,19 @@ class RolloutEngine:
                              "concurrently. Make one env per episode (gymnasium.make).")
         t0 = time.perf_counter()
         timing = {"gen_s": 0.0, "env_s": 0.0, "ask_s": 0.0}
+        # a "full" conversation's next prompt extends the last one: the HF backend keeps each
+        # episode's KV between turns (prefills only the new tokens); dropped when the run ends
+        keep_kv = (getattr(self.backend, "keep_kv_across_calls", None)
+                   if self.prompt.conversation == "full" and self.reuse_kv else None)
+        if keep_kv is not None:
+            keep_kv(2 * len(episodes) + 8)
+        try:
+            return self._run(episodes, t0, timing)
+        finally:
+            if keep_kv is not None:
+                keep_kv(0)
+
+    def _run(self, episodes: list[EpisodeSpec], t0: float, timing: dict[str, float]) -> list[Trajectory]:
         running = [self._start(spec) for spec in episodes]
         timing["env_s"] += time.perf_counter() - t0
         bar = None
