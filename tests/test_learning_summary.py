@@ -1,0 +1,67 @@
+"""benchmarks/learning_minihack.py's arithmetic: start/end pairing per held-out episode, CIs.
+
+Run directories are written by hand here (episodes.jsonl / metrics.jsonl lines in the loop's
+format) so that every expected number is known; the script's end-to-end path (real runs) is
+exercised by running it (see results/learning_minihack/summary.md for the command).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+SPEC = importlib.util.spec_from_file_location(
+    "learning_minihack", Path(__file__).resolve().parents[1] / "benchmarks" / "learning_minihack.py")
+lm = importlib.util.module_from_spec(SPEC)
+SPEC.loader.exec_module(lm)
+
+
+def _run(path: Path, start: list[int], end: list[int], last_step: int = 4) -> Path:
+    path.mkdir(parents=True)
+    eps = []
+    for step, outcome in ((0, start), (last_step, end)):
+        for i, ok in enumerate(outcome):
+            eps.append({"phase": "eval", "step": step, "task_id": f"t{i}", "seed": 100 + i,
+                        "with_experience": False, "success": bool(ok)})
+    eps.append({"phase": "train", "step": 1, "task_id": "x", "seed": 1, "with_experience": False,
+                "success": True})  # training episodes are not evaluation
+    (path / "episodes.jsonl").write_text("\n".join(json.dumps(e) for e in eps) + "\n")
+    metrics = [{"step": 0, "timing_s/eval": 60.0}, {"step": 1, "timing_s/step": 120.0},
+               {"step": 4, "timing_s/step": 180.0}]
+    (path / "metrics.jsonl").write_text("\n".join(json.dumps(m) for m in metrics) + "\n")
+    return path
+
+
+def test_wilson_known_values() -> None:
+    lo, hi = lm.wilson(0, 8)
+    assert lo == 0.0 and hi == pytest.approx(0.3244, abs=1e-3)
+    lo, hi = lm.wilson(5, 10)
+    assert (lo, hi) == (pytest.approx(0.2366, abs=1e-3), pytest.approx(0.7634, abs=1e-3))
+
+
+def test_summary_pairs_episodes_and_computes_cis(tmp_path: Path) -> None:
+    runs = {("grpo", 0): _run(tmp_path / "a", [0, 0, 1, 0], [1, 1, 1, 0]),
+            ("grpo", 1): _run(tmp_path / "b", [0, 0, 0, 0], [1, 0, 0, 0])}
+    s = lm.summarise(runs)["grpo"]
+    assert s["start"]["mean"] == pytest.approx(0.125)        # (1/4 + 0/4) / 2
+    assert s["end"]["mean"] == pytest.approx(0.5)            # (3/4 + 1/4) / 2
+    assert s["delta_over_seeds"]["mean"] == pytest.approx(0.375)
+    # two seeds: t(0.975, 1) = 12.706, deltas 0.5 and 0.25 -> sd 0.17678, se 0.125
+    assert s["delta_over_seeds"]["high"] - s["delta_over_seeds"]["mean"] == pytest.approx(12.706 * 0.125, rel=1e-3)
+    assert s["start_pooled"]["k"] == 1 and s["end_pooled"]["k"] == 4 and s["end_pooled"]["n"] == 8
+    # paired per episode: +1 x3, 0 x5 -> mean 3/8
+    d = s["delta_paired_episodes"]
+    assert d["mean"] == pytest.approx(3 / 8) and d["n"] == 8
+    sd = math.sqrt(sum((x - 3 / 8) ** 2 for x in [1, 1, 1, 0, 0, 0, 0, 0]) / 7)
+    assert d["high"] - d["mean"] == pytest.approx(2.3646 * sd / math.sqrt(8), rel=1e-3)
+    assert s["first_last_step"] == [(0, 4), (0, 4)]
+    assert s["wall_min_per_run"] == [6.0, 6.0]                # (60 + 120 + 180) s
+
+
+def test_one_seed_has_no_t_ci_over_seeds(tmp_path: Path) -> None:
+    s = lm.summarise({("grpo", 0): _run(tmp_path / "a", [0, 1], [1, 1])})["grpo"]
+    assert s["delta_over_seeds"]["low"] is None and s["delta_over_seeds"]["mean"] == 0.5
