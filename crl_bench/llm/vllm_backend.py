@@ -112,6 +112,9 @@ class VLLMBackend:
             kwargs["enforce_eager"] = True
         else:
             kwargs["gpu_memory_utilization"] = gpu_memory_utilization
+            # a full conversation's next prompt extends the last one: vLLM's prefix cache keeps
+            # the episode's KV blocks between turns (the HF backend's keep_kv_across_calls)
+            kwargs["enable_prefix_caching"] = True
         kwargs.update(vllm_kwargs or {})
         self.llm = vllm.LLM(**kwargs)
         self._workdir = Path(tempfile.mkdtemp(prefix="crl-vllm-lora-"))
