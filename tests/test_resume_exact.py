@@ -224,3 +224,39 @@ def test_manager_state_and_bank_backup_resume_retrieval_exactly(tmp_path):
     assert got_stats == want_stats
     assert want_stats["bank/queries"] == 40 and want_stats["bank/ops_add"] == 12
 
+
+
+def test_a_clean_restart_gets_the_bank_the_run_started_with(tmp_path):
+    """Before the first checkpoint the restart begins from the bank as the run found it: the
+    copy taken at start (a bank brought along), or no bank at all."""
+    import numpy as np
+
+    from crl_bench.experience.bank import ExperienceBank
+    from crl_bench.runner.api import _keep_start_bank, _restore_start_bank
+
+    def add(path, title):
+        with ExperienceBank(path, dim=4) as bank:
+            bank.add([{"title": title, "content": "c", "family": "f"}],
+                     np.ones((1, 4), dtype=np.float32) / 2, step=1)
+
+    def titles(path):
+        if not path.exists():
+            return None
+        with ExperienceBank.open(path, read_only=True) as bank:
+            return sorted(e.title for e in bank.get(bank.all_ids()))
+
+    brought = RunDir(tmp_path / "brought")
+    add(brought.bank_path, "at start")
+    _keep_start_bank(brought)
+    add(brought.bank_path, "by the dead attempt")
+    _keep_start_bank(brought)  # a second start (the first died before the bank): kept as it was
+    assert titles(brought.bank_path) == ["at start", "by the dead attempt"]
+    _restore_start_bank(brought)
+    assert titles(brought.bank_path) == ["at start"]
+
+    fresh = RunDir(tmp_path / "fresh")
+    _keep_start_bank(fresh)
+    add(fresh.bank_path, "by the dead attempt")
+    _restore_start_bank(fresh)
+    assert titles(fresh.bank_path) is None
+    assert not list(fresh.path.glob("bank.sqlite-*"))
