@@ -110,3 +110,24 @@ def test_paper_shaped_run_on_the_tiny_model(tmp_path, gate):
         assert judged == 0 and all(e["experience_ids"] for e in later)
         assert any(m.get("extractor/updates", 0) >= 1 for m in metrics)
         assert any(m.get("losses/extractor_samples", 0) == 1 for m in metrics)  # buffer of 1
+
+
+def test_paper_evaluates_swe_on_verified_only_where_its_data_exists(tmp_path, monkeypatch):
+    """SWE-bench Verified (the paper's SWE benchmark) where its data exists, `mini` otherwise."""
+    from crl_bench.mixes import SWE
+    from crl_bench.runner.context import SWE_VERIFIED_ENV, RunContext
+    from crl_bench.runner.records import RunDir
+
+    paper = build_config(agent="grpo", tasks="swe", preset="paper", overrides={"model.device": "cpu"})
+    tiny = build_config(agent="grpo", tasks="swe", preset="tiny")
+    monkeypatch.delenv(SWE_VERIFIED_ENV, raising=False)
+    ctx = RunContext(paper, RunDir(tmp_path / "a"))
+    assert ctx.env_kwargs(SWE, "eval")["task_set"] == "mini"
+    monkeypatch.setenv(SWE_VERIFIED_ENV, str(tmp_path / "missing.jsonl"))
+    assert ctx.env_kwargs(SWE, "eval")["task_set"] == "mini"           # no data: mini
+    verified = tmp_path / "swebench_verified.jsonl"
+    verified.write_text("{}\n")
+    monkeypatch.setenv(SWE_VERIFIED_ENV, str(verified))
+    assert ctx.env_kwargs(SWE, "eval")["task_set"] == str(verified)    # data: Verified
+    assert ctx.env_kwargs(SWE, "train")["task_set"] == "mini"          # training stays on mini
+    assert RunContext(tiny, RunDir(tmp_path / "b")).env_kwargs(SWE, "eval")["task_set"] == "mini"

@@ -348,9 +348,11 @@ def _paper() -> RunConfig:
       ``global_step > memory_warmup_interval`` (5) with steps counted from 0
       (``multi_agentic_pipeline.py:1202, 1470``), i.e. 6 steps without an actor update; ours
       count from 1 and skip ``step <= warmup_steps``.
-    * SWE: the paper evaluates on SWE-bench Verified, which this project has no task set for
-      (it needs the SWE-bench Verified data and Docker images, not available here); the ``swe``
-      family runs our ``mini`` task set under every preset, ``paper`` included.
+    * SWE: the paper evaluates on SWE-bench Verified. Where its data exists — a SWE-bench
+      Verified instances file named by ``$CRL_BENCH_SWE_VERIFIED`` (run by the env's docker
+      backend) — ``paper`` evaluates SWE on it; otherwise (as on this project's machines, which
+      have neither the data nor Docker) SWE runs our ``mini`` task set, as under every preset.
+      Training stays on ``mini``: the paper's 124 curated training tasks are not published.
     """
     return RunConfig(
         preset="paper", steps=512,

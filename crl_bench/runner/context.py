@@ -115,6 +115,22 @@ def check_family_available(task: MixTask, make_kwargs: dict[str, Any]) -> None:
                           f"{exc}") from exc
 
 
+SWE_VERIFIED_ENV = "CRL_BENCH_SWE_VERIFIED"
+"""Path of a SWE-bench Verified instances file (.json/.jsonl, the docker backend runs them)."""
+
+
+def swe_verified_file() -> Any:
+    """The SWE-bench Verified instances file named by ``$CRL_BENCH_SWE_VERIFIED`` if it exists,
+    else None. Under ``--preset paper`` SWE is then evaluated on it (the paper's benchmark);
+    without it SWE trains and evaluates on our ``mini`` task set, as under every other preset."""
+    import os
+    from pathlib import Path
+
+    value = os.environ.get(SWE_VERIFIED_ENV, "").strip()
+    path = Path(value) if value else None
+    return path if path is not None and path.is_file() else None
+
+
 class RunContext:
     """Everything a run builds once: config, tasks, envs, the model backend, trainers, the bank
     and the extractor track. Parts an agent did not ask for stay ``None``.
@@ -293,6 +309,10 @@ class RunContext:
     # -- envs and episodes ---------------------------------------------------------------------
     def env_kwargs(self, task: MixTask, phase: str) -> dict[str, Any]:
         kwargs = dict(task.train_kwargs if phase == "train" else task.eval_kwargs)
+        verified = swe_verified_file() if self.cfg.preset == "paper" else None
+        if verified is not None and task.family == "swe" and phase != "train":
+            # the paper evaluates SWE on SWE-bench Verified: used where its data exists
+            kwargs.update(task_set=str(verified), split="all")
         cap = self.cfg.rollout.env_max_steps.get(task.family)
         if cap:
             kwargs.setdefault("max_steps", cap)
