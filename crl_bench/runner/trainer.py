@@ -25,6 +25,7 @@ import contextlib
 import math
 import random
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -194,8 +195,10 @@ class RoleTrainer:
         collated = [self._collate(chunk) for chunk in chunks]
         sums: dict[str, float] = {}
         total_loss = 0.0
+        clock = {"time_recompute_s": 0.0, "time_forward_s": 0.0, "time_backward_s": 0.0}
         with self.lock:
             recomputed: list[Any] = []
+            t_start = time.perf_counter()
             if getattr(self.cfg, "recompute_old_logprobs", False):
                 # "old" = this trainer's log-probs before the update (official: the ratio is
                 # exactly 1 at the first micro-step), computed on the very micro-batches the
@@ -206,9 +209,11 @@ class RoleTrainer:
                                                                  temperature=temperature,
                                                                  score_mask=cmask[:, 1:] > 0)
                         recomputed.append(lp.float().detach() * cmask[:, 1:])
+            clock["time_recompute_s"] = time.perf_counter() - t_start
             self.optimizer.zero_grad(set_to_none=True)
             for ci, chunk in enumerate(chunks):
                 ids, attn, lp_old, adv, cmask = collated[ci]
+                t_fwd = time.perf_counter()
                 # only the completion positions go through the vocabulary projection
                 logprobs = self.backend.forward_token_logprobs(self.adapter, ids, attn,
                                                                temperature=temperature,
@@ -221,7 +226,10 @@ class RoleTrainer:
                 chunk_tokens = sum(s.n_tokens for s in chunk)
                 share = (chunk_tokens / total_tokens if agg == "token-mean"
                          else len(chunk) / total_seqs)
+                t_bwd = time.perf_counter()
+                clock["time_forward_s"] += t_bwd - t_fwd
                 (out * share).backward()
+                clock["time_backward_s"] += time.perf_counter() - t_bwd
                 total_loss += float(out.detach()) * share
                 # diagnostics (clip fractions, ratios) are means over the active tokens
                 m_share = chunk_tokens / active_tokens
@@ -236,6 +244,8 @@ class RoleTrainer:
             self.updates += 1
             self.backend.after_update(self.adapter)
         metrics.update(sums)
+        metrics.update(clock)
+        metrics["model_tokens"] = float(sum(s.length for s in active))
         metrics.update(loss=total_loss, grad_norm=float(grad_norm), lr=self.cfg.lr * factor,
                        tokens=float(total_tokens), skipped=0.0)
         return metrics
