@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -54,7 +55,8 @@ def crl(*args: str, kill_at: str | None = None) -> subprocess.CompletedProcess[s
 
 def stable(record: dict) -> dict:
     return {k: v for k, v in record.items()
-            if k not in VOLATILE_KEYS and not k.startswith(VOLATILE_PREFIXES)}
+            if k not in VOLATILE_KEYS and not k.startswith(VOLATILE_PREFIXES)
+            and not re.search(r"(^|[/_])time_\w*_s$", k)}  # losses/actor_time_forward_s, ...
 
 
 def bank_entries(path: Path) -> list[dict]:
