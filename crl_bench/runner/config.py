@@ -6,6 +6,9 @@ configurations:
 * ``tiny`` — a tiny model (``tiny-sft``: 2 layers, SmolLM2's tokenizer, taught the answer formats
   by a few hundred supervised steps when first built); for tests and CI (a run takes
   well under a minute or two on 2 CPU cores). Numbers from it mean nothing.
+* ``quick`` — ``cpu`` cut down so that the main command (``crl-bench run --agent comp_rl --tasks
+  3mix``) ends in about 30 minutes on 2 CPU cores (3 steps, 2 held-out episodes per task and
+  mode); the default without a GPU. A look at the pipeline, not a result.
 * ``cpu`` — the embedded SmolLM2-135M-Instruct and MiniLM embedder, small groups and short
   episodes. Measured on 2 CPU cores, two runs side by side with one thread each: 10 MiniHack
   steps plus 3 evaluations took 68 min for ``grpo``; a ``comp_rl`` step takes about 7 min (the
