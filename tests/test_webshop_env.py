@@ -280,6 +280,7 @@ def test_cli_lists_the_webshop_envs():
     assert "crl/WebShop-v0" in out.stdout and "crl/WebShop-Human-v0" in out.stdout
 
 
+@needs_data
 def test_options_not_a_dict_is_a_type_error():
     env = make(split="test")
     with pytest.raises(TypeError, match="must be a dict"):
@@ -287,6 +288,7 @@ def test_options_not_a_dict_is_a_type_error():
     env.reset(options={"task_id": 0})
 
 
+@needs_data
 @pytest.mark.parametrize("action", ["click[\ud800]", "click[a\x1b[31mred\x1b[0m]", "\x00\x07",
                                     "click[" + "\ud83d" * 500 + "]"])
 def test_invalid_actions_are_never_echoed_raw(action):
@@ -299,6 +301,7 @@ def test_invalid_actions_are_never_echoed_raw(action):
     assert len(obs.split("\n")[0]) < 500  # clipped (60 characters, each at most 6 escaped)
 
 
+@needs_data
 def test_steps_after_the_purchase_keep_the_episode_ended_with_a_reward_in_0_1():
     env = make(split="test")
     _obs, info = env.reset(options={"task_id": 490})
