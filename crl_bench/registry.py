@@ -186,6 +186,7 @@ class EnvEntry:
     kwargs: dict[str, Any] = field(default_factory=dict)
     description: str = ""
     extra: str | None = None     # pip extra that provides the dependencies, e.g. "minihack"
+    system_prompt: str = ""      # the actor's system prompt for this env's family (its own text)
 
 
 def _register_env_plugin(name: str, hook: Any) -> None:
@@ -201,7 +202,8 @@ MIXES: Registry[Any] = Registry("task mix")
 
 
 def register_env(id: str, entry_point: str, *, family: str, kwargs: dict[str, Any] | None = None,
-                 description: str = "", extra: str | None = None, source: str = "builtin") -> EnvEntry:
+                 description: str = "", extra: str | None = None, source: str = "builtin",
+                 system_prompt: str = "") -> EnvEntry:
     """Register a text env with crl-bench *and* gymnasium (lazily: nothing is imported).
 
     ``id`` must live in the ``crl/`` namespace (``"crl/MyEnv-v0"``) so that our envs never collide
@@ -212,12 +214,21 @@ def register_env(id: str, entry_point: str, *, family: str, kwargs: dict[str, An
     import gymnasium
 
     entry = EnvEntry(id=id, entry_point=entry_point, family=family, kwargs=dict(kwargs or {}),
-                     description=description, extra=extra)
+                     description=description, extra=extra, system_prompt=system_prompt)
     ENVS.register(id, entry, source=source)
     if id not in gymnasium.registry:
         gymnasium.register(id=id, entry_point=entry_point, kwargs=dict(kwargs or {}),
                            disable_env_checker=False, order_enforce=True)
     return entry
+
+
+def family_system_prompt(family: str) -> str | None:
+    """The system prompt registered with the envs of ``family`` (None if none was)."""
+    for entry in ENVS.entries():
+        env = entry.load()
+        if env.family == family and env.system_prompt:
+            return env.system_prompt
+    return None
 
 
 def make_env(id: str, **kwargs: Any) -> Any:

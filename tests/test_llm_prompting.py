@@ -45,7 +45,9 @@ def test_build_messages_has_every_part_in_order():
     msgs = build_messages(CFG, family="minihack", goal="Reach the stairs.", observation="now",
                           history=history, admissible_actions=["north", "east"],
                           experience_text="Walls block you.", asks_left=2, turn_index=4)
-    assert msgs[0] == {"role": "system", "content": CFG.system_prompts["minihack"]}
+    from crl_bench.envs.minihack.registration import SYSTEM_PROMPT  # the family owns its prompt
+
+    assert msgs[0] == {"role": "system", "content": SYSTEM_PROMPT}
     user = msgs[1]["content"]
     order = ["Your task: Reach the stairs.", "Walls block you.", "[Turn 3] Observation:\nobs2",
              "[Turn 4] You: act3", "Current observation (turn 5):\nnow",
@@ -87,3 +89,13 @@ def test_prompt_config_rejects_bad_values():
     with pytest.raises(ValueError, match="'text' entry"):
         PromptConfig(system_prompts={"minihack": "x"})
     assert "did not change" in invalid_format_feedback("no answer block found", CFG)
+
+
+def test_a_family_prompt_comes_from_its_registration_and_can_be_overridden():
+    from crl_bench.envs.webshop.registration import SYSTEM_PROMPT
+
+    assert CFG.system_prompt("webshop") == SYSTEM_PROMPT
+    assert CFG.system_prompt("no-such-family") == CFG.system_prompts["text"]
+    override = PromptConfig(system_prompts={"text": "fallback", "webshop": "shop!"})
+    assert override.system_prompt("webshop") == "shop!"
+    assert override.system_prompt("alfworld").startswith("You are a household robot")

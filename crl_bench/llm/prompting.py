@@ -13,27 +13,12 @@ import re
 from dataclasses import dataclass, field
 
 DEFAULT_SYSTEM_PROMPTS: dict[str, str] = {
-    "minihack": (
-        "You are an agent playing MiniHack, a small dungeon game built on NetHack. Each turn you "
-        "read a text description of what you see around you and choose one action. Reach the "
-        "goal in as few actions as possible; walls and closed doors block you."),
-    "webshop": (
-        "You are a shopping assistant on a web store. Each turn you read the current page and "
-        "choose one action: search[keywords] on the search page, or click[element] on a button, "
-        "product or option shown on the page. Buy the product that best matches the "
-        "instruction, with the requested options, within the price limit."),
-    "alfworld": (
-        "You are a household robot in a text-based home. Each turn you read what you observe "
-        "and choose one command (go to, take, put, open, close, clean, heat, cool, use, "
-        "examine...). Complete the task in as few steps as possible."),
-    "swe": (
-        "You are a software engineer working in a code repository through a shell. Each turn "
-        "you run one command and read its output. Find and fix the bug described in the issue "
-        "so that the tests pass, then submit."),
     "text": (
         "You are an agent in a text-based environment. Each turn you read an observation and "
         "choose one action to reach the goal."),
 }
+"""The fallback system prompt. Each env family owns its own prompt: it is registered with its envs
+(``register_env(..., system_prompt=...)`` in ``envs/<family>/registration.py``)."""
 
 
 @dataclass
@@ -58,7 +43,8 @@ class PromptConfig:
     show_admissible: bool = True
     """List the env's admissible actions in the prompt when it has them."""
     system_prompts: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_SYSTEM_PROMPTS))
-    """System prompt per env family (``env.unwrapped.family``); ``"text"`` is the fallback."""
+    """Overrides of the system prompt per env family (``env.unwrapped.family``); a family not
+    listed uses the prompt registered with its envs, ``"text"`` is the fallback."""
     max_turns: int | None = None
     """Cap on turns per episode (actions, invalid-format turns and asks all count); None = the
     env's ``max_steps`` (30 when it has none)."""
@@ -114,7 +100,11 @@ class PromptConfig:
         return cls(**values)
 
     def system_prompt(self, family: str) -> str:
-        return self.system_prompts.get(family, self.system_prompts["text"])
+        if family in self.system_prompts:
+            return self.system_prompts[family]
+        from crl_bench.registry import family_system_prompt
+
+        return family_system_prompt(family) or self.system_prompts["text"]
 
     def stop_strings(self) -> tuple[str, ...]:
         return (f"</{self.answer_tag}>", f"</{self.ask_tag}>") if self.stop_at_tags else ()

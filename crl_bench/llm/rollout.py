@@ -126,7 +126,6 @@ class EpisodeSpec:
 
 
 AskCallback = Callable[[str, EpisodeSpec, dict], str]
-AskBatchCallback = Callable[[list[tuple[str, EpisodeSpec, dict]]], list[str]]
 
 
 @dataclass
@@ -184,8 +183,6 @@ class RolloutEngine:
         adapter: the role that acts ("actor").
         ask_callback: ``f(query, spec, context) -> advice`` for ``<ask>`` queries; ``context``
             has goal, observation, history, turn, task_name. Without it asking is not offered.
-        ask_batch_callback: alternative taking all of one turn's queries at once
-            ``[(query, spec, context), ...] -> [advice, ...]`` (one batched extractor call).
         progress: show a progress bar of finished episodes.
         ask_requires_experience: offer Search-and-Ask (the tool text and ``<ask>``) only in
             episodes with ``spec.with_experience`` (the without-experience half must stay
@@ -198,18 +195,15 @@ class RolloutEngine:
 
     def __init__(self, backend: Any, sampling: SamplingParams, prompt: PromptConfig | None = None,
                  adapter: str | None = "actor", ask_callback: AskCallback | None = None,
-                 progress: bool = False, *, ask_batch_callback: AskBatchCallback | None = None,
+                 progress: bool = False, *,
                  on_progress: Callable[[dict], None] | None = None,
                  ask_requires_experience: bool = False) -> None:
-        if ask_callback is not None and ask_batch_callback is not None:
-            raise ValueError("Give ask_callback or ask_batch_callback, not both.")
         self.backend = backend
         self.prompt = prompt or PromptConfig()
         stops = tuple(dict.fromkeys(tuple(sampling.stop) + self.prompt.stop_strings()))
         self.sampling = replace(sampling, stop=stops)
         self.adapter = adapter
         self.ask_callback = ask_callback
-        self.ask_batch_callback = ask_batch_callback
         self.progress = progress
         self.ask_requires_experience = ask_requires_experience
         self.reuse_kv = True
@@ -224,8 +218,7 @@ class RolloutEngine:
 
     @property
     def _can_ask(self) -> bool:
-        return (self.ask_callback is not None or self.ask_batch_callback is not None) \
-            and self.prompt.max_asks > 0
+        return self.ask_callback is not None and self.prompt.max_asks > 0
 
     # -- episode set-up ----------------------------------------------------------------------------
     def _start(self, spec: EpisodeSpec) -> _Running:
@@ -446,14 +439,8 @@ class RolloutEngine:
                        "history": [asdict(h) for h in ep.history], "turn": len(ep.turns) - 1,
                        "task_name": ep.spec.task_name, "family": ep.family}
             requests.append((query, ep.spec, context))
-        if self.ask_batch_callback is not None:
-            answers = list(self.ask_batch_callback(requests))
-            if len(answers) != len(requests):
-                raise ValueError(f"ask_batch_callback returned {len(answers)} answers for "
-                                 f"{len(requests)} queries.")
-        else:
-            assert self.ask_callback is not None
-            answers = [self.ask_callback(*r) for r in requests]
+        assert self.ask_callback is not None
+        answers = [self.ask_callback(*r) for r in requests]
         for (ep, turn, query), answer in zip(asks, answers):
             turn.observation = str(answer)
             ep.observation = (f"Advice for your question \"{query}\":\n{answer}\n\n"

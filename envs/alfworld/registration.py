@@ -12,6 +12,12 @@ from __future__ import annotations
 
 ENTRY_POINT = "crl_bench.envs.alfworld.env:ALFWorldTextEnv"
 
+SYSTEM_PROMPT = (
+    'You are a household robot in a text-based home. Each turn you read what you observe and '
+    'choose one command (go to, take, put, open, close, clean, heat, cool, use, examine...). '
+    'Complete the task in as few steps as possible.')
+"""The actor's system prompt for this family (``crl_bench.llm.prompting``)."""
+
 _SPLIT_IDS = (
     ("crl/ALFWorld-v0", "train",
      ("ALFWorld text games, all 6 task types (split=train: 3,553 games; "
@@ -43,5 +49,5 @@ def register() -> None:
               for env_id, alias, name in _TASK_TYPE_IDS]
     for env_id, kwargs, description in specs:
         if not ENVS.has_builtin(env_id):  # registering twice (re-import) is a no-op
-            register_env(env_id, ENTRY_POINT, family="alfworld", kwargs=kwargs,
+            register_env(env_id, ENTRY_POINT, family="alfworld", system_prompt=SYSTEM_PROMPT, kwargs=kwargs,
                          description=description, extra="alfworld")

@@ -9,6 +9,12 @@ from __future__ import annotations
 
 ENTRY_POINT = "crl_bench.envs.minihack.env:MiniHackTextEnv"
 
+SYSTEM_PROMPT = (
+    'You are an agent playing MiniHack, a small dungeon game built on NetHack. Each turn you '
+    'read a text description of what you see around you and choose one action. Reach the goal '
+    'in as few actions as possible; walls and closed doors block you.')
+"""The actor's system prompt for this family (``crl_bench.llm.prompting``)."""
+
 
 def register() -> None:
     """Register this family's envs with crl-bench and gymnasium."""
@@ -18,6 +24,6 @@ def register() -> None:
     for task in TASKS:
         if ENVS.has_builtin(task.env_id):  # registering twice (re-import) is a no-op
             continue
-        register_env(task.env_id, ENTRY_POINT, family="minihack",
+        register_env(task.env_id, ENTRY_POINT, family="minihack", system_prompt=SYSTEM_PROMPT,
                      kwargs={"task": task.minihack_id, "max_steps": task.max_steps},
                      description=task.description, extra="minihack")

@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+SYSTEM_PROMPT = (
+    'You are a software engineer working in a code repository through a shell. Each turn you '
+    'run one command and read its output. Find and fix the bug described in the issue so that '
+    'the tests pass, then submit.')
+"""The actor's system prompt for this family (``crl_bench.llm.prompting``)."""
+
 
 def register() -> None:
     """Register this family's envs with crl-bench and gymnasium."""
@@ -11,6 +17,7 @@ def register() -> None:
         return
     register_env(
         "crl/SWE-v0", "crl_bench.envs.swe.env:SWETextEnv", family="swe",
+        system_prompt=SYSTEM_PROMPT,
         kwargs={"task_set": "mini"},
         description="Repository repair with a sandboxed shell and editor, graded by SWE-bench "
                     "FAIL_TO_PASS/PASS_TO_PASS tests. task_set='mini' (handykit, fast; splits "
