@@ -108,7 +108,7 @@ def test_separate_adapters_only_when_on(tiny_run, agent):
     assert any(m.get("losses/extractor_active_samples", 0) > 0 for m in metrics)
 
 
-@pytest.mark.parametrize("agent", (pytest.param("comp_rl", marks=ASK_XFAIL), "comp_rl_no_ask"))
+@pytest.mark.parametrize("agent", ("comp_rl", "comp_rl_no_ask"))
 def test_search_and_ask_only_when_on(tiny_run, agent):
     run = tiny_run(agent)
     episodes = read_jsonl(run.path / "episodes.jsonl")
