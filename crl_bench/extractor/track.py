@@ -402,10 +402,8 @@ class ExtractorTrack:
         return out
 
     def _maybe_train_pool(self, step: int) -> dict[str, Any]:
-        import torch
-
-        from crl_bench.algorithms.credit import count_aware_weights, extractor_advantages, extractor_rewards
-
+        """Train on every credited sample in the pool once ``buffer_size`` are ready; a sample
+        stays (its count-aware weight shrinking) until trained ``max_reuse`` times."""
         with self._state_lock:
             # drop samples whose entries were never used in time
             keep = []
@@ -419,34 +417,9 @@ class ExtractorTrack:
         out: dict[str, Any] = {"extractor/pool": len(self.samples), "extractor/ready": len(ready)}
         if self.trainer is None or len(ready) < self.cfg.buffer_size:
             return out
-        rewards = extractor_rewards([s.usage for s in ready], [s.malformed for s in ready])
-        adv = extractor_advantages(rewards)
-        if self.count_reweight:
-            weights = count_aware_weights(torch.tensor([s.times_trained for s in ready]),
-                                          torch.tensor([s.last_trained_step for s in ready]), self.updates,
-                                          power=self.cfg.count_power, cooldown=self.cfg.cooldown)
-        else:
-            weights = torch.ones(len(ready))
-        batch = [TrainSample(s.prompt_ids, s.completion_ids, s.logprobs, float(a), float(w))
-                 for s, a, w in zip(ready, adv.tolist(), weights.tolist())]
-        m = self.trainer.update(batch, loss=self.cfg.loss,
-                                loss_kwargs=self.cfg.loss_kwargs(),
-                                agg=self.cfg.agg, temperature=self.temperature)
-        trained_entries: list[int] = []
+        out = self._train(step, ready, [s.usage for s in ready], out)
         with self._state_lock:
-            for s, w in zip(ready, weights.tolist()):
-                if w > 0:
-                    s.times_trained += 1
-                    s.last_trained_step = self.updates
-                    trained_entries.extend(s.entry_ids)
             self.samples = [s for s in self.samples if s.times_trained < self.cfg.max_reuse]
-        if trained_entries:  # the bank's own count, for `crl-bench bank` and the report
-            self.manager.mark_trained(sorted(set(trained_entries)), step)
-        self.updates += 1
-        release_free_memory()
-        out.update({f"losses/extractor_{k}": v for k, v in m.items()})
-        out["extractor/reward_mean"] = float(rewards.mean())
-        out["extractor/updates"] = self.updates
         return out
 
     # -- checkpoints ---------------------------------------------------------------------------
