@@ -18,6 +18,9 @@ Modules (import them directly; this package imports nothing heavy):
 
 from __future__ import annotations
 
+import functools
+from typing import Any
+
 
 def require_ray():
     """``import ray``, or a clear error saying how to get it."""
@@ -27,3 +30,10 @@ def require_ray():
         raise ImportError("Ray is not installed: pip install 'crl-bench[ray]' "
                           "(or pip install 'ray==2.60.0').") from exc
     return ray
+
+
+@functools.cache
+def remote_class(impl: type) -> Any:
+    """``ray.remote(impl)``, made once per class (after ``import ray``, so importing a module of
+    this package never imports Ray)."""
+    return require_ray().remote(impl)

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any, Sequence
 
-from crl_bench.distributed import require_ray
+from crl_bench.distributed import remote_class, require_ray
 
 
 class EnvReplayError(RuntimeError):
@@ -158,16 +158,9 @@ class EnvWorkerImpl:
             self.close_slot(slot)
 
 
-_WORKER_CLS: Any = None
-
-
 def env_worker_class() -> Any:
     """The Ray actor class of :class:`EnvWorkerImpl` (made once, after ``import ray``)."""
-    global _WORKER_CLS
-    if _WORKER_CLS is None:
-        ray = require_ray()
-        _WORKER_CLS = ray.remote(EnvWorkerImpl)
-    return _WORKER_CLS
+    return remote_class(EnvWorkerImpl)
 
 
 @dataclass

@@ -24,7 +24,7 @@ import contextlib
 import os
 from typing import Any
 
-from crl_bench.distributed import require_ray
+from crl_bench.distributed import remote_class, require_ray
 
 
 class ExperienceServiceImpl:
@@ -67,15 +67,8 @@ class ExperienceServiceImpl:
         return attr(*args, **kwargs) if callable(attr) else attr
 
 
-_SERVICE_CLS: Any = None
-
-
 def experience_service_class() -> Any:
-    global _SERVICE_CLS
-    if _SERVICE_CLS is None:
-        ray = require_ray()
-        _SERVICE_CLS = ray.remote(ExperienceServiceImpl)
-    return _SERVICE_CLS
+    return remote_class(ExperienceServiceImpl)
 
 
 class _RemoteBank:

@@ -25,7 +25,7 @@ import os
 import threading
 from typing import Any, Callable
 
-from crl_bench.distributed import require_ray
+from crl_bench.distributed import remote_class, require_ray
 
 
 class ExtractorActorImpl:
@@ -142,15 +142,8 @@ class ExtractorActorImpl:
         self.track.close()
 
 
-_EXT_CLS: Any = None
-
-
 def extractor_actor_class() -> Any:
-    global _EXT_CLS
-    if _EXT_CLS is None:
-        ray = require_ray()
-        _EXT_CLS = ray.remote(ExtractorActorImpl)
-    return _EXT_CLS
+    return remote_class(ExtractorActorImpl)
 
 
 class RemoteExtractorTrack:

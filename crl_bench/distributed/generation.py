@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 from typing import Any, Sequence
 
-from crl_bench.distributed import require_ray
+from crl_bench.distributed import remote_class, require_ray
 
 
 def make_backend(kind: str, spec: dict[str, Any]) -> Any:
@@ -84,15 +84,8 @@ class GenerationEngineImpl:
         return {"pid": os.getpid(), "calls": self.calls, "tokens": self.tokens}
 
 
-_ENGINE_CLS: Any = None
-
-
 def generation_engine_class() -> Any:
-    global _ENGINE_CLS
-    if _ENGINE_CLS is None:
-        ray = require_ray()
-        _ENGINE_CLS = ray.remote(GenerationEngineImpl)
-    return _ENGINE_CLS
+    return remote_class(GenerationEngineImpl)
 
 
 class RemoteGenerationBackend:

@@ -33,7 +33,7 @@ import random
 import socket
 from typing import Any, Sequence
 
-from crl_bench.distributed import require_ray
+from crl_bench.distributed import remote_class, require_ray
 
 
 def role_weights(backend: Any, role: str) -> list[Any]:
@@ -224,15 +224,8 @@ class LearnerRankImpl:
             dist.destroy_process_group()
 
 
-_RANK_CLS: Any = None
-
-
 def learner_rank_class() -> Any:
-    global _RANK_CLS
-    if _RANK_CLS is None:
-        ray = require_ray()
-        _RANK_CLS = ray.remote(LearnerRankImpl)
-    return _RANK_CLS
+    return remote_class(LearnerRankImpl)
 
 
 def deal_chunks(chunks: list[list[Any]], n_ranks: int) -> list[list[list[Any]]]:
