@@ -7,6 +7,7 @@ gradient's scale (a wrong share would not show in the parameters alone)."""
 from __future__ import annotations
 
 import pytest
+from _ray_local import local_ray
 
 ray = pytest.importorskip("ray")
 torch = pytest.importorskip("torch")
@@ -26,10 +27,8 @@ QUESTIONS = ["Which way is north?", "Name a fruit.", "Count to three, please, sl
 
 @pytest.fixture(scope="module")
 def cluster():
-    ray.init(num_cpus=3, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}})
-    yield
-    ray.shutdown()
+    with local_ray(3):
+        yield
 
 
 @pytest.fixture(scope="module")

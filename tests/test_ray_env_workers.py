@@ -11,6 +11,7 @@ import threading
 import time
 
 import pytest
+from _ray_local import local_ray
 
 ray = pytest.importorskip("ray")
 
@@ -22,10 +23,8 @@ MOVES = ["north", "east", "south", "west", "northeast", "southwest"]
 
 @pytest.fixture(scope="module")
 def cluster():
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}})
-    yield
-    ray.shutdown()
+    with local_ray(4):
+        yield
 
 
 def local_play(seed: int, actions: list[str]) -> list[tuple]:

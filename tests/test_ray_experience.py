@@ -9,6 +9,7 @@ import signal
 import time
 
 import pytest
+from _ray_local import local_ray
 
 ray = pytest.importorskip("ray")
 pytest.importorskip("sentence_transformers")
@@ -20,10 +21,8 @@ RETRIEVAL = dict(k=1, oversample=4, diversify=False, seed=0)
 
 @pytest.fixture(scope="module")
 def cluster():
-    ray.init(num_cpus=3, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}})
-    yield
-    ray.shutdown()
+    with local_ray(3):
+        yield
 
 
 @ray.remote(num_cpus=0)

@@ -11,6 +11,7 @@ import threading
 import time
 
 import pytest
+from _ray_local import local_ray
 
 ray = pytest.importorskip("ray")
 torch = pytest.importorskip("torch")
@@ -22,10 +23,8 @@ SPEC = dict(model_name="tiny-random", roles=("actor",), lora=None, seed=0, dtype
 
 @pytest.fixture(scope="module")
 def cluster():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}})
-    yield
-    ray.shutdown()
+    with local_ray(2):
+        yield
 
 
 def test_engine_matches_local_and_survives_kills(cluster):

@@ -11,6 +11,7 @@ import math
 from pathlib import Path
 
 import pytest
+from _ray_local import local_ray
 
 ray = pytest.importorskip("ray")
 pytest.importorskip("torch")
@@ -31,10 +32,8 @@ def volatile(key: str) -> bool:
 
 @pytest.fixture(scope="module")
 def cluster():
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}})
-    yield
-    ray.shutdown()
+    with local_ray(4):
+        yield
 
 
 def run(out: Path, ray_opts=None) -> Path:
