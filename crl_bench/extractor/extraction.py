@@ -226,6 +226,19 @@ def extract_answer(text: str) -> str | None:
     return fenced.group(1).strip() if fenced else body
 
 
+def answer_json_list(text: str) -> list | None:
+    """The last ``<answer>`` block parsed as a non-empty JSON list, or None (no block, not JSON,
+    not a list, empty)."""
+    body = extract_answer(text)
+    if body is None:
+        return None
+    try:
+        items = json.loads(body)
+    except json.JSONDecodeError:
+        return None
+    return items if isinstance(items, list) and items else None
+
+
 def parse_operations(text: str, valid_target_ids: set[int], max_ops: int = MAX_OPS
                      ) -> tuple[list[Operation], bool]:
     """Strictly parse the extractor's answer. Returns ``(operations, malformed)``; a malformed
@@ -237,14 +250,8 @@ def parse_operations(text: str, valid_target_ids: set[int], max_ops: int = MAX_O
     distinct ints from ``valid_target_ids``; the same target in two updates; ``return`` mixed with
     other operations.
     """
-    body = extract_answer(text)
-    if body is None:
-        return [], True
-    try:
-        items = json.loads(body)
-    except json.JSONDecodeError:
-        return [], True
-    if not isinstance(items, list) or not 1 <= len(items) <= max_ops:
+    items = answer_json_list(text)
+    if items is None or len(items) > max_ops:
         return [], True
     ops: list[Operation] = []
     targeted: set[int] = set()

@@ -12,14 +12,13 @@ Answer format, a JSON list inside ``<answer>...</answer>``; ids not mentioned ar
 
 from __future__ import annotations
 
-import json
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Literal, Sequence
 
 from crl_bench.experience.bank import ExperienceEntry, StaleEntriesError, render_entry_text
 from crl_bench.experience.manager import ExperienceManager, Generate, generation_text
-from crl_bench.extractor.extraction import MAX_CONTENT_CHARS, MAX_TITLE_CHARS, extract_answer
+from crl_bench.extractor.extraction import MAX_CONTENT_CHARS, MAX_TITLE_CHARS, answer_json_list
 
 MergeKind = Literal["merge", "rewrite", "discard", "keep"]
 
@@ -74,14 +73,8 @@ def parse_merge_decisions(text: str, window_ids: Sequence[int]
     """Strictly parse a merge answer. Returns ``(decisions, malformed)``; malformed -> ``([],
     True)``: no answer block, not a non-empty JSON list, unknown op or keys, ids not from the
     window or repeated, merge with fewer than 2 ids, rewrite with other than 1 id, bad text."""
-    body = extract_answer(text)
-    if body is None:
-        return [], True
-    try:
-        items = json.loads(body)
-    except json.JSONDecodeError:
-        return [], True
-    if not isinstance(items, list) or not items:
+    items = answer_json_list(text)
+    if items is None:
         return [], True
     allowed = set(window_ids)
     seen: set[int] = set()
