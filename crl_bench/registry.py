@@ -201,6 +201,10 @@ AGENTS: Registry[Any] = Registry("agent", "crl_bench.agents")
 MIXES: Registry[Any] = Registry("task mix")
 
 
+FAMILY_PROMPTS: dict[str, str] = {}
+"""family -> the actor's system prompt registered with its envs (the first one registered)."""
+
+
 def register_env(id: str, entry_point: str, *, family: str, kwargs: dict[str, Any] | None = None,
                  description: str = "", extra: str | None = None, source: str = "builtin",
                  system_prompt: str = "") -> EnvEntry:
@@ -216,6 +220,8 @@ def register_env(id: str, entry_point: str, *, family: str, kwargs: dict[str, An
     entry = EnvEntry(id=id, entry_point=entry_point, family=family, kwargs=dict(kwargs or {}),
                      description=description, extra=extra, system_prompt=system_prompt)
     ENVS.register(id, entry, source=source)
+    if system_prompt:
+        FAMILY_PROMPTS.setdefault(family, system_prompt)
     if id not in gymnasium.registry:
         gymnasium.register(id=id, entry_point=entry_point, kwargs=dict(kwargs or {}),
                            disable_env_checker=False, order_enforce=True)
@@ -223,12 +229,11 @@ def register_env(id: str, entry_point: str, *, family: str, kwargs: dict[str, An
 
 
 def family_system_prompt(family: str) -> str | None:
-    """The system prompt registered with the envs of ``family`` (None if none was)."""
-    for entry in ENVS.entries():
-        env = entry.load()
-        if env.family == family and env.system_prompt:
-            return env.system_prompt
-    return None
+    """The system prompt registered with the envs of ``family`` (None if none was). Called for
+    every prompt: a dict lookup; env plugins are discovered only when the family is unknown."""
+    if family not in FAMILY_PROMPTS:
+        ENVS.names()  # discovers env plugins once
+    return FAMILY_PROMPTS.get(family)
 
 
 def make_env(id: str, **kwargs: Any) -> Any:
