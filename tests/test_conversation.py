@@ -126,8 +126,7 @@ def test_trajectory_sample_masks_every_completion_with_its_logprobs(backend, epi
 
 def test_a_window_episode_is_not_a_trajectory_sample(backend):
     [traj] = play(backend, 1, conversation="window", max_turns=3)
-    if len(traj.turns) < 2:
-        pytest.skip("one-turn episode")
+    assert len(traj.turns) >= 2  # the fixed seed plays several turns (else nothing is checked)
     with pytest.raises(ValueError, match="conversation: full"):
         TrainSample.from_turns(traj.turns, 1.0)
 
