@@ -97,7 +97,7 @@ class ExtractorTrack:
         self.log = log
         self.run_name = run_name
         self.key_by_episode_start = key_by_episode_start
-        self.policy = getattr(cfg, "sample_policy", "pool")
+        self.policy = cfg.sample_policy
         self._uids = itertools.count()
         self.buffer: OrderedDict[int, ExtractorSample] = OrderedDict()
         """``sample_policy="buffer"``: credited samples in the order they entered (FIFO)."""
@@ -142,7 +142,7 @@ class ExtractorTrack:
             for s in samples:
                 self._register(s)
                 s.usage.append(float(score))
-                if s.malformed and not getattr(self.cfg, "train_malformed", True):
+                if s.malformed and not self.cfg.train_malformed:
                     continue
                 self.samples.append(s)
                 self._enter_buffer(s)
@@ -238,13 +238,13 @@ class ExtractorTrack:
 
         t0 = time.perf_counter()
         messages, metas = [], []
-        if getattr(self.cfg, "distill", "all") == "with_experience":
+        if self.cfg.distill == "with_experience":
             # official: only the with-experience half updates the bank
             # (memory_integration_mixin.py `_should_update_trajectory_memory`)
             kept = [t for t in trajectories if t.with_experience]
             self.stats["not_distilled"] += len(trajectories) - len(kept)
             trajectories = kept
-        keep_reasoning = getattr(self.cfg, "keep_reasoning", False)
+        keep_reasoning = self.cfg.keep_reasoning
         for traj in trajectories:
             retrieved = self.manager.bank.get(list(traj.experience_ids)) if traj.experience_ids else []
             pairs = [(turn.observation, turn.completion_text
@@ -281,7 +281,7 @@ class ExtractorTrack:
                         provenance={"run": self.run_name,
                                     "trajectories": [f"{traj.task_name}/seed{traj.seed}/group{traj.group_id}"]},
                         step=step, key_text=key,
-                        update_mode=getattr(self.cfg, "update_mode", "in_place"))
+                        update_mode=self.cfg.update_mode)
                 sample = ExtractorSample(list(gen.prompt_ids), list(gen.completion_ids), list(gen.logprobs),
                                          kind="extract", created_step=step, malformed=malformed,
                                          entry_ids=[int(i) for i in written])
@@ -290,7 +290,7 @@ class ExtractorTrack:
                 self.stats["extractions"] += 1
                 self.stats["malformed"] += int(malformed)
                 self.stats["ops_applied"] += len(written)
-            train_malformed = getattr(self.cfg, "train_malformed", True)
+            train_malformed = self.cfg.train_malformed
             for s in new_samples:
                 if s.entry_ids or (s.malformed and train_malformed):
                     self.samples.append(s)
@@ -309,7 +309,7 @@ class ExtractorTrack:
             self.stats["merges"] += 1
             metrics["extractor/merge_s"] = time.perf_counter() - t1
             metrics.update({f"bank/merge_{k}": v for k, v in _merge_counts(result).items()})
-            if getattr(self.cfg, "train_merges", False):
+            if self.cfg.train_merges:
                 self._add_merge_samples(result, step)
         with self._cond:  # bank writes of this batch are done: a waiting rollout may start
             self._writes_done += 1
@@ -321,7 +321,7 @@ class ExtractorTrack:
         """Merge calls become extractor samples, credited like adds: by the use of the entries
         they created (official: merge calls are trained). A malformed merge is a malformed
         sample; a window that changed nothing (keep / stale) creates nothing to credit."""
-        train_malformed = getattr(self.cfg, "train_malformed", True)
+        train_malformed = self.cfg.train_malformed
         with self._state_lock:
             for ms in result.samples:
                 gen = ms.generation

@@ -199,7 +199,7 @@ class RoleTrainer:
         with self.lock:
             recomputed: list[Any] = []
             t_start = time.perf_counter()
-            if getattr(self.cfg, "recompute_old_logprobs", False):
+            if self.cfg.recompute_old_logprobs:
                 # "old" = this trainer's log-probs before the update (official: the ratio is
                 # exactly 1 at the first micro-step), computed on the very micro-batches the
                 # update runs, so that padding and batch shapes are the same too
