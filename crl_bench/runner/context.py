@@ -166,7 +166,6 @@ class RunContext:
         :mod:`crl_bench.extractor.gate`); set by :meth:`build_experience`."""
         self.task_scores: dict[str, list[float]] = {}
         """Per task: [score sum, episodes] of training episodes (the gate's historical performance)."""
-        self.gate_counts: dict[str, int] = {}
         self.timings: dict[str, float] = {}
         """``timing_s/...`` of the current step (the loop writes and resets them)."""
         from crl_bench.runner.progress import NullProgress
@@ -402,7 +401,6 @@ class RunContext:
         for (spec, _), gen in zip(gates, generations):
             decision = parse_gate(gen.text, spec.experience_text)
             verdict = decision.verdict or "invalid"
-            self.gate_counts[verdict] = self.gate_counts.get(verdict, 0) + 1
             if self.extractor is not None:  # logged as extractor/gate_<verdict> (run totals)
                 key = f"gate_{verdict}"
                 self.extractor.stats[key] = self.extractor.stats.get(key, 0) + 1

@@ -278,20 +278,19 @@ class Trainer:
                 manager_state.update(ctx.manager.state())
                 np.save(tmp / "query_cache.npy",
                         ctx.manager.query_cache_vectors(manager_state["query_cache"]))
-        if ctx.manager is None:
-            backup = None  # type: ignore[assignment]
+        also = backup if ctx.manager is not None else None
         track_state = None
         if ctx.extractor is not None:
-            track_state = ctx.extractor.state(also=backup)
-        elif backup is not None:
-            backup()
+            track_state = ctx.extractor.state(also=also)
+        elif also is not None:
+            also()
         pending = ctx.take_extractor_metrics()  # finished batches not yet in a metrics record
         ctx.put_back_extractor_metrics(pending)
         state = {"step": step, "track": track_state, "track_metrics": pending,
                  "manager": manager_state or None, "bank_counters": list(self._bank_counters),
-                 # run totals the gate reads (historical score per task) and logs
-                 "task_scores": dict(getattr(ctx, "task_scores", {})),
-                 "gate_counts": dict(getattr(ctx, "gate_counts", {}))}
+                 # run totals the gate reads: the historical score per task (its verdict
+                 # counts are the extractor track's stats, saved with the track's state)
+                 "task_scores": dict(ctx.task_scores)}
         kill_point("checkpoint", step)  # test-only (CRL_BENCH_KILL_AT); inert otherwise
         (tmp / "loop_state.json").write_text(json.dumps(state))
         self.run.commit_checkpoint(tmp)
@@ -320,10 +319,8 @@ class Trainer:
         if state.get("bank_counters") is not None:  # (queries, empty results) at the last step
             queries, empty = state["bank_counters"]
             self._bank_counters = (float(queries), float(empty))
-        for name in ("task_scores", "gate_counts"):
-            if isinstance(state.get(name), dict) and hasattr(ctx, name):
-                setattr(ctx, name, {k: (list(v) if isinstance(v, list) else v)
-                                    for k, v in state[name].items()})
+        if isinstance(state.get("task_scores"), dict):
+            ctx.task_scores = {k: list(v) for k, v in state["task_scores"].items()}
         if ctx.extractor is not None and state.get("track"):
             from crl_bench.llm.rollout import Trajectory
 
