@@ -20,7 +20,6 @@ Metrics the track logs are fetched with :meth:`RemoteExtractorTrack.take_metrics
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import threading
 from typing import Any, Callable
@@ -58,21 +57,12 @@ class ExtractorActorImpl:
     def pid(self) -> int:
         return os.getpid()
 
-    # the same as RunContext.extractor_generate, on this actor's model
     def generate(self, message_lists: list[list[dict]], stop: tuple[str, ...] = ()) -> list[Any]:
-        b = self.backend
+        """The extractor role on this actor's model."""
+        from crl_bench.runner.context import extractor_generate
+
         with self.lock:
-            prompts = []
-            for m in message_lists:
-                if m and m[-1].get("role") == "assistant":
-                    ids = b.chat_prompt_ids(m[:-1])
-                    ids += b.tokenizer(m[-1]["content"], add_special_tokens=False)["input_ids"]
-                else:
-                    ids = b.chat_prompt_ids(m)
-                prompts.append(ids)
-            sampling = (dataclasses.replace(self.sampling, stop=tuple(stop)) if stop
-                        else self.sampling)
-            return b.generate(prompts, sampling, adapter="extractor")
+            return extractor_generate(self.backend, self.sampling, message_lists, stop)
 
     def _log(self, metrics: dict[str, Any]) -> None:
         with self._mlock:

@@ -95,6 +95,24 @@ class GroupPlan:
     size: int
 
 
+def extractor_generate(backend: Any, sampling: Any, message_lists: list[list[dict]],
+                       stop: tuple[str, ...] = ()) -> list[Any]:
+    """One batched extractor call. A message list ending with an assistant message is a pre-fill:
+    the assistant turn starts with that text (prompt tokens) and the model continues it.
+    ``stop`` replaces the default stop strings."""
+    prompts = []
+    for m in message_lists:
+        if m and m[-1].get("role") == "assistant":
+            ids = backend.chat_prompt_ids(m[:-1])
+            ids += backend.tokenizer(m[-1]["content"], add_special_tokens=False)["input_ids"]
+        else:
+            ids = backend.chat_prompt_ids(m)
+        prompts.append(ids)
+    if stop:
+        sampling = dataclasses.replace(sampling, stop=tuple(stop))
+    return backend.generate(prompts, sampling, adapter="extractor")
+
+
 def check_family_available(task: MixTask, make_kwargs: dict[str, Any]) -> None:
     """Make one env of ``task``; on failure say which family is missing and how to get it."""
     import gymnasium
@@ -290,20 +308,8 @@ class RunContext:
     # -- model calls ---------------------------------------------------------------------------
     def extractor_generate(self, message_lists: list[list[dict]], stop: tuple[str, ...] = ()
                            ) -> list[Any]:
-        """The extractor role. A message list ending with an assistant message is a pre-fill:
-        the assistant turn starts with that text (prompt tokens) and the model continues it.
-        ``stop`` replaces the default stop strings."""
-        prompts = []
-        for m in message_lists:
-            if m and m[-1].get("role") == "assistant":
-                ids = self.ext_backend.chat_prompt_ids(m[:-1])
-                ids += self.ext_backend.tokenizer(m[-1]["content"], add_special_tokens=False)["input_ids"]
-            else:
-                ids = self.ext_backend.chat_prompt_ids(m)
-            prompts.append(ids)
-        sampling = (dataclasses.replace(self.extractor_sampling, stop=tuple(stop)) if stop
-                    else self.extractor_sampling)
-        return self.ext_backend.generate(prompts, sampling, adapter="extractor")
+        """The extractor role (see :func:`extractor_generate`)."""
+        return extractor_generate(self.ext_backend, self.extractor_sampling, message_lists, stop)
 
     # -- envs and episodes ---------------------------------------------------------------------
     def env_kwargs(self, task: MixTask, phase: str) -> dict[str, Any]:
