@@ -198,3 +198,23 @@ def test_setup_failure_reports_its_real_cause(tmp_path):
     status = json.loads((out / "status.json").read_text())
     assert status["state"] == "failed"
     assert status["error"].startswith(type(info.value).__name__ + ": ")
+
+
+def test_vllm_with_truncated_sampling_needs_recomputed_logprobs():
+    """vLLM renormalises its log-probs over the top-k / top-p survivors (docs/vllm.md); a ratio
+    against them is biased unless the trainer recomputes the old log-probs."""
+    cfg = build_config(agent="grpo", tasks="minihack", preset="tiny")
+    cfg.model.backend = "vllm"
+    cfg.rollout.top_p = 0.99
+    with pytest.raises(ConfigError, match=r"actor sampling truncated .* actor.recompute_old_logprobs=true"):
+        cfg.validate()
+    cfg.actor.recompute_old_logprobs = True
+    cfg.extractor.top_p = 0.9
+    with pytest.raises(ConfigError, match=r"extractor.recompute_old_logprobs=true"):
+        cfg.validate()
+    cfg.extractor.top_p = 1.0
+    cfg.validate()
+    cfg.model.backend = "hf"  # the hf backend records untruncated log-probs: no constraint
+    cfg.actor.recompute_old_logprobs = False
+    cfg.extractor.top_p = 0.9
+    cfg.validate()

@@ -291,6 +291,18 @@ def validate_config(cfg: "RunConfig") -> None:
         raise ConfigError("model.lora_r=0 (full fine-tuning) needs the hf backend: the vllm "
                           "backend serves LoRA adapters only. Use --set model.backend=hf or a "
                           "LoRA rank > 0.")
+    if cfg.model.backend == "vllm":
+        # vLLM returns log-probs renormalised over the tokens top-k / top-p kept; the PPO / CISPO
+        # ratio needs the untruncated ones (what the hf backend records), so the trainer must
+        # recompute them (docs/vllm.md)
+        for role, top_k, top_p in (("actor", cfg.rollout.top_k, cfg.rollout.top_p),
+                                   ("extractor", 0, cfg.extractor.top_p)):
+            if (top_k > 0 or top_p < 1.0) and not getattr(cfg, role).recompute_old_logprobs:
+                raise ConfigError(
+                    f"model.backend=vllm with {role} sampling truncated (top_k={top_k}, "
+                    f"top_p={top_p}): vLLM's log-probs are renormalised over the kept tokens, "
+                    f"which biases the update's ratio. Use --set {role}.recompute_old_logprobs=true "
+                    "(the paper preset does), or sample untruncated (top_k=0, top_p=1.0).")
     if not cfg.experience.embedder.strip():
         raise ConfigError("experience.embedder='': must name an embedder; e.g. "
                           "--set experience.embedder=all-MiniLM-L6-v2.")
