@@ -1,14 +1,22 @@
 """Does the actor learn? ``grpo`` and ``comp_rl`` on MiniHack Room, N seeds, evaluation success
 at the start and at the end with 95% CIs, and the learning curve (issue 18, "must show").
 
-    python benchmarks/learning_minihack.py --preset cpu --seeds 0 1 2 --steps 20 \\
-        --out results/learning_minihack
+    # what results/learning_minihack holds (2 runs at a time on 2 cores, one torch thread each)
+    python benchmarks/learning_minihack.py --tasks crl/MiniHack-Room-Random-5x5-v0 --preset cpu \\
+        --steps 10 --seeds 0 1 2 --agents grpo comp_rl --jobs 2 --order agent --set threads=1 \\
+        --set rollout.history=0 --set 'rollout.env_max_steps={"minihack": 10}' \\
+        --set actor.lr=3e-4 --set actor.max_samples_per_update=32 --set eval.every=0 \\
+        --set eval.episodes_per_task=16 --out OUT
+    # then, to summarise what has finished without running the rest:
+    python benchmarks/learning_minihack.py ... --summary-only
 
-Each (agent, seed) is one ``run_experiment`` on the ``minihack`` task set
-(``crl/MiniHack-Room-Ultimate-5x5-v0``) in ``OUT/runs/minihack__<agent>__<seed>``; an
-interrupted call resumes its runs from their last checkpoints when run again with the same
-arguments. The evaluation plays the same held-out task instances at every evaluated step, so
-start and end are paired episode by episode.
+Each (agent, seed) is one ``run_experiment`` on ``--tasks`` (default the ``minihack`` task set,
+``crl/MiniHack-Room-Ultimate-5x5-v0``) in ``OUT/runs/<tasks>__<agent>__<seed>``; with ``--jobs N``
+N of them run at once, each in its own process logging to ``OUT/runs/<name>.log``. An interrupted
+call resumes its runs from their last checkpoints when run again with the same arguments. The
+evaluation plays the same held-out task instances at every evaluated step, so start and end are
+paired episode by episode. The floor is measured too: a uniform random walker over the 8 moves
+on the same env, cap and held-out seeds (``chance``).
 
 Written to ``OUT``:
 
@@ -22,8 +30,7 @@ Written to ``OUT``:
   training success per step.
 
 The issue's target: ``grpo`` end - start >= +0.25 with the CI excluding 0, in <= 2 h per seed on 2
-cores. DESIGN.md §3 gives the chance level measured for Room-Ultimate-5x5 (uniform random
-admissible actions, <= 10 actions): 24.5%.
+cores.
 """
 
 from __future__ import annotations
@@ -111,14 +118,43 @@ def summarise(runs: dict[tuple[str, int], Path]) -> dict[str, Any]:
     return out
 
 
+def chance(run: Path, episodes: int = 500) -> dict[str, Any]:
+    """Success of a uniform random walker (one of the 8 move words per action, no invalid turns)
+    on the run's env with its action cap, on the held-out seeds the evaluation draws from: the
+    floor a policy must beat. Measured, not assumed: it depends on the task and the cap."""
+    import random
+
+    import gymnasium
+
+    import crl_bench  # noqa: F401  (registers the envs)
+    from crl_bench.envs.minihack.language import DIRECTIONS
+
+    cfg = json.loads((run / "config.json").read_text())
+    env_id = cfg["env_ids"][0]
+    cap = cfg["rollout"]["env_max_steps"].get("minihack")
+    env = gymnasium.make(env_id, **({"max_steps": cap} if cap else {}))
+    rng, wins = random.Random(0), 0
+    for i in range(episodes):
+        env.reset(seed=1_000_000 + i)
+        done = False
+        while not done:
+            _, _, term, trunc, info = env.step(rng.choice(DIRECTIONS))
+            done = term or trunc
+        wins += bool(info.get("success"))
+    env.close()
+    return {"env_id": env_id, "max_actions": cap, "episodes": episodes, "success": wins / episodes,
+            "wilson95": wilson(wins, episodes)}
+
+
 def fmt(c: dict[str, Any]) -> str:
     if c["low"] is None:
         return f"{c['mean']:+.3f} (n={c['n']}, no CI)" if c["mean"] < 0 else f"{c['mean']:.3f} (n={c['n']}, no CI)"
     return f"{c['mean']:.3f} [{c['low']:.3f}, {c['high']:.3f}] (n={c['n']})"
 
 
-def write_markdown(out: Path, summary: dict[str, Any], command: str, preset: str) -> None:
-    lines = ["# Learning on MiniHack Room (Room-Ultimate-5x5)", "", f"Command: `{command}`", "",
+def write_markdown(out: Path, summary: dict[str, Any], command: str, preset: str,
+                   floor: dict[str, Any]) -> None:
+    lines = [f"# Learning on MiniHack ({floor['env_id']})", "", f"Command: `{command}`", "",
              f"Preset `{preset}`; generated {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.", "",
              "| agent | start (mean over seeds, 95% t CI) | end | end - start over seeds | start pooled k/n [Wilson 95%] | end pooled | end - start, paired episodes (95% t) | min per run |",
              "|---|---|---|---|---|---|---|---|"]
@@ -129,14 +165,16 @@ def write_markdown(out: Path, summary: dict[str, Any], command: str, preset: str
             f"{sp['k']}/{sp['n']} [{sp['wilson95'][0]:.2f}, {sp['wilson95'][1]:.2f}] | "
             f"{ep['k']}/{ep['n']} [{ep['wilson95'][0]:.2f}, {ep['wilson95'][1]:.2f}] | "
             f"{fmt(r['delta_paired_episodes'])} | {r['wall_min_per_run']} |")
+    lo, hi = floor["wilson95"]
     lines += ["", "Target (issue 18): grpo end - start >= +0.25 with the CI excluding 0, <= 2 h per "
-              "seed on 2 cores. Chance level of Room-Ultimate-5x5 (DESIGN.md §3, uniform random "
-              "admissible actions, <= 10 actions): 24.5%.", "",
+              f"seed on 2 cores. Chance level of {floor['env_id']} with <= {floor['max_actions']} "
+              f"actions (a uniform random walker over the 8 moves, {floor['episodes']} held-out "
+              f"seeds, measured by this script): {floor['success']:.3f} [{lo:.3f}, {hi:.3f}].", "",
               "![learning curve](learning_curve.png)", ""]
     (out / "summary.md").write_text("\n".join(lines))
 
 
-def plot(out: Path, runs: dict[tuple[str, int], Path]) -> Path | None:
+def plot(out: Path, runs: dict[tuple[str, int], Path], floor: float) -> Path | None:
     try:
         import matplotlib
 
@@ -169,7 +207,7 @@ def plot(out: Path, runs: dict[tuple[str, int], Path]) -> Path | None:
         if train:
             xs = sorted(train)
             ax2.plot(xs, [sum(train[x]) / len(train[x]) for x in xs], marker=".", label=agent)
-    ax1.axhline(0.245, color="grey", ls=":", label="chance (DESIGN §3)")
+    ax1.axhline(floor, color="grey", ls=":", label="random walker")
     ax1.set(title="evaluation success (mean over seeds)", xlabel="actor step", ylabel="success", ylim=(0, 1))
     ax2.set(title="training success per step", xlabel="actor step", ylim=(0, 1))
     ax1.legend(fontsize=8)
@@ -179,6 +217,49 @@ def plot(out: Path, runs: dict[tuple[str, int], Path]) -> Path | None:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def lane_args(argv: list[str]) -> list[str]:
+    """This call's arguments without ``--agents``/``--seeds``/``--jobs`` and their values (each
+    lane gets its own agent and seed)."""
+    rest, skip = [], False
+    for a in argv:
+        if skip and not a.startswith("--"):
+            continue
+        skip = a in ("--agents", "--seeds", "--jobs")
+        if not skip:
+            rest.append(a)
+    return rest
+
+
+def lanes(order: list[tuple[str, int]], runs: dict[tuple[str, int], Path], args: Any,
+          argv: list[str]) -> None:
+    """Run each (agent, seed) as its own process of this script, ``args.jobs`` at a time; each
+    writes its live progress lines to ``RUN_DIR.log`` (a failed run names its log)."""
+    import subprocess
+
+    rest = lane_args(argv)
+    pending, running, failed = list(order), [], []
+    while pending or running:
+        while pending and len(running) < args.jobs:
+            agent, seed = pending.pop(0)
+            log = runs[(agent, seed)].with_suffix(".log")
+            log.parent.mkdir(parents=True, exist_ok=True)
+            cmd = [sys.executable, __file__, *rest, "--agents", agent, "--seeds", str(seed),
+                   "--runs-only"]
+            running.append(((agent, seed), log, time.time(),
+                            subprocess.Popen(cmd, stdout=log.open("a"), stderr=subprocess.STDOUT)))
+        time.sleep(5)
+        for item in list(running):
+            (agent, seed), log, t0, proc = item
+            if proc.poll() is not None:
+                running.remove(item)
+                print(f"[learning] {agent} seed {seed}: exit {proc.returncode} after "
+                      f"{(time.time() - t0) / 60:.1f} min (log: {log})", flush=True)
+                if proc.returncode:
+                    failed.append(str(log))
+    if failed:
+        raise SystemExit(f"runs failed; see {', '.join(failed)}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -191,6 +272,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--out", default="results/learning_minihack")
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="runs at once, each in its own process (with 2 cores: 2 and --set threads=1)")
+    p.add_argument("--order", choices=["seed", "agent"], default="seed",
+                   help="run order: seed-major (both agents of a seed first) or agent-major")
+    p.add_argument("--summary-only", action="store_true",
+                   help="run nothing: summarise the finished runs of these agents and seeds in OUT")
+    p.add_argument("--runs-only", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     command = "python benchmarks/learning_minihack.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
 
@@ -200,21 +288,35 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     overrides = parse_overrides(args.overrides)
-    runs: dict[tuple[str, int], Path] = {}
-    for seed in args.seeds:           # seed-major: a partial call still has both agents per seed
-        for agent in args.agents:
-            run_dir = out / "runs" / f"{args.tasks}__{agent}__{seed}"
+    label = args.tasks.replace("crl/", "").replace("/", "_").replace(",", "+")
+    # seed-major by default: a partial call still has both agents per seed
+    order = ([(agent, seed) for seed in args.seeds for agent in args.agents]
+             if args.order == "seed" else
+             [(agent, seed) for agent in args.agents for seed in args.seeds])
+    runs = {(a, s): out / "runs" / f"{label}__{a}__{s}" for a, s in order}
+    if args.summary_only:
+        runs = {k: v for k, v in runs.items() if (v / "status.json").exists()
+                and json.loads((v / "status.json").read_text()).get("state") == "done"}
+        if not runs:
+            raise SystemExit(f"no finished run of {args.agents} x seeds {args.seeds} in {out / 'runs'}")
+    elif args.jobs > 1:
+        lanes(order, runs, args, argv if argv is not None else sys.argv[1:])
+    else:
+        for agent, seed in order:
             t0 = time.time()
-            runs[(agent, seed)] = run_experiment(agent, args.tasks, args.preset, seed, run_dir,
-                                                 steps=args.steps, overrides=overrides, resume=True,
-                                                 progress=not args.no_progress)
+            run_experiment(agent, args.tasks, args.preset, seed, runs[(agent, seed)],
+                           steps=args.steps, overrides=overrides, resume=True,
+                           progress=not args.no_progress)
             print(f"[learning] {agent} seed {seed}: {(time.time() - t0) / 60:.1f} min in this call")
+    if args.runs_only:
+        return 0
     summary = summarise(runs)
+    floor = chance(next(iter(runs.values())))
     data = {"command": command, "preset": args.preset, "steps": args.steps, "tasks": args.tasks,
-            "overrides": overrides, "agents": summary}
+            "overrides": overrides, "chance": floor, "agents": summary}
     (out / "summary.json").write_text(json.dumps(data, indent=2))
-    write_markdown(out, summary, command, args.preset)
-    png = plot(out, runs)
+    write_markdown(out, summary, command, args.preset, floor)
+    png = plot(out, runs, floor["success"])
     print((out / "summary.md").read_text())
     print(f"written: {out / 'summary.json'}, {out / 'summary.md'}" + (f", {png}" if png else ""))
     return 0

@@ -65,3 +65,12 @@ def test_summary_pairs_episodes_and_computes_cis(tmp_path: Path) -> None:
 def test_one_seed_has_no_t_ci_over_seeds(tmp_path: Path) -> None:
     s = lm.summarise({("grpo", 0): _run(tmp_path / "a", [0, 1], [1, 1])})["grpo"]
     assert s["delta_over_seeds"]["low"] is None and s["delta_over_seeds"]["mean"] == 0.5
+
+
+def test_lane_args_drop_only_the_per_lane_options():
+    argv = ["--tasks", "crl/MiniHack-Room-Random-5x5-v0", "--agents", "grpo", "comp_rl", "--seeds",
+            "0", "1", "2", "--jobs", "2", "--set", "actor.lr=3e-4", "--set",
+            'rollout.env_max_steps={"minihack": 10}', "--out", "o"]
+    assert lm.lane_args(argv) == ["--tasks", "crl/MiniHack-Room-Random-5x5-v0", "--set",
+                                  "actor.lr=3e-4", "--set",
+                                  'rollout.env_max_steps={"minihack": 10}', "--out", "o"]
