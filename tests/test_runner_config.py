@@ -218,3 +218,14 @@ def test_vllm_with_truncated_sampling_needs_recomputed_logprobs():
     cfg.actor.recompute_old_logprobs = False
     cfg.extractor.top_p = 0.9
     cfg.validate()
+
+
+def test_eval_sampling_seed_differs_by_run_seed_and_from_training():
+    """Evaluations of different run seeds sample independently (seed 0 keeps the value the golden
+    records were made with); no evaluation reuses a training step's sampling seed."""
+    from crl_bench.runner.loop import eval_sampling_seed
+
+    assert eval_sampling_seed(0, 3) == 10_007 + 3
+    assert len({eval_sampling_seed(s, 0) for s in range(5)}) == 5
+    train = {s * 7919 + t for s in range(5) for t in range(200)}
+    assert not train & {eval_sampling_seed(s, t) for s in range(5) for t in range(200)}

@@ -78,6 +78,14 @@ def episode_record(traj: Any, phase: str, step: int) -> dict[str, Any]:
             "error": traj.error}  # the env raised: the episode ended there (rollout.py)
 
 
+def eval_sampling_seed(run_seed: int, step: int) -> int:
+    """The sampling seed of the evaluation at ``step``: the same held-out task instances in every
+    run, but each run seed samples its own actions (runs of different seeds are independent
+    replicates, so a confidence interval over seeds means something), and it never equals a
+    training step's seed (``run_seed * 7919 + step``, baselines/grpo.py) within 10,007 steps."""
+    return 10_007 + step + run_seed * 7919
+
+
 class Trainer:
     """Runs ``agent`` for ``cfg.steps`` steps in ``run_dir``. See the module docstring."""
 
@@ -120,7 +128,8 @@ class Trainer:
         records, summaries = [], []
         out: dict[str, Any] = {}
         for with_exp in modes:
-            trajs = ctx.play("eval", step, ctx.eval_plan(with_exp), sampling_seed=10_007 + step)
+            trajs = ctx.play("eval", step, ctx.eval_plan(with_exp),
+                             sampling_seed=eval_sampling_seed(ctx.cfg.seed, step))
             records.extend(episode_record(t, "eval", step) for t in trajs)
             for task in self.tasks:
                 mine = [t for t in trajs if t.task_name == task.name]
