@@ -240,5 +240,5 @@ def make_env(id: str, **kwargs: Any) -> Any:
     """``gymnasium.make`` with our error message for unknown ids (lists the known ones)."""
     import gymnasium
 
-    entry = ENVS.entry(id)  # raises with the list of known envs
+    entry = ENVS.get(id)  # raises with the list of known envs
     return gymnasium.make(entry.id, **kwargs)

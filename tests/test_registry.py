@@ -96,3 +96,18 @@ def test_resolve_tasks_unknown_mix_lists_known():
     with pytest.raises(RegistryError, match="Unknown task mix 'nope'. Available: .*3mix"):
         resolve_tasks("nope")
     assert [t.name for t in resolve_tasks("3mix")] == ["MiniHack Room", "WebShop", "ALFWorld"]
+
+
+def test_make_env_builds_a_registered_env_and_names_known_ids_for_an_unknown_one():
+    pytest.importorskip("nle")  # the minihack extra (MiniHack is imported through our shim)
+    from crl_bench import make_env
+
+    env = make_env("crl/MiniHack-Room-5x5-v0", max_steps=3)
+    try:
+        obs, info = env.reset(seed=0)
+        assert isinstance(obs, str) and obs
+        assert env.unwrapped.family == "minihack"
+    finally:
+        env.close()
+    with pytest.raises(RegistryError, match="crl/MiniHack-Room-5x5-v0"):
+        make_env("crl/No-Such-Env-v0")
