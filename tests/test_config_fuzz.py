@@ -104,6 +104,8 @@ NAME_CASES = [
     ("extractor.agg", "sum", r"^extractor.agg='sum'"),
     ("actor.advantage", "bogus", r"^actor.advantage='bogus': unknown advantage estimator. Available: mean, mean_std"),
     ("extractor.answer_template", "bogus", r"^extractor.answer_template='bogus'"),
+    ("rollout.conversation", "chat", r"^rollout.conversation='chat': unknown conversation mode. Available: full, window"),
+    ("rollout.example_pick", "last", r"^rollout.example_pick='last': unknown example-answer pick. Available: first, random"),
     ("experience.embedder", " ", r"^experience.embedder"),
     ("rollout.env_max_steps", {"minihack": 0}, r"^rollout.env_max_steps\['minihack'\]=0"),
     ("rollout.env_max_steps", {"minihack": float("nan")}, r"^rollout.env_max_steps\['minihack'\]=nan"),

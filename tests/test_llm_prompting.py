@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from crl_bench.llm.prompting import (HistoryItem, PromptConfig, build_messages,
-                                     invalid_format_feedback, parse_completion)
+from crl_bench.llm.prompting import (HistoryItem, PromptConfig, build_followup_message,
+                                     build_messages, example_action, invalid_format_feedback,
+                                     parse_completion)
 
 CFG = PromptConfig()
 
@@ -79,6 +80,34 @@ def test_small_model_preset_and_long_observation_cut():
     assert "e.g. <answer>north</answer>" in user
     assert "[... 400 characters cut ...]" in user
     assert parse_completion(cfg.response_prefix + "south</answer>", cfg).action == "south"
+
+
+MOVES = ["north", "northeast", "east", "southeast", "south", "southwest", "west", "northwest"]
+
+
+def test_random_example_answer_is_a_seeded_admissible_action_that_varies_by_turn_and_episode():
+    cfg = PromptConfig.for_small_model(example_pick="random")
+    picks = {(seed, turn): example_action(cfg, MOVES, seed, turn)
+             for seed in range(20) for turn in range(10)}
+    assert set(picks.values()) == set(MOVES)          # every action gets shown, not only the first
+    counts = [list(picks.values()).count(m) for m in MOVES]
+    assert max(counts) < 0.25 * len(picks)            # no action dominates (uniform: 1/8 each)
+    assert picks == {(s, t): example_action(cfg, MOVES, s, t) for s, t in picks}  # deterministic
+    assert len({picks[(0, t)] for t in range(10)}) > 1   # changes within an episode
+    assert len({picks[(s, 0)] for s in range(20)}) > 1   # and across episodes
+    # the pick is the one the prompt shows, in the first and in follow-up messages
+    user = build_messages(cfg, family="minihack", goal="g", observation="o", history=[],
+                          admissible_actions=MOVES, example_seed=7, turn_index=3)[1]["content"]
+    assert user.endswith(f"e.g. <answer>{example_action(cfg, MOVES, 7, 3)}</answer>.")
+    follow = build_followup_message(cfg, observation="o", admissible_actions=MOVES,
+                                    example_seed=7, turn_index=4)
+    assert follow.endswith(f"e.g. <answer>{example_action(cfg, MOVES, 7, 4)}</answer>.")
+    # "first" (the default) always shows the first action; no example without the flag or actions
+    assert {example_action(PromptConfig.for_small_model(), MOVES, s, 0) for s in range(9)} == {"north"}
+    assert example_action(PromptConfig(), MOVES, 0, 0) is None
+    assert example_action(cfg, None, 0, 0) is None
+    with pytest.raises(ValueError, match="example_pick"):
+        PromptConfig(example_pick="last")
 
 
 def test_prompt_config_rejects_bad_values():

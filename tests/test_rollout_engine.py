@@ -402,3 +402,26 @@ def test_tiny_run_goes_on_when_the_env_raises_and_counts_the_errors(tmp_path, ra
         assert errors[1_000_000] == "ValueError: step 1 is broken"
     [m] = [m for m in read_jsonl(out / "metrics.jsonl") if m["step"] == 1]
     assert m["charts/env_errors"] == 4
+
+
+def test_random_example_answers_differ_across_the_episodes_of_a_group(tiny):
+    """A policy that copies the example answer walks randomly under example_pick="random" — the
+    K rollouts of one task (same env seed) get different examples — and walks one fixed
+    direction under "first" (the collapse seen in results/learning_minihack)."""
+    import re
+
+    def copy_example(prompt):
+        return re.findall(r"e\.g\. <answer>(\w+)</answer>", prompt)[-1] + "</answer>"
+
+    received = {}
+    for pick in ("first", "random"):
+        backend = ForcedBackend(tiny, copy_example)
+        envs = [Recorder(gymnasium.make(ROOM)) for _ in range(4)]
+        cfg = PromptConfig.for_small_model(max_turns=5, history=0, example_pick=pick)
+        engine = RolloutEngine(backend, SamplingParams(seed=3), cfg)
+        trajs = engine.run([EpisodeSpec(env=e, seed=0, group_id=0) for e in envs])
+        assert all(t.turns and all(turn.kind == "action" for turn in t.turns) for t in trajs)
+        received[pick] = [tuple(e.received) for e in envs]
+    assert {a for walk in received["first"] for a in walk} == {"north"}
+    assert len(set(received["random"])) == 4                       # four different walks
+    assert len({a for walk in received["random"] for a in walk}) >= 4

@@ -9,6 +9,7 @@ for advice with ``<ask>QUERY</ask>`` when the engine has an ask callback (Search
 
 from __future__ import annotations
 
+import random
 import re
 from dataclasses import dataclass, field
 
@@ -64,14 +65,23 @@ class PromptConfig:
     max_observation_chars: int | None = 6000
     """Observations longer than this are cut in the middle (the prompt says so). None = never."""
     answer_example: bool = False
-    """Show an example answer built from the first admissible action (``e.g. <answer>north
+    """Show an example answer built from an admissible action (``e.g. <answer>north
     </answer>``). Small models (the embedded 135M one) follow the format only with it."""
+    example_pick: str = "first"
+    """Which admissible action the example shows. "first": always the first listed — a small
+    model copies it, so an RL policy collapses onto that one action (measured: 89-93% ``north``
+    after 10 GRPO steps on MiniHack, results/learning_minihack). "random": one drawn per turn
+    from a generator seeded by ``(example_seed, turn)`` (the engine gives each episode its own
+    seed, from its sampling seed and the episode's index),
+    so copying the example is a random walk rather than a fixed action."""
     response_prefix: str = ""
     """Text the assistant turn starts with, fed as prompt tokens (e.g. ``"<answer>"`` makes a
     small model that cannot follow the format emit just the action). The parser reads
     ``response_prefix + completion_text``; the completion ids/text stay the sampled ones."""
 
     def __post_init__(self) -> None:
+        if self.example_pick not in ("first", "random"):
+            raise ValueError(f"example_pick must be 'first' or 'random', got {self.example_pick!r}.")
         if self.conversation not in ("window", "full"):
             raise ValueError(f"conversation must be 'window' or 'full', got {self.conversation!r}.")
         if self.history < -1:
@@ -137,9 +147,10 @@ def _cut(text: str, limit: int | None) -> str:
 
 def build_messages(config: PromptConfig, *, family: str, goal: str, observation: str,
                    history: list[HistoryItem], admissible_actions: list[str] | None,
-                   experience_text: str = "", asks_left: int = 0, turn_index: int = 0
-                   ) -> list[dict[str, str]]:
-    """The chat messages of one turn (system + user)."""
+                   experience_text: str = "", asks_left: int = 0, turn_index: int = 0,
+                   example_seed: int = 0) -> list[dict[str, str]]:
+    """The chat messages of one turn (system + user). ``example_seed`` (the episode's seed)
+    seeds the example answer's pick when ``config.example_pick == "random"``."""
     parts: list[str] = []
     if goal:
         parts.append(f"Your task: {goal.strip()}")
@@ -160,20 +171,33 @@ def build_messages(config: PromptConfig, *, family: str, goal: str, observation:
                  f"{_cut(observation, config.max_observation_chars)}")
     if config.show_admissible and admissible_actions:
         parts.append("Admissible actions: " + ", ".join(admissible_actions))
-    parts.append(_format_line(config, admissible_actions, asks_left))
+    parts.append(_format_line(config, admissible_actions, asks_left,
+                              example_action(config, admissible_actions, example_seed, turn_index)))
     return [{"role": "system", "content": config.system_prompt(family)},
             {"role": "user", "content": "\n\n".join(parts)}]
 
 
-def _format_line(config: PromptConfig, admissible_actions: list[str] | None, asks_left: int) -> str:
+def example_action(config: PromptConfig, admissible_actions: list[str] | None, seed: int,
+                   turn_index: int) -> str | None:
+    """The action the format line shows as its example (None: no example). Deterministic: the
+    same config, actions, seed and turn give the same pick."""
+    if not (config.answer_example and admissible_actions):
+        return None
+    if config.example_pick == "first":
+        return admissible_actions[0]
+    return admissible_actions[random.Random(f"{seed}:{turn_index}").randrange(len(admissible_actions))]
+
+
+def _format_line(config: PromptConfig, admissible_actions: list[str] | None, asks_left: int,
+                 example: str | None) -> str:
     a = config.answer_tag
     if config.think:
         fmt = (f"Think step by step inside <think>...</think>, then give exactly one action "
                f"inside <{a}>...</{a}>.")
     else:
         fmt = f"Reply with exactly one action inside <{a}>...</{a}>."
-    if config.answer_example and admissible_actions:
-        fmt = fmt[:-1] + f", e.g. <{a}>{admissible_actions[0]}</{a}>."
+    if example is not None:
+        fmt = fmt[:-1] + f", e.g. <{a}>{example}</{a}>."
     if asks_left > 0:
         q = config.ask_tag
         fmt += (f" If you need advice instead, write <{q}>your question</{q}> ({asks_left} "
@@ -183,7 +207,7 @@ def _format_line(config: PromptConfig, admissible_actions: list[str] | None, ask
 
 def build_followup_message(config: PromptConfig, *, observation: str,
                            admissible_actions: list[str] | None, asks_left: int = 0,
-                           turn_index: int = 1) -> str:
+                           turn_index: int = 1, example_seed: int = 0) -> str:
     """The user message that follows an assistant turn in a "full" conversation: the new
     observation (env feedback, advice or invalid-format feedback), the admissible actions and the
     answer format (Search-and-Ask only while ``asks_left > 0``)."""
@@ -191,7 +215,8 @@ def build_followup_message(config: PromptConfig, *, observation: str,
              f"{_cut(observation, config.max_observation_chars)}"]
     if config.show_admissible and admissible_actions:
         parts.append("Admissible actions: " + ", ".join(admissible_actions))
-    parts.append(_format_line(config, admissible_actions, asks_left))
+    parts.append(_format_line(config, admissible_actions, asks_left,
+                              example_action(config, admissible_actions, example_seed, turn_index)))
     return "\n\n".join(parts)
 
 

@@ -155,6 +155,7 @@ class _Running:
     wall_s: float = 0.0
     error: str | None = None
     conversation_ids: list[int] | None = None  # "full" conversations: the next prompt's ids
+    example_seed: int = 0       # seeds a "random" example answer (PromptConfig.example_pick)
 
 
 MAX_ERROR_CHARS = 500
@@ -268,7 +269,8 @@ class RolloutEngine:
             ids += close_ids
         content = build_followup_message(self.prompt, observation=ep.observation,
                                          admissible_actions=ep.admissible,
-                                         asks_left=self._asks_left(ep), turn_index=len(ep.turns))
+                                         asks_left=self._asks_left(ep), turn_index=len(ep.turns),
+                                         example_seed=ep.example_seed)
         ids += self.backend.tokenizer(head + content + tail, add_special_tokens=False)["input_ids"]
         ep.conversation_ids = ids + self._prefix_ids
 
@@ -283,7 +285,7 @@ class RolloutEngine:
                 self.prompt, family=ep.family, goal=ep.goal, observation=ep.observation,
                 history=history, admissible_actions=ep.admissible,
                 experience_text=ep.spec.experience_text, asks_left=self._asks_left(ep),
-                turn_index=len(ep.turns))
+                turn_index=len(ep.turns), example_seed=ep.example_seed)
             ids = self.backend.chat_prompt_ids(messages) + self._prefix_ids
             cap = self.prompt.max_prompt_tokens
             if cap is None or len(ids) <= cap:
@@ -319,6 +321,10 @@ class RolloutEngine:
 
     def _run(self, episodes: list[EpisodeSpec], t0: float, timing: dict[str, float]) -> list[Trajectory]:
         running = [self._start(spec) for spec in episodes]
+        # per episode, not per task: the K rollouts of a group see different example answers
+        base = 0 if self.sampling.seed is None else int(self.sampling.seed)
+        for i, ep in enumerate(running):
+            ep.example_seed = base * 100_003 + i
         timing["env_s"] += time.perf_counter() - t0
         bar = None
         if self.progress:

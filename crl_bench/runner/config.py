@@ -85,6 +85,9 @@ class RolloutConfig:
     """Prompt settings under which a ~100M model emits valid answers (no thinking, an example
     answer, the assistant turn pre-filled with ``<answer>``). The pre-filled answer leaves no room
     for an ``<ask>``, so Search-and-Ask is effectively off with it."""
+    example_pick: str = "first"
+    """The small-model prompt's example answer: "first" admissible action or a seeded "random"
+    one per turn (see ``PromptConfig.example_pick``)."""
     env_max_steps: dict[str, int] = field(default_factory=dict)
     """Per-family env action caps overriding the env defaults, e.g. {"minihack": 10}."""
 

@@ -437,7 +437,7 @@ class RunContext:
                       conversation=r.conversation)
         if r.small_model_prompt:
             kwargs.pop("think")
-            prompt = PromptConfig.for_small_model(**kwargs)
+            prompt = PromptConfig.for_small_model(example_pick=r.example_pick, **kwargs)
         else:
             prompt = PromptConfig(**kwargs)
         # ask_requires_experience: Search-and-Ask is not even offered to without-experience
