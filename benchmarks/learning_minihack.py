@@ -72,9 +72,28 @@ def episodes(run: Path) -> list[dict[str, Any]]:
     return [e for e in read_jsonl(run / "episodes.jsonl") if e["phase"] == "eval"]
 
 
-def summarise(runs: dict[tuple[str, int], Path]) -> dict[str, Any]:
+def _turns_first_last(stats: dict[tuple[str, int], dict[int, dict[str, Any]]], agent: str,
+                      seeds: list[int]) -> dict[str, Any]:
+    """Turn statistics of the first and the last training step, mean over seeds."""
+    out: dict[str, Any] = {}
+    for key in ("valid", "toward_goal", "copies_example"):
+        for which in ("first", "last"):
+            vals = []
+            for s in seeds:
+                st = stats.get((agent, s)) or {}
+                if st:
+                    v = st[min(st) if which == "first" else max(st)][key]
+                    if v == v:  # not nan
+                        vals.append(v)
+            out[f"{key}_{which}"] = round(sum(vals) / len(vals), 3) if vals else None
+    return out
+
+
+def summarise(runs: dict[tuple[str, int], Path],
+              stats: dict[tuple[str, int], dict[int, dict[str, Any]]] | None = None) -> dict[str, Any]:
     from crl_bench.runner.records import read_jsonl
 
+    stats = stats or {}
     out: dict[str, Any] = {}
     for agent in sorted({a for a, _ in runs}):
         seeds = sorted(s for a, s in runs if a == agent)
@@ -110,6 +129,7 @@ def summarise(runs: dict[tuple[str, int], Path]) -> dict[str, Any]:
                 "end_pooled": {"k": pooled["end"][0], "n": pooled["end"][1],
                                "wilson95": wilson(*pooled["end"])},
                 "delta_paired_episodes": t_ci(deltas),
+                "turns_first_last_step": _turns_first_last(stats, agent, seeds),
                 "wall_min_per_run": [
                     round(sum(m.get("timing_s/step", 0.0) + (m.get("timing_s/eval", 0.0) if m["step"] == 0 else 0.0)
                               for m in read_jsonl(runs[(agent, s)] / "metrics.jsonl")) / 60, 1)
@@ -146,6 +166,56 @@ def chance(run: Path, episodes: int = 500) -> dict[str, Any]:
             "wilson95": wilson(wins, episodes)}
 
 
+GOAL_FEATURE = "staircase down"
+
+
+def turn_stats(run: Path) -> dict[int, dict[str, float]]:
+    """Per training step, what the actor's turns did (read from the run's trajectories, each
+    prompt decoded): ``valid`` share of turns that were an action; ``toward_goal`` share of the
+    actions whose direction is the one in which the observation shown that turn names the
+    staircase down (the greedy move; 1/8 for a uniform walker, turns that do not see the stairs
+    left out); ``copies_example`` share of actions equal to the format line's example answer;
+    ``top_action`` share of the most frequent action. A policy that reads its observation
+    raises ``toward_goal``; one that copies the prompt raises ``copies_example``."""
+    import gzip
+    import re
+    from collections import Counter
+
+    from crl_bench.envs.minihack.scripted import parse_observation
+    from crl_bench.llm.models import load_tokenizer
+
+    tok = load_tokenizer(json.loads((run / "config.json").read_text())["model"]["actor"])
+    example = re.compile(r"e\.g\. <answer>([^<]+)</answer>")
+    out: dict[int, dict[str, float]] = {}
+    for path in sorted((run / "trajectories").glob("train_step_*.jsonl.gz")):
+        step = int(path.name.split("_")[2].split(".")[0])
+        turns = valid = toward = seen = copies = 0
+        actions: Counter[str] = Counter()
+        with gzip.open(path, "rt") as fh:
+            for line in fh:
+                for t in json.loads(line)["turns"]:
+                    turns += 1
+                    if t["kind"] != "action":
+                        continue
+                    valid += 1
+                    actions[t["action"]] += 1
+                    prompt = tok.decode(t["prompt_ids"])
+                    shown = prompt.rsplit("Current observation", 1)[-1].split("\n", 1)[-1]
+                    shown = shown.split("\n\nAdmissible actions", 1)[0]
+                    goal = [g for g in parse_observation(shown).sightings if g.name == GOAL_FEATURE]
+                    if goal:
+                        seen += 1
+                        toward += goal[0].direction == t["action"]
+                    ex = example.findall(prompt)
+                    copies += bool(ex) and ex[-1] == t["action"]
+        out[step] = {"turns": turns, "valid": valid / max(turns, 1),
+                     "toward_goal": toward / seen if seen else float("nan"),
+                     "copies_example": copies / max(valid, 1),
+                     "top_action": (f"{actions.most_common(1)[0][0]} "
+                                    f"{actions.most_common(1)[0][1] / valid:.0%}") if valid else ""}
+    return out
+
+
 def fmt(c: dict[str, Any]) -> str:
     if c["low"] is None:
         return f"{c['mean']:+.3f} (n={c['n']}, no CI)" if c["mean"] < 0 else f"{c['mean']:.3f} (n={c['n']}, no CI)"
@@ -165,6 +235,18 @@ def write_markdown(out: Path, summary: dict[str, Any], command: str, preset: str
             f"{sp['k']}/{sp['n']} [{sp['wilson95'][0]:.2f}, {sp['wilson95'][1]:.2f}] | "
             f"{ep['k']}/{ep['n']} [{ep['wilson95'][0]:.2f}, {ep['wilson95'][1]:.2f}] | "
             f"{fmt(r['delta_paired_episodes'])} | {r['wall_min_per_run']} |")
+    lines += ["", "What the training turns did, first → last training step (mean over seeds; "
+              "`turn_stats`): valid = share of turns that were an action; toward stairs = share "
+              "of actions in the direction the observation names the staircase down (a uniform "
+              "walker: 1/8); copies example = share of actions equal to the prompt's example "
+              "answer.", "", "| agent | valid | toward stairs | copies example |", "|---|---|---|---|"]
+    for key, r in summary.items():
+        t = r.get("turns_first_last_step") or {}
+
+        def pair(name: str) -> str:
+            a, b = t.get(f"{name}_first"), t.get(f"{name}_last")
+            return "n/a" if a is None or b is None else f"{a:.0%} → {b:.0%}"
+        lines.append(f"| {key} | {pair('valid')} | {pair('toward_goal')} | {pair('copies_example')} |")
     lo, hi = floor["wilson95"]
     lines += ["", "Target (issue 18): grpo end - start >= +0.25 with the CI excluding 0, <= 2 h per "
               f"seed on 2 cores. Chance level of {floor['env_id']} with <= {floor['max_actions']} "
@@ -174,7 +256,8 @@ def write_markdown(out: Path, summary: dict[str, Any], command: str, preset: str
     (out / "summary.md").write_text("\n".join(lines))
 
 
-def plot(out: Path, runs: dict[tuple[str, int], Path], floor: float) -> Path | None:
+def plot(out: Path, runs: dict[tuple[str, int], Path], floor: float,
+         stats: dict[tuple[str, int], dict[int, dict[str, Any]]] | None = None) -> Path | None:
     try:
         import matplotlib
 
@@ -184,7 +267,8 @@ def plot(out: Path, runs: dict[tuple[str, int], Path], floor: float) -> Path | N
         return None
     from crl_bench.runner.records import read_jsonl
 
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.8))
+    stats = stats or {}
+    fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(14, 3.8))
     for agent in sorted({a for a, _ in runs}):
         for mode in (False, True):
             per_step: dict[int, list[float]] = {}
@@ -207,11 +291,22 @@ def plot(out: Path, runs: dict[tuple[str, int], Path], floor: float) -> Path | N
         if train:
             xs = sorted(train)
             ax2.plot(xs, [sum(train[x]) / len(train[x]) for x in xs], marker=".", label=agent)
+        toward: dict[int, list[float]] = {}
+        for (a, s), st in stats.items():
+            if a == agent:
+                for step, v in st.items():
+                    if v["toward_goal"] == v["toward_goal"]:
+                        toward.setdefault(step, []).append(v["toward_goal"])
+        if toward:
+            xs = sorted(toward)
+            ax3.plot(xs, [sum(toward[x]) / len(toward[x]) for x in xs], marker=".", label=agent)
     ax1.axhline(floor, color="grey", ls=":", label="random walker")
     ax1.set(title="evaluation success (mean over seeds)", xlabel="actor step", ylabel="success", ylim=(0, 1))
     ax2.set(title="training success per step", xlabel="actor step", ylim=(0, 1))
-    ax1.legend(fontsize=8)
-    ax2.legend(fontsize=8)
+    ax3.axhline(1 / 8, color="grey", ls=":", label="uniform walker")
+    ax3.set(title="training actions toward the stairs", xlabel="actor step", ylim=(0, 1))
+    for ax in (ax1, ax2, ax3):
+        ax.legend(fontsize=8)
     fig.tight_layout()
     path = out / "learning_curve.png"
     fig.savefig(path, dpi=110)
@@ -310,13 +405,14 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[learning] {agent} seed {seed}: {(time.time() - t0) / 60:.1f} min in this call")
     if args.runs_only:
         return 0
-    summary = summarise(runs)
+    stats = {k: turn_stats(v) for k, v in runs.items()}
+    summary = summarise(runs, stats)
     floor = chance(next(iter(runs.values())))
     data = {"command": command, "preset": args.preset, "steps": args.steps, "tasks": args.tasks,
             "overrides": overrides, "chance": floor, "agents": summary}
     (out / "summary.json").write_text(json.dumps(data, indent=2))
     write_markdown(out, summary, command, args.preset, floor)
-    png = plot(out, runs, floor["success"])
+    png = plot(out, runs, floor["success"], stats)
     print((out / "summary.md").read_text())
     print(f"written: {out / 'summary.json'}, {out / 'summary.md'}" + (f", {png}" if png else ""))
     return 0

@@ -74,3 +74,55 @@ def test_lane_args_drop_only_the_per_lane_options():
     assert lm.lane_args(argv) == ["--tasks", "crl/MiniHack-Room-Random-5x5-v0", "--set",
                                   "actor.lr=3e-4", "--set",
                                   'rollout.env_max_steps={"minihack": 10}', "--out", "o"]
+
+
+def test_turn_stats_reads_actions_against_the_observation_each_prompt_showed(tmp_path: Path) -> None:
+    """Turns written by hand in the trajectory format, prompts rendered by the real prompt builder
+    and tokenizer: 5 turns, 4 actions (valid 4/5); the stairs are named "far southeast" then
+    "near west" (one prompt shows none: left out of toward-stairs); 2 of the 3 actions that saw
+    them went that way; 1 of 4 copied the example answer."""
+    import gzip
+
+    pytest.importorskip("gguf")
+    from crl_bench.llm.models import load_tokenizer
+    from crl_bench.llm.prompting import PromptConfig, build_messages
+
+    tok = load_tokenizer("smollm2-135m")
+    cfg = PromptConfig.for_small_model(history=0, example_pick="random")
+    moves = ["north", "northeast", "east", "southeast", "south", "southwest", "west", "northwest"]
+
+    def turn(observation: str, kind: str, action: str | None, example_seed: int) -> dict:
+        messages = build_messages(cfg, family="minihack", goal="Reach the staircase down (>).",
+                                  observation=observation, history=[], admissible_actions=moves,
+                                  example_seed=example_seed)
+        ids = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+        if not isinstance(ids, list):
+            ids = ids["input_ids"]
+        return {"prompt_ids": list(ids), "kind": kind, "action": action}
+
+    far = "You see:\n- staircase down: far southeast\nOpen directions: east 4, south 3."
+    near = "You see:\n- staircase down: near west\n- boulder: adjacent north\nOpen directions: west 2."
+    dark = "You see:\n- nothing\nOpen directions: none known."
+    from crl_bench.llm.prompting import example_action
+
+    copied = example_action(cfg, moves, 5, 0)
+    turns = [turn(far, "action", "southeast", 1), turn(near, "action", "west", 2),
+             turn(near, "action", "north" if copied == "west" else "east", 3),
+             turn(dark, "action", copied, 5), turn(far, "invalid", None, 4)]
+    run = tmp_path / "run"
+    (run / "trajectories").mkdir(parents=True)
+    (run / "config.json").write_text(json.dumps({"model": {"actor": "smollm2-135m"}}))
+    with gzip.open(run / "trajectories" / "train_step_00003.jsonl.gz", "wt") as fh:
+        fh.write(json.dumps({"turns": turns}) + "\n")
+    st = lm.turn_stats(run)[3]
+    assert st["turns"] == 5 and st["valid"] == pytest.approx(4 / 5)
+    assert st["toward_goal"] == pytest.approx(2 / 3)
+    # the example each prompt showed, recomputed: turns 1-3 copy it only by coincidence
+    shown = [example_action(cfg, moves, s, 0) for s in (1, 2, 3, 5)]
+    expected_copies = sum(a == e for a, e in zip(["southeast", "west", turns[2]["action"], copied], shown))
+    assert st["copies_example"] == pytest.approx(expected_copies / 4)
+    # a summary over seeds reads the first and the last step
+    stats = {("grpo", 0): {1: {"valid": 0.5, "toward_goal": 0.1, "copies_example": 0.5},
+                           3: st}}
+    got = lm._turns_first_last(stats, "grpo", [0])
+    assert got["valid_first"] == 0.5 and got["toward_goal_last"] == pytest.approx(0.667, abs=1e-3)
