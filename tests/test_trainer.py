@@ -388,3 +388,29 @@ def test_defaults_counters_and_cosine_lr_over_updates(fresh, gens):
     m = trainer.update(samples, loss="ppo_clip", loss_kwargs={"clip_eps": 0.2},
                        temperature=TEMPERATURE)
     assert m["lr"] == pytest.approx(1e-3 * 0.5 * (1 + math.cos(math.pi * 3 / 4)))
+
+
+def test_mini_batches_take_one_step_each_against_the_playing_policy(fresh, gens):
+    """mini_batches=3: the 6 samples are split into 3 disjoint mini-batches of 2, one AdamW step
+    each (the optimiser's step count is 3, the update count 1); the later mini-batches' ratios
+    are against the sampler's log-probs, so they are no longer 1 (PPO's clipping applies); the
+    signs hold (positive advantage up, negative down)."""
+    backend = fresh
+    samples = samples_from(gens, [1.0, -1.0, 1.0, -1.0, 1.0, -1.0])
+    before = [mean_logprob(backend, s) for s in samples]
+    cfg = OptimConfig(lr=1e-3, max_grad_norm=1.0, mini_batches=3)
+    trainer = RoleTrainer(backend, "actor", cfg, total_steps=1, seed=5)
+    m = trainer.update(samples, loss="ppo_clip", loss_kwargs={"clip_eps": 0.2},
+                       temperature=TEMPERATURE)
+    assert m["optimizer_steps"] == 3 and m["samples"] == 6 and m["active_samples"] == 6
+    assert trainer.updates == 1
+    steps = {int(v["step"]) for v in trainer.optimizer.state_dict()["state"].values()}
+    assert steps == {3}
+    assert m["ratio_max"] > 1.0 + 1e-4   # a mean over the 3 steps: the later ones moved
+    after = [mean_logprob(backend, s) for s in samples]
+    for s, b, a in zip(samples, before, after):
+        assert (a > b + 1e-4) if s.advantage > 0 else (a < b - 1e-4), (s.advantage, b, a)
+    # one mini-batch: the same result as the default path (one step, no shuffle)
+    one = RoleTrainer(backend, "actor", OptimConfig(lr=0.0, mini_batches=1), total_steps=1, seed=5)
+    m1 = one.update(samples, loss="ppo_clip", loss_kwargs={"clip_eps": 0.2}, temperature=TEMPERATURE)
+    assert "optimizer_steps" not in m1 and m1["samples"] == 6

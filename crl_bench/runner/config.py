@@ -109,6 +109,11 @@ class OptimConfig:
     max_samples_per_update: int = 0
     """If > 0, train on a uniform random subset of this many turn samples per update (bounds CPU
     time; the subset is an unbiased sample of the batch). 0 uses every sample."""
+    mini_batches: int = 1
+    """Optimiser steps per update: the batch (after ``max_samples_per_update``) is shuffled and
+    split into this many disjoint mini-batches, one step each, every ratio against the log-probs
+    of the policy that played (PPO's minibatches: CleanRL ``num_minibatches``, verl
+    ``ppo_mini_batch_size``). 1 = the official one optimiser step per batch."""
     loss: str = "ppo_clip"
     """The policy loss, a name in ``crl_bench.algorithms.LOSSES`` (``ppo_clip``, ``cispo``, ...)."""
     loss_args: dict[str, Any] = field(default_factory=dict)

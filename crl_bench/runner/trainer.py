@@ -162,17 +162,83 @@ class RoleTrainer:
 
     def update(self, samples: Sequence[TrainSample], *, loss: str, loss_kwargs: dict[str, Any],
                agg: str = "token-mean", temperature: float = 1.0) -> dict[str, float]:
-        """One optimiser step on ``samples``; returns metrics (loss, grad norm, clip fraction...).
+        """One update on ``samples``: one optimiser step (official), or ``cfg.mini_batches``
+        steps on disjoint shuffled mini-batches (PPO's minibatches); returns metrics (loss, grad
+        norm, clip fraction...; means over the mini-batches).
 
         ``temperature`` must be the one the log-probs were recorded at
         (``SamplingParams.logprob_temperature``), so that the ratio is 1 for on-policy samples.
         """
-        import torch
-
         samples = [s for s in samples if s.n_tokens > 0]
         if self.cfg.max_samples_per_update and len(samples) > self.cfg.max_samples_per_update:
             samples = self._rng.sample(samples, self.cfg.max_samples_per_update)
+        n_parts = min(self.cfg.mini_batches, len(samples))
+        if n_parts <= 1:
+            parts = [samples]
+        else:  # disjoint, near-equal, shuffled (samples of one episode spread over the steps)
+            order = list(samples)
+            self._rng.shuffle(order)
+            parts = [order[i::n_parts] for i in range(n_parts)]
+        factor = _schedule_factor(self.updates, self.cfg, self.total_steps)
+        with self.lock:
+            prepared = [self._prepare(part) for part in parts]
+            # "old" log-probs are recomputed for every mini-batch before the first step: they are
+            # the policy that played the batch, not the one after the earlier mini-batches
+            recomputed = [self._recompute(p, temperature) if self.cfg.recompute_old_logprobs
+                          else ([], 0.0) for p in prepared]
+            results = [self._step(p, r, loss=loss, loss_kwargs=loss_kwargs, agg=agg,
+                                  temperature=temperature, lr=self.cfg.lr * factor)
+                       for p, r in zip(prepared, recomputed)]
+            if any(not r.get("skipped") for r in results):
+                self.updates += 1
+                self.backend.after_update(self.adapter)
+        if len(results) == 1:
+            return results[0]
+        stepped = [r for r in results if not r.get("skipped")]
+        metrics: dict[str, float] = {
+            "samples": float(len(samples)),
+            "active_samples": sum(r["active_samples"] for r in results),
+            "optimizer_steps": float(len(stepped)), "skipped": 0.0 if stepped else 1.0}
+        for key in ("tokens", "model_tokens", "time_recompute_s", "time_forward_s",
+                    "time_backward_s"):
+            metrics[key] = sum(r.get(key, 0.0) for r in results)
+        for key in sorted({k for r in stepped for k in r} - set(metrics)):
+            metrics[key] = sum(r[key] for r in stepped if key in r) / len(stepped)
+        if not stepped:
+            metrics.update(loss=0.0, grad_norm=0.0)
+        return metrics
+
+    def _prepare(self, samples: list[TrainSample]) -> dict[str, Any]:
         active = [s for s in samples if s.weight != 0.0 and s.advantage != 0.0]
+        # longest first: similar lengths share a micro-batch, less padding
+        active.sort(key=lambda s: s.length, reverse=True)
+        chunks = micro_batches(active, self.cfg.micro_batch_size, self.cfg.micro_batch_tokens)
+        return {"samples": samples, "active": active, "chunks": chunks,
+                "collated": [self._collate(chunk) for chunk in chunks]}
+
+    def _recompute(self, prepared: dict[str, Any], temperature: float) -> tuple[list[Any], float]:
+        """This trainer's log-probs of the mini-batch before the update (official: the ratio is
+        exactly 1 at the first micro-step), on the very micro-batches the update runs, so that
+        padding and batch shapes are the same too."""
+        import torch
+
+        t_start = time.perf_counter()
+        out: list[Any] = []
+        with torch.no_grad():
+            for ids, attn, _, _, cmask in prepared["collated"]:
+                lp = self.backend.forward_token_logprobs(self.adapter, ids, attn,
+                                                         temperature=temperature,
+                                                         score_mask=cmask[:, 1:] > 0)
+                out.append(lp.float().detach() * cmask[:, 1:])
+        return out, time.perf_counter() - t_start
+
+    def _step(self, prepared: dict[str, Any], recomputed: tuple[list[Any], float], *, loss: str,
+              loss_kwargs: dict[str, Any], agg: str, temperature: float, lr: float
+              ) -> dict[str, float]:
+        """One optimiser step on one (mini-)batch."""
+        import torch
+
+        samples, active, chunks = prepared["samples"], prepared["active"], prepared["chunks"]
         metrics: dict[str, float] = {"samples": float(len(samples)), "active_samples": float(len(active))}
         if not active:  # nothing carries a gradient (all advantages or weights are zero)
             metrics.update(loss=0.0, grad_norm=0.0, skipped=1.0)
@@ -188,65 +254,44 @@ class RoleTrainer:
         total_tokens = sum(s.n_tokens for s in samples)
         total_seqs = len(samples)
         active_tokens = sum(s.n_tokens for s in active)
-        mb = self.cfg.micro_batch_size
-        # longest first: similar lengths share a micro-batch, less padding
-        active.sort(key=lambda s: s.length, reverse=True)
-        chunks = micro_batches(active, mb, self.cfg.micro_batch_tokens)
-        collated = [self._collate(chunk) for chunk in chunks]
         sums: dict[str, float] = {}
         total_loss = 0.0
-        clock = {"time_recompute_s": 0.0, "time_forward_s": 0.0, "time_backward_s": 0.0}
-        with self.lock:
-            recomputed: list[Any] = []
-            t_start = time.perf_counter()
-            if self.cfg.recompute_old_logprobs:
-                # "old" = this trainer's log-probs before the update (official: the ratio is
-                # exactly 1 at the first micro-step), computed on the very micro-batches the
-                # update runs, so that padding and batch shapes are the same too
-                with torch.no_grad():
-                    for ids, attn, _, _, cmask in collated:
-                        lp = self.backend.forward_token_logprobs(self.adapter, ids, attn,
-                                                                 temperature=temperature,
-                                                                 score_mask=cmask[:, 1:] > 0)
-                        recomputed.append(lp.float().detach() * cmask[:, 1:])
-            clock["time_recompute_s"] = time.perf_counter() - t_start
-            self.optimizer.zero_grad(set_to_none=True)
-            for ci, chunk in enumerate(chunks):
-                ids, attn, lp_old, adv, cmask = collated[ci]
-                t_fwd = time.perf_counter()
-                # only the completion positions go through the vocabulary projection
-                logprobs = self.backend.forward_token_logprobs(self.adapter, ids, attn,
-                                                               temperature=temperature,
-                                                               score_mask=cmask[:, 1:] > 0)
-                logprobs = logprobs.float()
-                # align: token t (t >= 1) is predicted at position t-1 of the log-prob tensor
-                lp = logprobs * cmask[:, 1:]
-                old = recomputed[ci] if recomputed else lp_old[:, 1:]
-                out, m = loss_fn(lp, old, adv[:, 1:], cmask[:, 1:], agg=agg, **loss_kwargs)
-                chunk_tokens = sum(s.n_tokens for s in chunk)
-                share = (chunk_tokens / total_tokens if agg == "token-mean"
-                         else len(chunk) / total_seqs)
-                t_bwd = time.perf_counter()
-                clock["time_forward_s"] += t_bwd - t_fwd
-                (out * share).backward()
-                clock["time_backward_s"] += time.perf_counter() - t_bwd
-                total_loss += float(out.detach()) * share
-                # diagnostics (clip fractions, ratios) are means over the active tokens
-                m_share = chunk_tokens / active_tokens
-                for k, v in m.items():
-                    sums[k] = sums.get(k, 0.0) + float(v) * m_share
-            grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.cfg.max_grad_norm)
-            factor = _schedule_factor(self.updates, self.cfg, self.total_steps)
-            for group in self.optimizer.param_groups:
-                group["lr"] = self.cfg.lr * factor
-            self.optimizer.step()
-            self.optimizer.zero_grad(set_to_none=True)
-            self.updates += 1
-            self.backend.after_update(self.adapter)
+        old_lps, recompute_s = recomputed
+        clock = {"time_recompute_s": recompute_s, "time_forward_s": 0.0, "time_backward_s": 0.0}
+        self.optimizer.zero_grad(set_to_none=True)
+        for ci, chunk in enumerate(chunks):
+            ids, attn, lp_old, adv, cmask = prepared["collated"][ci]
+            t_fwd = time.perf_counter()
+            # only the completion positions go through the vocabulary projection
+            logprobs = self.backend.forward_token_logprobs(self.adapter, ids, attn,
+                                                           temperature=temperature,
+                                                           score_mask=cmask[:, 1:] > 0)
+            logprobs = logprobs.float()
+            # align: token t (t >= 1) is predicted at position t-1 of the log-prob tensor
+            lp = logprobs * cmask[:, 1:]
+            old = old_lps[ci] if old_lps else lp_old[:, 1:]
+            out, m = loss_fn(lp, old, adv[:, 1:], cmask[:, 1:], agg=agg, **loss_kwargs)
+            chunk_tokens = sum(s.n_tokens for s in chunk)
+            share = (chunk_tokens / total_tokens if agg == "token-mean"
+                     else len(chunk) / total_seqs)
+            t_bwd = time.perf_counter()
+            clock["time_forward_s"] += t_bwd - t_fwd
+            (out * share).backward()
+            clock["time_backward_s"] += time.perf_counter() - t_bwd
+            total_loss += float(out.detach()) * share
+            # diagnostics (clip fractions, ratios) are means over the active tokens
+            m_share = chunk_tokens / active_tokens
+            for k, v in m.items():
+                sums[k] = sums.get(k, 0.0) + float(v) * m_share
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.cfg.max_grad_norm)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
         metrics.update(sums)
         metrics.update(clock)
         metrics["model_tokens"] = float(sum(s.length for s in active))
-        metrics.update(loss=total_loss, grad_norm=float(grad_norm), lr=self.cfg.lr * factor,
+        metrics.update(loss=total_loss, grad_norm=float(grad_norm), lr=lr,
                        tokens=float(total_tokens), skipped=0.0)
         return metrics
 

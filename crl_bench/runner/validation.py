@@ -110,6 +110,8 @@ FIELD_RANGES: dict[str, Range] = {
     "experience.warmup_steps": Range(0, MAX_STEPS),
     "experience.ask_k": Range(1, 64),
     "rollout.top_k": Range(0, 1 << 20, note="0: off"),
+    "actor.mini_batches": Range(1, 1024),
+    "extractor.mini_batches": Range(1, 1024),
     "eval.every": Range(0, MAX_STEPS, note="0: only at the end"),
     "eval.episodes_per_task": Range(1, MAX_EPISODES_PER_STEP),
 }
