@@ -3,10 +3,11 @@ at the start and at the end with 95% CIs, and the learning curve (issue 18, "mus
 
     # what results/learning_minihack holds (2 runs at a time on 2 cores, one torch thread each)
     python benchmarks/learning_minihack.py --tasks crl/MiniHack-Room-Random-5x5-v0 --preset cpu \\
-        --steps 10 --seeds 0 1 2 --agents grpo comp_rl --jobs 2 --order agent --set threads=1 \\
-        --set rollout.history=0 --set 'rollout.env_max_steps={"minihack": 10}' \\
-        --set actor.lr=3e-4 --set actor.max_samples_per_update=32 --set eval.every=0 \\
-        --set eval.episodes_per_task=16 --out OUT
+        --steps 10 --seeds 0 1 2 --agents grpo comp_rl --jobs 2 --order seed --set threads=1 \\
+        --set rollout.history=0 --set rollout.example_pick=random --set rollout.groups=4 \\
+        --set 'rollout.env_max_steps={"minihack": 10}' --set actor.lr=3e-4 \\
+        --set actor.max_samples_per_update=48 --set eval.every=0 --set eval.episodes_per_task=16 \\
+        --out OUT
     # then, to summarise what has finished without running the rest:
     python benchmarks/learning_minihack.py ... --summary-only
 
@@ -240,13 +241,18 @@ def write_markdown(out: Path, summary: dict[str, Any], command: str, preset: str
               "of actions in the direction the observation names the staircase down (a uniform "
               "walker: 1/8); copies example = share of actions equal to the prompt's example "
               "answer.", "", "| agent | valid | toward stairs | copies example |", "|---|---|---|---|"]
+    shown: set[str] = set()
     for key, r in summary.items():
+        agent = key.split()[0]  # the turn statistics are per agent (both modes' turns)
+        if agent in shown:
+            continue
+        shown.add(agent)
         t = r.get("turns_first_last_step") or {}
 
         def pair(name: str) -> str:
             a, b = t.get(f"{name}_first"), t.get(f"{name}_last")
             return "n/a" if a is None or b is None else f"{a:.0%} → {b:.0%}"
-        lines.append(f"| {key} | {pair('valid')} | {pair('toward_goal')} | {pair('copies_example')} |")
+        lines.append(f"| {agent} | {pair('valid')} | {pair('toward_goal')} | {pair('copies_example')} |")
     lo, hi = floor["wilson95"]
     lines += ["", "Target (issue 18): grpo end - start >= +0.25 with the CI excluding 0, <= 2 h per "
               f"seed on 2 cores. Chance level of {floor['env_id']} with <= {floor['max_actions']} "
