@@ -37,6 +37,7 @@ cores.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import shlex
@@ -87,6 +88,8 @@ def _turns_first_last(stats: dict[tuple[str, int], dict[int, dict[str, Any]]], a
                     if v == v:  # not nan
                         vals.append(v)
             out[f"{key}_{which}"] = round(sum(vals) / len(vals), 3) if vals else None
+    out["top_action_last"] = [st[max(st)]["top_action"] for s in seeds
+                              if (st := stats.get((agent, s)))]
     return out
 
 
@@ -170,6 +173,14 @@ def chance(run: Path, episodes: int = 500) -> dict[str, Any]:
 GOAL_FEATURE = "staircase down"
 
 
+@functools.lru_cache(maxsize=None)
+def _tokenizer(model: str) -> Any:
+    """One tokenizer load per model for all the runs a summary reads."""
+    from crl_bench.llm.models import load_tokenizer
+
+    return load_tokenizer(model)
+
+
 def turn_stats(run: Path) -> dict[int, dict[str, float]]:
     """Per training step, what the actor's turns did (read from the run's trajectories, each
     prompt decoded): ``valid`` share of turns that were an action; ``toward_goal`` share of the
@@ -183,9 +194,8 @@ def turn_stats(run: Path) -> dict[int, dict[str, float]]:
     from collections import Counter
 
     from crl_bench.envs.minihack.scripted import parse_observation
-    from crl_bench.llm.models import load_tokenizer
 
-    tok = load_tokenizer(json.loads((run / "config.json").read_text())["model"]["actor"])
+    tok = _tokenizer(json.loads((run / "config.json").read_text())["model"]["actor"])
     example = re.compile(r"e\.g\. <answer>([^<]+)</answer>")
     out: dict[int, dict[str, float]] = {}
     for path in sorted((run / "trajectories").glob("train_step_*.jsonl.gz")):

@@ -115,3 +115,13 @@ def test_two_ranks_equal_one_process(cluster, batch, agg, recompute):
     for k in m_ref:  # the trainer's wall-clock profile (time_*_s, model_tokens) is per process
         if k not in ("lr", "skipped", "model_tokens") and not k.startswith("time_"):
             assert k in m_dp, k
+
+
+def test_mini_batches_are_refused_before_ray_starts_anything():
+    """The data-parallel learner takes one optimiser step per update: a config asking for more
+    is refused by name (not silently trained with one step) — no cluster needed to see it."""
+    from crl_bench.distributed.learner import DataParallelLearner
+    from crl_bench.runner.config import ConfigError
+
+    with pytest.raises(ConfigError, match=r"actor\.mini_batches=4: .*--set actor\.mini_batches=1"):
+        DataParallelLearner(2, SPEC, "actor", OptimConfig(mini_batches=4), total_steps=4)

@@ -256,6 +256,12 @@ class DataParallelLearner:
     def __init__(self, n_ranks: int, backend_spec: dict[str, Any], role: str, optim: Any, *,
                  total_steps: int, seed: int = 0, bundle: dict[str, float] | None = None,
                  strategy: str = "PACK", threads: int = 1) -> None:
+        if getattr(optim, "mini_batches", 1) != 1:
+            from crl_bench.runner.config import ConfigError
+
+            raise ConfigError(f"{role}.mini_batches={optim.mini_batches}: the Ray data-parallel "
+                              f"learner takes one optimiser step per update; use --set "
+                              f"{role}.mini_batches=1 or run without Ray.")
         ray = require_ray()
         from ray.util.placement_group import placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy

@@ -13,6 +13,11 @@ import random
 import re
 from dataclasses import dataclass, field
 
+CONVERSATIONS = ("full", "window")
+"""``PromptConfig.conversation``'s values."""
+EXAMPLE_PICKS = ("first", "random")
+"""``PromptConfig.example_pick``'s values."""
+
 DEFAULT_SYSTEM_PROMPTS: dict[str, str] = {
     "text": (
         "You are an agent in a text-based environment. Each turn you read an observation and "
@@ -72,17 +77,17 @@ class PromptConfig:
     model copies it, so an RL policy collapses onto that one action (measured: 89-93% ``north``
     after 10 GRPO steps on MiniHack, results/learning_minihack). "random": one drawn per turn
     from a generator seeded by ``(example_seed, turn)`` (the engine gives each episode its own
-    seed, from its sampling seed and the episode's index),
-    so copying the example is a random walk rather than a fixed action."""
+    seed, from its sampling seed and the episode's index), so copying the example is a random
+    walk rather than a fixed action."""
     response_prefix: str = ""
     """Text the assistant turn starts with, fed as prompt tokens (e.g. ``"<answer>"`` makes a
     small model that cannot follow the format emit just the action). The parser reads
     ``response_prefix + completion_text``; the completion ids/text stay the sampled ones."""
 
     def __post_init__(self) -> None:
-        if self.example_pick not in ("first", "random"):
+        if self.example_pick not in EXAMPLE_PICKS:
             raise ValueError(f"example_pick must be 'first' or 'random', got {self.example_pick!r}.")
-        if self.conversation not in ("window", "full"):
+        if self.conversation not in CONVERSATIONS:
             raise ValueError(f"conversation must be 'window' or 'full', got {self.conversation!r}.")
         if self.history < -1:
             raise ValueError(f"history must be -1 (full), 0 or a positive count; got {self.history}.")
@@ -149,8 +154,8 @@ def build_messages(config: PromptConfig, *, family: str, goal: str, observation:
                    history: list[HistoryItem], admissible_actions: list[str] | None,
                    experience_text: str = "", asks_left: int = 0, turn_index: int = 0,
                    example_seed: int = 0) -> list[dict[str, str]]:
-    """The chat messages of one turn (system + user). ``example_seed`` (the episode's seed)
-    seeds the example answer's pick when ``config.example_pick == "random"``."""
+    """The chat messages of one turn (system + user). ``example_seed`` (one per episode, given by
+    the engine) seeds the example answer's pick when ``config.example_pick == "random"``."""
     parts: list[str] = []
     if goal:
         parts.append(f"Your task: {goal.strip()}")

@@ -279,9 +279,10 @@ def validate_config(cfg: "RunConfig") -> None:
                                   f"{_fix(key, allowed[arg])}.")
         _check_name(f"{role}.schedule", opt.schedule, SCHEDULES, "learning-rate schedule")
         _check_name(f"{role}.agg", opt.agg, _aggregation_modes(), "token aggregation mode")
-    _check_name("rollout.conversation", cfg.rollout.conversation, ("full", "window"),
-                "conversation mode")
-    _check_name("rollout.example_pick", cfg.rollout.example_pick, ("first", "random"),
+    from crl_bench.llm.prompting import CONVERSATIONS, EXAMPLE_PICKS
+
+    _check_name("rollout.conversation", cfg.rollout.conversation, CONVERSATIONS, "conversation mode")
+    _check_name("rollout.example_pick", cfg.rollout.example_pick, EXAMPLE_PICKS,
                 "example-answer pick")
     _check_name("actor.advantage", cfg.actor.advantage, ADVANTAGES.names(), "advantage estimator")
     _check_name("extractor.answer_template", cfg.extractor.answer_template, ANSWER_TEMPLATES,
