@@ -110,6 +110,16 @@ def test_random_example_answer_is_a_seeded_admissible_action_that_varies_by_turn
         PromptConfig(example_pick="last")
 
 
+def test_no_example_answer_under_example_pick_none():
+    cfg = PromptConfig.for_small_model(example_pick="none")
+    assert {example_action(cfg, MOVES, s, t) for s in range(5) for t in range(5)} == {None}
+    user = build_messages(cfg, family="minihack", goal="g", observation="o", history=[],
+                          admissible_actions=MOVES, example_seed=7, turn_index=0)[1]["content"]
+    assert user.endswith("Reply with exactly one action inside <answer>...</answer>.")
+    assert "e.g." not in build_followup_message(cfg, observation="o", admissible_actions=MOVES,
+                                                example_seed=7, turn_index=1)
+
+
 def test_prompt_config_rejects_bad_values():
     with pytest.raises(ValueError, match="history"):
         PromptConfig(history=-2)
@@ -128,3 +138,22 @@ def test_a_family_prompt_comes_from_its_registration_and_can_be_overridden():
     override = PromptConfig(system_prompts={"text": "fallback", "webshop": "shop!"})
     assert override.system_prompt("webshop") == "shop!"
     assert override.system_prompt("alfworld").startswith("You are a household robot")
+
+
+def test_observation_last_moves_the_current_observation_after_the_answer_format():
+    cfg = PromptConfig.for_small_model(example_pick="random", observation_last=True)
+    user = build_messages(cfg, family="minihack", goal="g", observation="OBS", history=[],
+                          admissible_actions=MOVES, example_seed=7, turn_index=0)[1]["content"]
+    parts = user.split("\n\n")
+    assert parts[0] == "Your task: g" and parts[-1] == "Current observation (turn 1):\nOBS"
+    assert parts[-2].startswith("Reply with exactly one action") and parts[-3].startswith("Admissible")
+    follow = build_followup_message(cfg, observation="OBS2", admissible_actions=MOVES,
+                                    example_seed=7, turn_index=1).split("\n\n")
+    assert follow[-1] == "Observation (turn 2):\nOBS2" and follow[-2].startswith("Reply with")
+    # the default keeps the observation before the admissible actions
+    default = build_messages(PromptConfig.for_small_model(), family="minihack", goal="g",
+                             observation="OBS", history=[], admissible_actions=MOVES)[1]["content"]
+    assert default.split("\n\n")[1] == "Current observation (turn 1):\nOBS"
+    assert sorted(parts) == sorted(build_messages(
+        PromptConfig.for_small_model(example_pick="random"), family="minihack", goal="g",
+        observation="OBS", history=[], admissible_actions=MOVES, example_seed=7)[1]["content"].split("\n\n"))

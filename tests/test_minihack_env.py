@@ -308,6 +308,30 @@ def test_a_text_only_scripted_agent_reaches_the_goal(env_id: str) -> None:
     assert rate >= 0.95, f"{env_id}: scripted agent solved {rate:.0%} of 100 episodes"
 
 
+def test_the_compact_view_names_the_way_to_the_stairs() -> None:
+    """``view="compact"`` drops walls, open directions and health, and what is left is enough:
+    walking where it names the staircase down solves lit random rooms, as on the full text."""
+    compact = gymnasium.make("crl/MiniHack-Room-Random-5x5-v0", view="compact", max_steps=10)
+    full = gymnasium.make("crl/MiniHack-Room-Random-5x5-v0", max_steps=10)
+    solved = 0
+    for seed in range(1000, 1030):
+        obs, _ = compact.reset(seed=seed)
+        full_obs, _ = full.reset(seed=seed)
+        assert "Open directions" not in obs and "Health" not in obs
+        assert set(obs.splitlines()) <= set(full_obs.splitlines())
+        for _ in range(10):
+            stairs = [s for s in parse_observation(obs).sightings if s.name == "staircase down"]
+            obs, _, terminated, truncated, info = compact.step(stairs[0].direction)
+            if terminated or truncated:
+                break
+        solved += info["success"]
+    compact.close()
+    full.close()
+    assert solved == 30
+    with pytest.raises(ValueError, match="full, compact"):
+        MiniHackTextEnv("MiniHack-Room-5x5-v0", view="map")
+
+
 def test_the_scripted_agent_explores_dark_rooms() -> None:
     env = gymnasium.make("crl/MiniHack-Room-Dark-5x5-v0")
     agent = ScriptedTextAgent(seed=0)

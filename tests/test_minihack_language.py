@@ -126,6 +126,22 @@ def test_the_full_text_of_a_hand_built_level() -> None:
     assert L.describe(glyphs, blstats, message) == expected
 
 
+def test_the_compact_view_keeps_the_single_features_and_the_message_only() -> None:
+    glyphs, blstats, message = _hand_built_level()
+    full = L.describe(glyphs, blstats, message).splitlines()
+    compact = L.describe(glyphs, blstats, message, view="compact").splitlines()
+    # the full text's lines less extended terrain (walls), open directions and health
+    assert compact == ["You see:", "- jackal (monster): adjacent north",
+                       "- arrow trap (trap): very near east", "- staircase down: near southeast",
+                       "Message: Hello."]
+    assert set(compact) <= set(full)
+    glyphs[:] = glyphs[0, 0]
+    assert L.describe(glyphs, blstats, np.zeros(256, dtype=np.uint8), view="compact") \
+        == "You see nothing of note nearby."
+    with pytest.raises(ValueError, match="full, compact"):
+        L.describe(glyphs, blstats, message, view="short")
+
+
 def test_the_optional_map_is_cropped_around_the_agent() -> None:
     glyphs, blstats, message = _hand_built_level()
     chars = np.full((L.ROWS, L.COLS), ord(" "), dtype=np.uint8)

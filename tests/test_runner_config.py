@@ -229,3 +229,26 @@ def test_eval_sampling_seed_differs_by_run_seed_and_from_training():
     assert len({eval_sampling_seed(s, 0) for s in range(5)}) == 5
     train = {s * 7919 + t for s in range(5) for t in range(200)}
     assert not train & {eval_sampling_seed(s, t) for s in range(5) for t in range(200)}
+
+
+def test_env_kwargs_reach_every_env_of_the_family_and_bad_ones_fail_before_models_load(tmp_path):
+    pytest.importorskip("nle")
+    from crl_bench.mixes import resolve_tasks
+    from crl_bench.runner.context import RunContext
+    from crl_bench.runner.records import RunDir
+
+    cfg = build_config(agent="grpo", tasks="minihack", preset="tiny",
+                       overrides={"rollout.env_kwargs": {"minihack": {"view": "compact"}}})
+    cfg.validate()
+    ctx = RunContext(cfg, RunDir(tmp_path / "run"))
+    task = resolve_tasks("minihack")[0]
+    for phase in ("train", "eval"):
+        kwargs = ctx.env_kwargs(task, phase)
+        assert kwargs["view"] == "compact" and kwargs["max_steps"] == cfg.rollout.env_max_steps["minihack"]
+    env = ctx.envs_for(task, "eval", 1)[0]
+    obs, _ = env.reset(seed=3)
+    assert "Open directions" not in obs and env.unwrapped.view == "compact"
+    bad = build_config(agent="grpo", tasks="minihack", preset="tiny",
+                       overrides={"rollout.env_kwargs": {"minihack": {"view": "map"}}})
+    with pytest.raises(ConfigError, match=r"cannot start: ValueError: view='map': use one of full, compact"):
+        RunContext(bad, RunDir(tmp_path / "bad")).seed_everything()

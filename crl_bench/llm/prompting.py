@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 CONVERSATIONS = ("full", "window")
 """``PromptConfig.conversation``'s values."""
-EXAMPLE_PICKS = ("first", "random")
+EXAMPLE_PICKS = ("first", "random", "none")
 """``PromptConfig.example_pick``'s values."""
 
 DEFAULT_SYSTEM_PROMPTS: dict[str, str] = {
@@ -67,6 +67,11 @@ class PromptConfig:
     """Asks allowed per episode (only offered when the engine has an ask callback)."""
     stop_at_tags: bool = True
     """Stop generation at ``</answer>`` and ``</ask>`` (the completion keeps the closing tag)."""
+    observation_last: bool = False
+    """Put the current observation after the admissible actions and the answer format (default:
+    before them). A small model copies the nearest action word it has read; with the observation
+    last, that is the observation's rather than the example answer's
+    (``benchmarks/minihack_reading.py``)."""
     max_observation_chars: int | None = 6000
     """Observations longer than this are cut in the middle (the prompt says so). None = never."""
     answer_example: bool = False
@@ -86,7 +91,8 @@ class PromptConfig:
 
     def __post_init__(self) -> None:
         if self.example_pick not in EXAMPLE_PICKS:
-            raise ValueError(f"example_pick must be 'first' or 'random', got {self.example_pick!r}.")
+            raise ValueError(f"example_pick must be one of {', '.join(EXAMPLE_PICKS)}, got "
+                             f"{self.example_pick!r}.")
         if self.conversation not in CONVERSATIONS:
             raise ValueError(f"conversation must be 'window' or 'full', got {self.conversation!r}.")
         if self.history < -1:
@@ -172,12 +178,16 @@ def build_messages(config: PromptConfig, *, family: str, goal: str, observation:
                          f"{_cut(item.observation, config.max_observation_chars)}")
             lines.append(f"[Turn {first + k}] You: {item.response}")
         parts.append("\n".join(lines))
-    parts.append(f"Current observation (turn {turn_index + 1}):\n"
-                 f"{_cut(observation, config.max_observation_chars)}")
+    current = (f"Current observation (turn {turn_index + 1}):\n"
+               f"{_cut(observation, config.max_observation_chars)}")
+    if not config.observation_last:
+        parts.append(current)
     if config.show_admissible and admissible_actions:
         parts.append("Admissible actions: " + ", ".join(admissible_actions))
     parts.append(_format_line(config, admissible_actions, asks_left,
                               example_action(config, admissible_actions, example_seed, turn_index)))
+    if config.observation_last:
+        parts.append(current)
     return [{"role": "system", "content": config.system_prompt(family)},
             {"role": "user", "content": "\n\n".join(parts)}]
 
@@ -186,7 +196,7 @@ def example_action(config: PromptConfig, admissible_actions: list[str] | None, s
                    turn_index: int) -> str | None:
     """The action the format line shows as its example (None: no example). Deterministic: the
     same config, actions, seed and turn give the same pick."""
-    if not (config.answer_example and admissible_actions):
+    if not (config.answer_example and admissible_actions) or config.example_pick == "none":
         return None
     if config.example_pick == "first":
         return admissible_actions[0]
@@ -216,12 +226,15 @@ def build_followup_message(config: PromptConfig, *, observation: str,
     """The user message that follows an assistant turn in a "full" conversation: the new
     observation (env feedback, advice or invalid-format feedback), the admissible actions and the
     answer format (Search-and-Ask only while ``asks_left > 0``)."""
-    parts = [f"Observation (turn {turn_index + 1}):\n"
-             f"{_cut(observation, config.max_observation_chars)}"]
+    current = (f"Observation (turn {turn_index + 1}):\n"
+               f"{_cut(observation, config.max_observation_chars)}")
+    parts = [] if config.observation_last else [current]
     if config.show_admissible and admissible_actions:
         parts.append("Admissible actions: " + ", ".join(admissible_actions))
     parts.append(_format_line(config, admissible_actions, asks_left,
                               example_action(config, admissible_actions, example_seed, turn_index)))
+    if config.observation_last:
+        parts.append(current)
     return "\n\n".join(parts)
 
 

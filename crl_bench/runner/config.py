@@ -86,10 +86,17 @@ class RolloutConfig:
     answer, the assistant turn pre-filled with ``<answer>``). The pre-filled answer leaves no room
     for an ``<ask>``, so Search-and-Ask is effectively off with it."""
     example_pick: str = "first"
-    """The small-model prompt's example answer: "first" admissible action or a seeded "random"
-    one per turn (see ``PromptConfig.example_pick``)."""
+    """The small-model prompt's example answer: "first" admissible action, a seeded "random"
+    one per turn, or "none" (see ``PromptConfig.example_pick``)."""
+    observation_last: bool = False
+    """The current observation after the admissible actions and the answer format instead of
+    before them (``PromptConfig.observation_last``)."""
     env_max_steps: dict[str, int] = field(default_factory=dict)
     """Per-family env action caps overriding the env defaults, e.g. {"minihack": 10}."""
+    env_kwargs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Per-family ``gymnasium.make`` keyword arguments for every env of that family (training
+    and evaluation), e.g. {"minihack": {"view": "compact"}}; checked against the env's
+    constructor before anything loads."""
 
 
 @dataclass

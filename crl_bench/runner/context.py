@@ -318,6 +318,7 @@ class RunContext:
         if verified is not None and task.family == "swe" and phase != "train":
             # the paper evaluates SWE on SWE-bench Verified: used where its data exists
             kwargs.update(task_set=str(verified), split="all")
+        kwargs.update(self.cfg.rollout.env_kwargs.get(task.family, {}))
         cap = self.cfg.rollout.env_max_steps.get(task.family)
         if cap:
             kwargs.setdefault("max_steps", cap)
@@ -434,7 +435,7 @@ class RunContext:
                                   max_new_tokens=r.max_new_tokens, seed=seed)
         kwargs = dict(history=r.history, think=r.think, max_episode_tokens=r.max_episode_tokens,
                       format_penalty=r.format_penalty, max_asks=self.cfg.experience.max_asks,
-                      conversation=r.conversation)
+                      conversation=r.conversation, observation_last=r.observation_last)
         if r.small_model_prompt:
             kwargs.pop("think")
             prompt = PromptConfig.for_small_model(example_pick=r.example_pick, **kwargs)

@@ -231,6 +231,15 @@ def validate_config(cfg: "RunConfig") -> None:
             raise ConfigError(f"rollout.env_max_steps[{family!r}]={cap!r}: must be an integer "
                               f">= 1 and <= {ENV_MAX_STEPS_RANGE.hi:g} (actions per episode), e.g. "
                               '--set rollout.env_max_steps=\'{"minihack": 10}\'.')
+    for family, kwargs in r.env_kwargs.items():
+        if not isinstance(family, str) or not isinstance(kwargs, dict) \
+                or not all(isinstance(k, str) for k in kwargs):
+            raise ConfigError(f"rollout.env_kwargs[{family!r}]={kwargs!r}: must map a family name "
+                              "to a dict of gymnasium.make keyword arguments, e.g. --set "
+                              '\'rollout.env_kwargs={"minihack": {"view": "compact"}}\'.')
+        if "max_steps" in kwargs:
+            raise ConfigError(f"rollout.env_kwargs[{family!r}] sets max_steps: use "
+                              f"rollout.env_max_steps[{family!r}] for the action cap.")
     # 2. names, against the registries
     from crl_bench.algorithms import ADVANTAGES, LOSSES
     from crl_bench.llm.backend import BACKENDS

@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from crl_bench.envs.minihack.actions import ActionWord, build_action_words, normalise_action
-from crl_bench.envs.minihack.language import describe
+from crl_bench.envs.minihack.language import VIEWS, describe
 from crl_bench.envs.minihack.tasks import PAPER_MAX_STEPS, goal_for
 from crl_bench.text_env import TextEnv, coerce_action, reset_options, safe_text
 
@@ -92,6 +92,8 @@ class MiniHackTextEnv(TextEnv):
         task: a MiniHack gymnasium id, e.g. ``"MiniHack-Room-Ultimate-5x5-v0"``.
         max_steps: actions per episode before ``truncated`` (the paper uses 30).
         show_map: append a cropped ASCII map (11 x 21 squares around the agent).
+        view: ``"full"`` (every feature, open directions, health) or ``"compact"`` (single
+            features and the message only); see :mod:`crl_bench.envs.minihack.language`.
         render_mode: ``"ansi"`` (``render()`` returns the last observation) or None.
         **minihack_kwargs: passed to the MiniHack env (e.g. ``reward_win``, ``penalty_step``,
             ``max_episode_steps``, ``actions``). Defaults set here: ``fix_moon_phase=True`` and
@@ -102,11 +104,15 @@ class MiniHackTextEnv(TextEnv):
     metadata: dict[str, Any] = {"render_modes": ["ansi"]}
 
     def __init__(self, task: str = "MiniHack-Room-5x5-v0", max_steps: int = PAPER_MAX_STEPS,
-                 show_map: bool = False, render_mode: str | None = None,
+                 show_map: bool = False, view: str = "full", render_mode: str | None = None,
                  **minihack_kwargs: Any) -> None:
+        if view not in VIEWS:
+            raise ValueError(f"view={view!r}: use one of {', '.join(VIEWS)} (e.g. "
+                             "gymnasium.make(env_id, view=\"compact\")).")
         super().__init__(max_steps=max_steps, render_mode=render_mode)
         self.task = task
         self.show_map = bool(show_map)
+        self.view = view
         self.goal = goal_for(task)
         self._nle = _make_minihack(task, max_steps, minihack_kwargs)
         self._words: tuple[ActionWord, ...] = build_action_words(self._nle.actions)
@@ -207,7 +213,7 @@ class MiniHackTextEnv(TextEnv):
     # -- helpers ---------------------------------------------------------------------------------
     def _describe(self, nle_obs: dict[str, np.ndarray]) -> str:
         return describe(nle_obs["glyphs"], nle_obs["blstats"], nle_obs["message"],
-                        nle_obs["chars"], show_map=self.show_map)
+                        nle_obs["chars"], show_map=self.show_map, view=self.view)
 
     def _outcome(self, truncated_by_cap: bool) -> str:
         if self._success:

@@ -34,6 +34,14 @@ Rules the text follows (tests and the scripted agent rely on them):
   an open door cannot be entered or left diagonally, as in NetHack).
 * Unexplored squares (blank on the map), floor (lit or remembered) and the agent's own square
   are not listed; past the nearest 40 single features the rest are counted, not listed.
+
+Views (``view=``): ``"full"`` (the default, above) or ``"compact"``: only the single features
+(stairs, monsters, objects, traps, doors...) and the game message; no extended terrain, open
+directions or health. In an open room the compact text names one direction, the goal's, which
+is what a 135M model can learn to act on in a CPU budget (``results/learning_minihack``)::
+
+    You see:
+    - staircase down: far southeast
 """
 
 from __future__ import annotations
@@ -58,6 +66,7 @@ _TAN_67_5 = 2.414213562373095
 
 MAP_CROP_ROWS, MAP_CROP_COLS = 11, 21  # the optional map: 5 rows and 10 columns around the agent
 MAX_LISTED_FEATURES = 40  # keeps the text bounded on cluttered levels
+VIEWS: tuple[str, ...] = ("full", "compact")
 
 
 def distance_word(moves: int) -> str:
@@ -306,7 +315,7 @@ def crop_map(chars: np.ndarray, x: int, y: int, rows: int = MAP_CROP_ROWS,
 
 
 def describe(glyphs: np.ndarray, blstats: np.ndarray, message: np.ndarray,
-             chars: np.ndarray | None = None, show_map: bool = False) -> str:
+             chars: np.ndarray | None = None, show_map: bool = False, view: str = "full") -> str:
     """The language observation (see the module docstring for its exact form).
 
     Args:
@@ -315,7 +324,11 @@ def describe(glyphs: np.ndarray, blstats: np.ndarray, message: np.ndarray,
         message: (256,) uint8 NUL-terminated game message.
         chars: (21, 79) uint8 ASCII map; needed only when ``show_map``.
         show_map: append a cropped ASCII map around the agent.
+        view: ``"full"`` or ``"compact"`` (see the module docstring).
     """
+    if view not in VIEWS:
+        raise ValueError(f"view={view!r}: use one of {', '.join(VIEWS)}.")
+    compact = view == "compact"
     table = glyph_table()
     x, y = int(blstats[0]), int(blstats[1])
     codes = np.take(table.code_key, glyphs)
@@ -336,6 +349,8 @@ def describe(glyphs: np.ndarray, blstats: np.ndarray, message: np.ndarray,
         for k in keys:
             dist, code = k >> 24, (k >> 3) & _CODE_MASK
             if k & _GROUPED_BIT:
+                if compact:
+                    continue
                 # the nearest square of each (feature, direction) comes first in key order
                 if k & _CODE_DIR_MASK in seen:
                     continue
@@ -354,12 +369,14 @@ def describe(glyphs: np.ndarray, blstats: np.ndarray, message: np.ndarray,
             lines.append((nearest[code], labels[code], f"- {labels[code]}: {', '.join(where)}"))
     lines.sort(key=lambda t: (t[0], t[1]))
     out = ["You see:"] + [t[2] for t in lines] if lines else ["You see nothing of note nearby."]
-    opened = open_directions(np.take(table.walk_code, glyphs), x, y)
-    if opened:
-        out.append("Open directions: " + ", ".join(f"{DIRECTIONS[d]} {n}" for d, n in opened) + ".")
-    else:
-        out.append("Open directions: none known.")
-    out.append(f"Health: {int(blstats[_BL_HP])} of {int(blstats[_BL_HPMAX])} HP.")
+    if not compact:
+        opened = open_directions(np.take(table.walk_code, glyphs), x, y)
+        if opened:
+            out.append("Open directions: "
+                       + ", ".join(f"{DIRECTIONS[d]} {n}" for d, n in opened) + ".")
+        else:
+            out.append("Open directions: none known.")
+        out.append(f"Health: {int(blstats[_BL_HP])} of {int(blstats[_BL_HPMAX])} HP.")
     text = _decode_message(message)
     if text:
         out.append(f"Message: {text}")

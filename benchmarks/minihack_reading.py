@@ -1,0 +1,156 @@
+"""Does the actor read its observation before any training? The first turn of MiniHack Room
+levels under several observation views and example-answer picks, scored the way
+``benchmarks/learning_minihack.py`` scores training turns (issue 18: "choose the observation
+wording ... by measurement").
+
+    python benchmarks/minihack_reading.py --levels 48 --samples 4 \\
+        --views full compact --examples random none --set threads=1
+
+For each (view, example pick), the same ``--levels`` held-out levels of ``--env`` are each played
+for one turn ``--samples`` times by the real rollout engine with the preset's prompt (the
+embedded model under ``cpu``). Printed and written to ``--out`` (JSON): the share of valid
+answers, of actions **toward the stairs** (the direction in which the observation names the
+staircase down: the greedy move; 1/8 for a walker that ignores the observation), of copies of
+the example answer, and the most frequent action — each share with a 95% Wilson interval. GRPO
+can only sharpen what the policy already samples: a view under which the untrained model moves
+toward the stairs more often than 1/8 gives the update a reading direction to follow.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections import Counter
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+GOAL_FEATURE = "staircase down"
+
+
+def stairs_direction(observation: str) -> str | None:
+    from crl_bench.envs.minihack.scripted import parse_observation
+
+    goal = [g for g in parse_observation(observation).sightings if g.name == GOAL_FEATURE]
+    return goal[0].direction if goal else None
+
+
+def probe(ctx: Any, env_id: str, view: str, example: str, levels: list[int], samples: int,
+          seed: int, prompt: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One turn per (level, sample) under ``view`` and ``example``; shares of what was answered."""
+    import gymnasium
+
+    from crl_bench.llm.rollout import EpisodeSpec
+    from learning_minihack import wilson
+
+    cap = ctx.cfg.rollout.env_max_steps.get("minihack", 10)
+    envs = [gymnasium.make(env_id, view=view, max_steps=cap) for _ in range(len(levels) * samples)]
+    goals = {}
+    for level in levels:
+        obs, _ = envs[0].reset(seed=level)
+        goals[level] = stairs_direction(obs)
+    engine = ctx._engine(None, seed)
+    engine.prompt = replace(engine.prompt, max_turns=1, example_pick=example, **(prompt or {}))
+    specs = [EpisodeSpec(env=envs[i * samples + j], seed=level, group_id=i)
+             for i, level in enumerate(levels) for j in range(samples)]
+    t0 = time.perf_counter()
+    trajectories = engine.run(specs)
+    wall = time.perf_counter() - t0
+    import re
+
+    example_re = re.compile(r"e\.g\. <answer>([^<]+)</answer>")
+    tok = ctx.backend.tokenizer if hasattr(ctx.backend, "tokenizer") else None
+    n = valid = toward = seen = copies = 0
+    actions: Counter[str] = Counter()
+    for spec, traj in zip(specs, trajectories):
+        turn = traj.turns[0]
+        n += 1
+        if turn.kind != "action" or turn.action is None:
+            continue
+        valid += 1
+        actions[turn.action] += 1
+        goal = goals[spec.seed]
+        if goal is not None:
+            seen += 1
+            toward += turn.action == goal
+        if tok is not None:
+            shown = example_re.findall(tok.decode(turn.prompt_ids))
+            copies += bool(shown) and shown[-1] == turn.action
+    for env in envs:
+        env.close()
+
+    def share(k: int, total: int) -> dict[str, Any]:
+        low, high = wilson(k, total)
+        return {"k": k, "n": total, "share": k / total if total else float("nan"), "low": low,
+                "high": high}
+
+    top, top_n = actions.most_common(1)[0] if actions else ("", 0)
+    return {"view": view, "example": example, "prompt": prompt or {}, "turns": n, "valid": share(valid, n),
+            "toward_stairs": share(toward, seen), "copies_example": share(copies, valid),
+            "top_action": {"action": top, **share(top_n, valid)}, "wall_s": wall}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--env", default="crl/MiniHack-Room-Random-5x5-v0")
+    ap.add_argument("--preset", default="cpu")
+    ap.add_argument("--levels", type=int, default=48)
+    ap.add_argument("--first-level", type=int, default=900_000,
+                    help="level seeds first-level ... first-level + levels - 1")
+    ap.add_argument("--samples", type=int, default=4, help="answers per level")
+    ap.add_argument("--views", nargs="+", default=["full", "compact"])
+    ap.add_argument("--examples", nargs="+", default=["random", "none"])
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--prompt", action="append", default=[], metavar="FIELD=VALUE",
+                    help="a PromptConfig field for every probe, e.g. --prompt show_admissible=false")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="config overrides, as for crl-bench run")
+    ap.add_argument("--out", type=Path, default=None, help="write the results here (JSON)")
+    args = ap.parse_args(argv)
+
+    import tempfile
+
+    from crl_bench.cli import parse_overrides
+    from crl_bench.runner.config import build_config
+    from crl_bench.runner.context import RunContext
+    from crl_bench.runner.records import RunDir
+
+    cfg = build_config(agent="grpo", tasks="minihack", preset=args.preset,
+                       overrides=parse_overrides(args.set), seed=args.seed)
+    cfg.validate()
+    prompt = parse_overrides(args.prompt)
+    with tempfile.TemporaryDirectory() as tmp:
+        ctx = RunContext(cfg, RunDir(Path(tmp) / "run"))
+        ctx.seed_everything()
+        ctx.build_models(extractor=False)
+        levels = list(range(args.first_level, args.first_level + args.levels))
+        rows = []
+        for view in args.views:
+            for example in args.examples:
+                r = probe(ctx, args.env, view, example, levels, args.samples, args.seed, prompt)
+                rows.append(r)
+                print(f"view={view:8s} example={example:7s} valid {r['valid']['share']:.0%}  "
+                      f"toward stairs {r['toward_stairs']['share']:.1%} "
+                      f"[{r['toward_stairs']['low']:.1%}, {r['toward_stairs']['high']:.1%}] "
+                      f"(n={r['toward_stairs']['n']})  copies example "
+                      f"{r['copies_example']['share']:.0%}  top {r['top_action']['action']} "
+                      f"{r['top_action']['share']:.0%}  ({r['wall_s']:.0f} s)", flush=True)
+    result = {"env": args.env, "preset": args.preset, "model": cfg.model.actor,
+              "levels": args.levels, "samples": args.samples, "chance_toward": 1 / 8,
+              "command": "python benchmarks/minihack_reading.py " + " ".join(
+                  sys.argv[1:] if argv is None else argv), "rows": rows}
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=1) + "\n")
+        print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
