@@ -69,9 +69,9 @@ class PromptConfig:
     """Stop generation at ``</answer>`` and ``</ask>`` (the completion keeps the closing tag)."""
     observation_last: bool = False
     """Put the current observation after the admissible actions and the answer format (default:
-    before them). A small model copies the nearest action word it has read; with the observation
-    last, that is the observation's rather than the example answer's
-    (``benchmarks/minihack_reading.py``)."""
+    before them), so that it is the last thing read before the answer. Measured with the
+    embedded 135M actor on MiniHack (``benchmarks/minihack_reading.py``): it still copies the
+    example answer (46%) and writes fewer valid answers (24% vs 72%), so the default stays."""
     max_observation_chars: int | None = 6000
     """Observations longer than this are cut in the middle (the prompt says so). None = never."""
     answer_example: bool = False
