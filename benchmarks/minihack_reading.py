@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
 from collections import Counter
@@ -62,10 +63,8 @@ def probe(ctx: Any, env_id: str, view: str, example: str, levels: list[int], sam
     t0 = time.perf_counter()
     trajectories = engine.run(specs)
     wall = time.perf_counter() - t0
-    import re
-
     example_re = re.compile(r"e\.g\. <answer>([^<]+)</answer>")
-    tok = ctx.backend.tokenizer if hasattr(ctx.backend, "tokenizer") else None
+    tok = getattr(ctx.backend, "tokenizer", None)  # to read the example each prompt showed
     n = valid = toward = seen = copies = 0
     actions: Counter[str] = Counter()
     for spec, traj in zip(specs, trajectories):

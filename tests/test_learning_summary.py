@@ -126,3 +126,27 @@ def test_turn_stats_reads_actions_against_the_observation_each_prompt_showed(tmp
                            3: st}}
     got = lm._turns_first_last(stats, "grpo", [0])
     assert got["valid_first"] == 0.5 and got["toward_goal_last"] == pytest.approx(0.667, abs=1e-3)
+
+
+def test_reading_probe_scores_first_turns_of_the_real_engine(tmp_path: Path) -> None:
+    """benchmarks/minihack_reading.py end to end with the tiny model: every (level, sample) is
+    one first turn; shares are counted over the right denominators and written out."""
+    pytest.importorskip("nle")
+    pytest.importorskip("torch")
+    spec = importlib.util.spec_from_file_location(
+        "minihack_reading", Path(__file__).resolve().parents[1] / "benchmarks" / "minihack_reading.py")
+    probe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(probe)
+    assert probe.stairs_direction("You see:\n- staircase down: far southeast") == "southeast"
+    assert probe.stairs_direction("You see nothing of note nearby.") is None
+    out = tmp_path / "probe.json"
+    assert probe.main(["--preset", "tiny", "--levels", "3", "--samples", "2", "--views", "compact",
+                       "full", "--examples", "random", "--set", "threads=1",
+                       "--out", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["view"], r["example"]) for r in rows] == [("compact", "random"), ("full", "random")]
+    for r in rows:
+        assert r["turns"] == 6 and r["valid"]["n"] == 6
+        assert r["toward_stairs"]["n"] <= r["valid"]["k"]  # actions on levels that show the stairs
+        assert r["copies_example"]["n"] == r["valid"]["k"]
+        assert 0 <= r["toward_stairs"]["k"] <= r["toward_stairs"]["n"]
