@@ -171,6 +171,16 @@ def chance(run: Path, episodes: int = 500) -> dict[str, Any]:
 
 
 GOAL_FEATURE = "staircase down"
+EXAMPLE_ANSWER = r"e\.g\. <answer>([^<]+)</answer>"
+"""The small-model prompt's example answer, as the format line writes it."""
+
+
+def stairs_direction(observation: str) -> str | None:
+    """The direction in which ``observation`` names the staircase down (None: not in view)."""
+    from crl_bench.envs.minihack.scripted import parse_observation
+
+    goal = [g for g in parse_observation(observation).sightings if g.name == GOAL_FEATURE]
+    return goal[0].direction if goal else None
 
 
 @functools.lru_cache(maxsize=None)
@@ -193,10 +203,8 @@ def turn_stats(run: Path) -> dict[int, dict[str, float]]:
     import re
     from collections import Counter
 
-    from crl_bench.envs.minihack.scripted import parse_observation
-
     tok = _tokenizer(json.loads((run / "config.json").read_text())["model"]["actor"])
-    example = re.compile(r"e\.g\. <answer>([^<]+)</answer>")
+    example = re.compile(EXAMPLE_ANSWER)
     out: dict[int, dict[str, float]] = {}
     for path in sorted((run / "trajectories").glob("train_step_*.jsonl.gz")):
         step = int(path.name.split("_")[2].split(".")[0])
@@ -213,10 +221,10 @@ def turn_stats(run: Path) -> dict[int, dict[str, float]]:
                     prompt = tok.decode(t["prompt_ids"])
                     shown = prompt.rsplit("Current observation", 1)[-1].split("\n", 1)[-1]
                     shown = shown.split("\n\nAdmissible actions", 1)[0]
-                    goal = [g for g in parse_observation(shown).sightings if g.name == GOAL_FEATURE]
-                    if goal:
+                    goal = stairs_direction(shown)
+                    if goal is not None:
                         seen += 1
-                        toward += goal[0].direction == t["action"]
+                        toward += goal == t["action"]
                     ex = example.findall(prompt)
                     copies += bool(ex) and ex[-1] == t["action"]
         out[step] = {"turns": turns, "valid": valid / max(turns, 1),

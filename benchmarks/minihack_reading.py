@@ -32,14 +32,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-GOAL_FEATURE = "staircase down"
-
-
-def stairs_direction(observation: str) -> str | None:
-    from crl_bench.envs.minihack.scripted import parse_observation
-
-    goal = [g for g in parse_observation(observation).sightings if g.name == GOAL_FEATURE]
-    return goal[0].direction if goal else None
+from learning_minihack import EXAMPLE_ANSWER, stairs_direction, wilson  # noqa: E402
 
 
 def probe(ctx: Any, env_id: str, view: str, example: str, levels: list[int], samples: int,
@@ -48,7 +41,6 @@ def probe(ctx: Any, env_id: str, view: str, example: str, levels: list[int], sam
     import gymnasium
 
     from crl_bench.llm.rollout import EpisodeSpec
-    from learning_minihack import wilson
 
     cap = ctx.cfg.rollout.env_max_steps.get("minihack", 10)
     envs = [gymnasium.make(env_id, view=view, max_steps=cap) for _ in range(len(levels) * samples)]
@@ -63,8 +55,8 @@ def probe(ctx: Any, env_id: str, view: str, example: str, levels: list[int], sam
     t0 = time.perf_counter()
     trajectories = engine.run(specs)
     wall = time.perf_counter() - t0
-    example_re = re.compile(r"e\.g\. <answer>([^<]+)</answer>")
-    tok = getattr(ctx.backend, "tokenizer", None)  # to read the example each prompt showed
+    example_re = re.compile(EXAMPLE_ANSWER)
+    tok = ctx.backend.tokenizer  # to read the example each prompt showed
     n = valid = toward = seen = copies = 0
     actions: Counter[str] = Counter()
     for spec, traj in zip(specs, trajectories):
@@ -78,9 +70,8 @@ def probe(ctx: Any, env_id: str, view: str, example: str, levels: list[int], sam
         if goal is not None:
             seen += 1
             toward += turn.action == goal
-        if tok is not None:
-            shown = example_re.findall(tok.decode(turn.prompt_ids))
-            copies += bool(shown) and shown[-1] == turn.action
+        shown = example_re.findall(tok.decode(turn.prompt_ids))
+        copies += bool(shown) and shown[-1] == turn.action
     for env in envs:
         env.close()
 
