@@ -14,6 +14,15 @@ staircase down: the greedy move; 1/8 for a walker that ignores the observation),
 the example answer, and the most frequent action — each share with a 95% Wilson interval. GRPO
 can only sharpen what the policy already samples: a view under which the untrained model moves
 toward the stairs more often than 1/8 gives the update a reading direction to follow.
+
+``--run RUN_DIR`` probes a *trained* actor instead: the run's stored configuration (its preset,
+prompt and env settings; ``--preset``/``--set`` are then refused, except ``threads``) and the
+adapters of its last checkpoint, on the same held-out levels. ``--run RUN_DIR --base`` is the same
+configuration without the adapters (the step-0 policy: a fresh LoRA adapter is zero), so the two
+are paired level by level::
+
+    python benchmarks/minihack_reading.py --run OUT/runs/RUN --views compact --examples random
+    python benchmarks/minihack_reading.py --run OUT/runs/RUN --base --views compact --examples random
 """
 
 from __future__ import annotations
@@ -86,6 +95,48 @@ def probe(ctx: Any, env_id: str, view: str, example: str, levels: list[int], sam
             "top_action": {"action": top, **share(top_n, valid)}, "wall_s": wall}
 
 
+def run_config(run: Path, overrides: dict[str, Any], argv: list[str]) -> tuple[Any, dict[str, Any]]:
+    """A run's stored configuration (``threads`` may change) and its last checkpoint: the step
+    it holds, the adapters' folder and the roles saved there."""
+    from crl_bench.runner.api import _stored_config
+    from crl_bench.runner.config import ConfigError
+    from crl_bench.runner.records import RunDir
+
+    if any(a == "--preset" or a.startswith("--preset=") for a in argv):
+        raise ConfigError("--run probes the run's own configuration; drop --preset.")
+    other = sorted(k for k in overrides if k != "threads")
+    if other:
+        raise ConfigError(f"--run probes the run's own configuration; drop --set {', '.join(other)} "
+                          "(only threads may change).")
+    if not (run / "config.json").is_file():
+        raise ConfigError(f"{run} holds no run (no config.json); pass a run folder, e.g. "
+                          "OUT/runs/<tasks>__grpo__0 of benchmarks/learning_minihack.py.")
+    cfg = _stored_config(RunDir(run))
+    if "threads" in overrides:
+        cfg.threads = int(overrides["threads"])
+    last = run / "checkpoints" / "last"
+    if not (last / "adapters" / "roles.json").is_file():
+        raise ConfigError(f"{run} has no checkpoint with adapters yet ({last / 'adapters'} is "
+                          "missing); probe it after its first actor step, or use --base.")
+    state = json.loads((last / "loop_state.json").read_text())
+    roles = json.loads((last / "adapters" / "roles.json").read_text())["roles"]
+    return cfg, {"adapters": last / "adapters", "step": state["step"], "roles": roles}
+
+
+def context(cfg: Any, checkpoint: dict[str, Any] | None, scratch: Path) -> Any:
+    """A RunContext on ``scratch`` with the models built and, when ``checkpoint`` names
+    adapters, the trained ones loaded (the extractor's too when the run saved one)."""
+    from crl_bench.runner.context import RunContext
+    from crl_bench.runner.records import RunDir
+
+    ctx = RunContext(cfg, RunDir(scratch))
+    ctx.seed_everything()
+    ctx.build_models(extractor=bool(checkpoint and "extractor" in checkpoint["roles"]))
+    if checkpoint and checkpoint["adapters"] is not None:
+        ctx.raw_backend.load_adapters(checkpoint["adapters"])
+    return ctx
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--env", default="crl/MiniHack-Room-Random-5x5-v0")
@@ -102,23 +153,32 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="config overrides, as for crl-bench run")
     ap.add_argument("--out", type=Path, default=None, help="write the results here (JSON)")
+    ap.add_argument("--run", type=Path, default=None,
+                    help="probe this run's actor (its config and last checkpoint's adapters)")
+    ap.add_argument("--base", action="store_true",
+                    help="with --run: its configuration without the adapters (the step-0 policy)")
     args = ap.parse_args(argv)
 
     import tempfile
 
     from crl_bench.cli import parse_overrides
     from crl_bench.runner.config import build_config
-    from crl_bench.runner.context import RunContext
-    from crl_bench.runner.records import RunDir
 
-    cfg = build_config(agent="grpo", tasks="minihack", preset=args.preset,
-                       overrides=parse_overrides(args.set), seed=args.seed)
+    overrides = parse_overrides(args.set)
+    checkpoint = None
+    if args.run is not None:
+        cfg, checkpoint = run_config(args.run, overrides, argv if argv is not None else sys.argv[1:])
+        if args.base:
+            checkpoint = {**checkpoint, "adapters": None, "step": 0}
+    elif args.base:
+        ap.error("--base needs --run (the run whose configuration to probe without adapters)")
+    else:
+        cfg = build_config(agent="grpo", tasks="minihack", preset=args.preset, overrides=overrides,
+                           seed=args.seed)
     cfg.validate()
     prompt = parse_overrides(args.prompt)
     with tempfile.TemporaryDirectory() as tmp:
-        ctx = RunContext(cfg, RunDir(Path(tmp) / "run"))
-        ctx.seed_everything()
-        ctx.build_models(extractor=False)
+        ctx = context(cfg, checkpoint, Path(tmp) / "run")
         levels = list(range(args.first_level, args.first_level + args.levels))
         rows = []
         for view in args.views:
@@ -131,7 +191,10 @@ def main(argv: list[str] | None = None) -> int:
                       f"(n={r['toward_stairs']['n']})  copies example "
                       f"{r['copies_example']['share']:.0%}  top {r['top_action']['action']} "
                       f"{r['top_action']['share']:.0%}  ({r['wall_s']:.0f} s)", flush=True)
-    result = {"env": args.env, "preset": args.preset, "model": cfg.model.actor,
+    result = {"env": args.env, "preset": cfg.preset, "model": cfg.model.actor,
+              "checkpoint": None if checkpoint is None else {
+                  "run": str(args.run), "step": checkpoint["step"],
+                  "adapters": None if checkpoint["adapters"] is None else str(checkpoint["adapters"])},
               "levels": args.levels, "samples": args.samples, "chance_toward": 1 / 8,
               "command": "python benchmarks/minihack_reading.py " + " ".join(
                   sys.argv[1:] if argv is None else argv), "rows": rows}

@@ -150,3 +150,46 @@ def test_reading_probe_scores_first_turns_of_the_real_engine(tmp_path: Path) -> 
         assert r["toward_stairs"]["n"] <= r["valid"]["k"]  # actions on levels that show the stairs
         assert r["copies_example"]["n"] == r["valid"]["k"]
         assert 0 <= r["toward_stairs"]["k"] <= r["toward_stairs"]["n"]
+
+
+def _lora_b_norm(ctx) -> float:
+    """Sum of |LoRA B| over the actor's adapter: 0 for a fresh adapter (PEFT initialises B to
+    zero), > 0 once an update has moved it."""
+    return float(sum(p.detach().abs().sum() for n, p in
+                     ctx.raw_backend.trainable_model("actor").named_parameters()
+                     if "lora_B" in n and "actor" in n))
+
+
+def test_reading_probe_loads_a_trained_run(tiny_run, tmp_path: Path) -> None:
+    """``--run``: the probe plays with the run's stored configuration and the adapters of its last
+    checkpoint (weights moved by training); ``--base`` with the same configuration and no adapters
+    (the step-0 policy). Bad uses are refused with the way out."""
+    pytest.importorskip("nle")
+    from crl_bench.runner.config import ConfigError
+
+    spec = importlib.util.spec_from_file_location(
+        "minihack_reading", Path(__file__).resolve().parents[1] / "benchmarks" / "minihack_reading.py")
+    probe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(probe)
+    run = tiny_run("grpo").path
+    cfg, ckpt = probe.run_config(run, {"threads": 1}, [])
+    assert cfg.preset == "tiny" and cfg.threads == 1 and ckpt["roles"] == ["actor"]
+    assert ckpt["step"] == json.loads((run / "checkpoints" / "last" / "loop_state.json").read_text())["step"] >= 1
+    trained = probe.context(cfg, ckpt, tmp_path / "a")
+    base = probe.context(cfg, {**ckpt, "adapters": None}, tmp_path / "b")
+    assert _lora_b_norm(trained) > 0 and _lora_b_norm(base) == 0
+
+    out = tmp_path / "probe.json"
+    assert probe.main(["--run", str(run), "--levels", "2", "--samples", "1", "--views", "compact",
+                       "--examples", "random", "--set", "threads=1", "--out", str(out)]) == 0
+    got = json.loads(out.read_text())
+    assert got["preset"] == "tiny" and got["checkpoint"]["step"] == ckpt["step"]
+    assert got["rows"][0]["turns"] == 2
+
+    with pytest.raises(ConfigError, match="only threads may change"):
+        probe.run_config(run, {"actor.lr": 1e-3}, [])
+    with pytest.raises(ConfigError, match="drop --preset"):
+        probe.run_config(run, {}, ["--preset", "cpu"])
+    with pytest.raises(ConfigError, match="holds no run"):
+        probe.run_config(tmp_path / "nothing", {}, [])
+    assert not (tmp_path / "nothing").exists()  # a wrong path is not created
