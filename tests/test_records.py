@@ -260,3 +260,26 @@ def test_resume_of_a_finished_run_checks_identity_then_leaves_it(finished_run, t
     assert (run.path / "metrics.jsonl").read_text() == before
     with pytest.raises(ConfigError, match=r"--agent comp_rl \(stored: grpo\)"):
         run_experiment("comp_rl", None, None, None, run.path, progress=False)
+
+
+def test_a_finished_run_is_extended_by_a_larger_steps(finished_run, tmp_path):
+    """--steps beyond a finished run's own continues it from its last checkpoint: the records of
+    steps 1-2 stay as they were (their end evaluation included), step 3 is trained and evaluated,
+    the stored configuration says 3 steps; --steps at or below its own leaves it as it is."""
+    from crl_bench.runner.api import run_experiment
+    from crl_bench.runner.records import read_jsonl
+
+    run = RunDir(tmp_path / "run")
+    shutil.copytree(finished_run, run.path, dirs_exist_ok=True)
+    before = (run.path / "metrics.jsonl").read_text()
+    assert run_experiment(None, None, None, None, run.path, steps=2, progress=False) == run.path
+    assert (run.path / "metrics.jsonl").read_text() == before
+    lora_before = (run.path / "checkpoints/last/adapters").stat().st_mtime_ns
+    run_experiment(None, None, None, None, run.path, steps=3, progress=False)
+    assert (run.path / "metrics.jsonl").read_text().startswith(before)
+    assert [m["step"] for m in read_jsonl(run.path / "metrics.jsonl")] == [1, 2, 3]
+    assert sorted({e["step"] for e in read_jsonl(run.path / "eval.jsonl")}) == [2, 3]
+    assert run.status()["state"] == "done" and run.status()["step"] == 3
+    assert json.loads((run.path / "config.json").read_text())["steps"] == 3
+    state = json.loads((run.path / "checkpoints/last/loop_state.json").read_text())
+    assert state["step"] == 3 and (run.path / "checkpoints/last/adapters").stat().st_mtime_ns != lora_before

@@ -28,7 +28,8 @@ def run_experiment(agent: str | None, tasks: str | None, preset: str | None, see
 
     With ``resume`` and an existing checkpoint in ``out_dir`` the run continues after the last
     checkpointed step (records of later, unfinished steps are cut first); a finished run is left
-    as it is. The configuration of a resumed run is the one stored in ``config.json``: ``agent``,
+    as it is, unless ``steps`` is larger than its own: then it goes on from its last step (the
+    evaluation of that step stays in its records, so the curve gets one more point). The configuration of a resumed run is the one stored in ``config.json``: ``agent``,
     ``tasks``, ``seed`` and ``preset`` may be None (taken from it) or must agree with it; of the
     ``overrides`` only speed settings (``threads``) may change it, others are refused. ``steps``
     may extend a resumed run, but not end it before its last checkpoint.
@@ -102,8 +103,8 @@ def _run_locked(run: Any, *, agent: str | None, tasks: str | None, preset: str |
         done = status.get("state") == "done"
         cfg = _stored_config(run, validate=not done)
         _check_identity(cfg, run, agent=agent, tasks=tasks, seed=seed, preset=preset)
-        if done:
-            return run.path
+        if done and (steps is None or steps <= cfg.steps):
+            return run.path  # finished; a larger --steps continues it (its last evaluation stays)
         if steps is not None:
             cfg.steps = steps
         cfg = apply_resume_overrides(cfg, overrides)
