@@ -193,3 +193,49 @@ def test_reading_probe_loads_a_trained_run(tiny_run, tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="holds no run"):
         probe.run_config(tmp_path / "nothing", {}, [])
     assert not (tmp_path / "nothing").exists()  # a wrong path is not created
+
+
+def test_reading_sft_diagnostic_targets_the_greedy_answer_and_learns_it(tmp_path: Path) -> None:
+    """benchmarks/minihack_reading_sft.py: each labelled first turn is the engine's own prompt with
+    the direction the observation names the stairs in as the answer; supervised steps raise the
+    log-probability of exactly those answers (effect, tiny model); the script runs end to end."""
+    pytest.importorskip("nle")
+    torch = pytest.importorskip("torch")
+    import sys
+
+    bench = Path(__file__).resolve().parents[1] / "benchmarks"
+    sys.path.insert(0, str(bench))
+    try:
+        import minihack_reading_sft as sft
+    finally:
+        sys.path.remove(str(bench))
+    from crl_bench.runner.config import build_config
+
+    cfg = build_config(agent="grpo", tasks="minihack", preset="tiny", overrides={"threads": 1})
+    ctx = sft.context(cfg, None, tmp_path / "run")
+    data = sft.labelled_first_turns(ctx, "crl/MiniHack-Room-Random-5x5-v0", "compact", "random",
+                                    range(4), seed=0)
+    tok = ctx.backend.tokenizer
+    assert len(data) == 4
+    for prompt, target in data:
+        shown = tok.decode(prompt).rsplit("Current observation", 1)[-1]
+        goal = sft.stairs_direction(shown.split("\n", 1)[-1])
+        assert tok.decode(target) == f"<answer>{goal}</answer>{tok.eos_token}"
+
+    def mean_target_logprob() -> float:  # token-weighted, as the loss is
+        with torch.no_grad():
+            lps = ctx.raw_backend.logprobs([p for p, _ in data], [t for _, t in data], "actor")
+        return sum(map(sum, lps)) / sum(map(len, lps))
+
+    before = mean_target_logprob()
+    opt = torch.optim.AdamW(ctx.raw_backend.trainable_parameters("actor"), lr=1e-2)
+    losses = [sft.sft_step(ctx, opt, data) for _ in range(3)]
+    assert losses[-1] < losses[0] and mean_target_logprob() > before + 0.1
+    assert -losses[0] == pytest.approx(before, abs=1e-3)  # the loss is minus that mean
+
+    out = tmp_path / "sft.json"
+    assert sft.main(["--preset", "tiny", "--examples", "4", "--batch", "2", "--probe-every", "2",
+                     "--levels", "2", "--samples", "1", "--set", "threads=1", "--out", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["examples_seen"] for r in rows] == [0, 2, 4]
+    assert rows[0]["train_loss"] is None and all(r["turns"] == 2 for r in rows)
