@@ -174,8 +174,35 @@ def main(argv: list[str] | None = None) -> int:
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(result, indent=1) + "\n")
-        print(f"wrote {args.out}")
+        png = plot(rows, args.out.with_suffix(".png"), args.batch)
+        print(f"wrote {args.out}" + (f", {png}" if png else ""))
     return 0
+
+
+def plot(rows: list[dict[str, Any]], path: Path, batch: int) -> Path | None:
+    """Moves toward the stairs (95% Wilson) and valid answers against labelled examples seen."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    xs = [r["examples_seen"] for r in rows]
+    toward = [r["toward_stairs"] for r in rows]
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    ax.errorbar(xs, [t["share"] for t in toward],
+                yerr=[[t["share"] - t["low"] for t in toward], [t["high"] - t["share"] for t in toward]],
+                marker="o", capsize=3, label="first moves toward the stairs (95% Wilson)")
+    ax.plot(xs, [r["valid"]["share"] for r in rows], marker=".", ls="--", label="valid answers")
+    ax.axhline(1 / 8, color="grey", ls=":", label="a walker that ignores the observation")
+    ax.set(xlabel=f"labelled examples seen ({batch} per AdamW step)", ylabel="share", ylim=(0, 1.02),
+           title="held-out first turns after supervised steps")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
 
 
 if __name__ == "__main__":

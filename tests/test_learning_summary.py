@@ -239,3 +239,4 @@ def test_reading_sft_diagnostic_targets_the_greedy_answer_and_learns_it(tmp_path
     rows = json.loads(out.read_text())["rows"]
     assert [r["examples_seen"] for r in rows] == [0, 2, 4]
     assert rows[0]["train_loss"] is None and all(r["turns"] == 2 for r in rows)
+    assert out.with_suffix(".png").stat().st_size > 0
