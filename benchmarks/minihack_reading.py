@@ -95,9 +95,10 @@ def probe(ctx: Any, env_id: str, view: str, example: str, levels: list[int], sam
             "top_action": {"action": top, **share(top_n, valid)}, "wall_s": wall}
 
 
-def run_config(run: Path, overrides: dict[str, Any], argv: list[str]) -> tuple[Any, dict[str, Any]]:
+def run_config(run: Path, overrides: dict[str, Any], argv: list[str],
+               base: bool = False) -> tuple[Any, dict[str, Any]]:
     """A run's stored configuration (``threads`` may change) and its last checkpoint: the step
-    it holds, the adapters' folder and the roles saved there."""
+    it holds, the adapters' folder and the roles saved there (``base``: no adapters, step 0)."""
     from crl_bench.runner.api import _stored_config
     from crl_bench.runner.config import ConfigError
     from crl_bench.runner.records import RunDir
@@ -114,6 +115,8 @@ def run_config(run: Path, overrides: dict[str, Any], argv: list[str]) -> tuple[A
     cfg = _stored_config(RunDir(run))
     if "threads" in overrides:
         cfg.threads = int(overrides["threads"])
+    if base:
+        return cfg, {"adapters": None, "step": 0, "roles": ["actor"]}
     last = run / "checkpoints" / "last"
     if not (last / "adapters" / "roles.json").is_file():
         raise ConfigError(f"{run} has no checkpoint with adapters yet ({last / 'adapters'} is "
@@ -162,14 +165,16 @@ def main(argv: list[str] | None = None) -> int:
     import tempfile
 
     from crl_bench.cli import parse_overrides
-    from crl_bench.runner.config import build_config
+    from crl_bench.runner.config import ConfigError, build_config
 
     overrides = parse_overrides(args.set)
     checkpoint = None
     if args.run is not None:
-        cfg, checkpoint = run_config(args.run, overrides, argv if argv is not None else sys.argv[1:])
-        if args.base:
-            checkpoint = {**checkpoint, "adapters": None, "step": 0}
+        try:
+            cfg, checkpoint = run_config(args.run, overrides,
+                                         argv if argv is not None else sys.argv[1:], args.base)
+        except ConfigError as exc:
+            ap.error(str(exc))
     elif args.base:
         ap.error("--base needs --run (the run whose configuration to probe without adapters)")
     else:

@@ -176,7 +176,7 @@ def test_reading_probe_loads_a_trained_run(tiny_run, tmp_path: Path) -> None:
     assert cfg.preset == "tiny" and cfg.threads == 1 and ckpt["roles"] == ["actor"]
     assert ckpt["step"] == json.loads((run / "checkpoints" / "last" / "loop_state.json").read_text())["step"] >= 1
     trained = probe.context(cfg, ckpt, tmp_path / "a")
-    base = probe.context(cfg, {**ckpt, "adapters": None}, tmp_path / "b")
+    base = probe.context(cfg, probe.run_config(run, {}, [], base=True)[1], tmp_path / "b")
     assert _lora_b_norm(trained) > 0 and _lora_b_norm(base) == 0
 
     out = tmp_path / "probe.json"
@@ -193,6 +193,15 @@ def test_reading_probe_loads_a_trained_run(tiny_run, tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="holds no run"):
         probe.run_config(tmp_path / "nothing", {}, [])
     assert not (tmp_path / "nothing").exists()  # a wrong path is not created
+    young = tmp_path / "young"  # a run with no checkpoint yet: only --base can probe it
+    young.mkdir()
+    (young / "config.json").write_text((run / "config.json").read_text())
+    with pytest.raises(ConfigError, match="no checkpoint with adapters yet.*--base"):
+        probe.run_config(young, {}, [])
+    assert probe.run_config(young, {}, [], base=True)[1] == {"adapters": None, "step": 0,
+                                                             "roles": ["actor"]}
+    with pytest.raises(SystemExit):  # the command line says it in one line, no traceback
+        probe.main(["--run", str(young)])
 
 
 def test_reading_sft_diagnostic_targets_the_greedy_answer_and_learns_it(tmp_path: Path) -> None:
