@@ -44,30 +44,24 @@ from minihack_reading import context, probe  # noqa: E402
 def labelled_first_turns(ctx: Any, env_id: str, view: str, example: str, levels: range,
                          seed: int) -> list[tuple[list[int], list[int]]]:
     """(prompt ids, target ids) of the first turn of each level that shows the stairs: the
-    prompt exactly as the engine builds it, the target the greedy answer and its close."""
+    prompt the engine samples that turn from (``RolloutEngine.first_prompt``), the target the
+    greedy answer, its close and the end-of-turn token."""
     import gymnasium
 
-    from crl_bench.llm.prompting import build_messages
+    from crl_bench.llm.rollout import EpisodeSpec
 
     engine = ctx._engine(None, seed)
-    config = replace(engine.prompt, example_pick=example)
+    engine.prompt = replace(engine.prompt, example_pick=example)
     tok = ctx.backend.tokenizer
-    prefix = list(engine._prefix_ids or [])
-    a = config.answer_tag
-    answer_start = config.response_prefix or ""  # fed as prompt tokens by the engine
+    a = engine.prompt.answer_tag
+    answer_start = engine.prompt.response_prefix or ""  # already in the prompt
     env = gymnasium.make(env_id, view=view, max_steps=1)
-    family = str(getattr(env.unwrapped, "family", "minihack"))
     out = []
     for i, level in enumerate(levels):
-        observation, info = env.reset(seed=level)
+        prompt, observation = engine.first_prompt(EpisodeSpec(env=env, seed=level), i)
         goal = stairs_direction(observation)
-        if goal is None:
+        if goal is None or prompt is None:
             continue
-        messages = build_messages(config, family=family, goal=str(info.get("goal", "")),
-                                  observation=str(observation), history=[],
-                                  admissible_actions=info.get("admissible_actions"),
-                                  turn_index=0, example_seed=seed * 100_003 + i)
-        prompt = ctx.backend.chat_prompt_ids(messages) + prefix
         full = f"<{a}>{goal}</{a}>"
         if not full.startswith(answer_start):
             raise ValueError(f"the response prefix {answer_start!r} is not the start of an answer "
@@ -82,20 +76,14 @@ def labelled_first_turns(ctx: Any, env_id: str, view: str, example: str, levels:
 
 def sft_step(ctx: Any, optimizer: Any, batch: list[tuple[list[int], list[int]]]) -> float:
     """One AdamW step of token-mean cross-entropy on the targets of ``batch``; returns the loss."""
-    import torch
+    from crl_bench.llm.batching import collate_sequences
 
-    pad = ctx.backend.tokenizer.pad_token_id or 0
-    width = max(len(p) + len(t) for p, t in batch)
-    ids = torch.full((len(batch), width), pad, dtype=torch.long)
-    mask = torch.zeros((len(batch), width), dtype=torch.long)
-    score = torch.zeros((len(batch), width - 1), dtype=torch.bool)
-    for row, (p, t) in enumerate(batch):
-        seq = p + t
-        ids[row, :len(seq)] = torch.tensor(seq)
-        mask[row, :len(seq)] = 1
-        score[row, len(p) - 1:len(seq) - 1] = True  # position t predicts token t + 1
-    logprobs = ctx.raw_backend.forward_token_logprobs("actor", ids, mask, score_mask=score)
-    loss = -(logprobs * score).sum() / score.sum()
+    b = collate_sequences([p for p, _ in batch], [t for _, t in batch],
+                          ctx.backend.tokenizer.pad_token_id or 0)
+    score = b.loss_mask.bool()
+    logprobs = ctx.raw_backend.forward_token_logprobs("actor", b.input_ids, b.attention_mask,
+                                                     score_mask=score)
+    loss = -(logprobs * b.loss_mask).sum() / b.loss_mask.sum()
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     optimizer.step()

@@ -425,3 +425,18 @@ def test_random_example_answers_differ_across_the_episodes_of_a_group(tiny):
     assert {a for walk in received["first"] for a in walk} == {"north"}
     assert len(set(received["random"])) == 4                       # four different walks
     assert len({a for walk in received["random"] for a in walk}) >= 4
+
+
+def test_first_prompt_is_the_prompt_run_samples_the_first_turn_from(tiny):
+    """``RolloutEngine.first_prompt(spec, i)`` (used by benchmarks/minihack_reading_sft.py) gives
+    the ids episode ``i`` of a ``run`` call samples its first turn from — random example answer
+    included — and the observation shown there."""
+    cfg = PromptConfig.for_small_model(max_turns=1, history=0, example_pick="random")
+    engine = RolloutEngine(tiny, SamplingParams(seed=3, max_new_tokens=4), cfg)
+    trajs = engine.run([EpisodeSpec(env=gymnasium.make(ROOM), seed=s) for s in (5, 6, 7)])
+    for i, (s, traj) in enumerate(zip((5, 6, 7), trajs)):
+        prompt, observation = engine.first_prompt(EpisodeSpec(env=gymnasium.make(ROOM), seed=s), i)
+        assert prompt == traj.turns[0].prompt_ids
+        assert observation in tiny.tokenizer.decode(prompt)
+    other, _ = engine.first_prompt(EpisodeSpec(env=gymnasium.make(ROOM), seed=5), 1)
+    assert other != trajs[0].turns[0].prompt_ids  # another index, another example answer

@@ -296,6 +296,19 @@ class RolloutEngine:
                 return None
             history = history[-(shown - 1):] if shown > 1 else []  # drop the oldest shown turn
 
+    def _example_seed(self, index: int) -> int:
+        """Episode ``index`` of a :meth:`run` call seeds its example-answer picks with this."""
+        base = 0 if self.sampling.seed is None else int(self.sampling.seed)
+        return base * 100_003 + index
+
+    def first_prompt(self, spec: EpisodeSpec, index: int = 0) -> tuple[list[int] | None, str]:
+        """The prompt ids the first turn of ``spec`` is sampled from when it is episode ``index``
+        of a :meth:`run` call, and the observation that prompt shows (resets ``spec.env``; no
+        generation). For diagnostics that need the engine's exact prompts."""
+        ep = self._start(spec)
+        ep.example_seed = self._example_seed(index)
+        return self._prompt_ids(ep), ep.observation
+
     # -- the loop ----------------------------------------------------------------------------------
     def run(self, episodes: list[EpisodeSpec]) -> list[Trajectory]:
         """Play every episode to its end; return one trajectory per spec, in order."""
@@ -322,9 +335,8 @@ class RolloutEngine:
     def _run(self, episodes: list[EpisodeSpec], t0: float, timing: dict[str, float]) -> list[Trajectory]:
         running = [self._start(spec) for spec in episodes]
         # per episode, not per task: the K rollouts of a group see different example answers
-        base = 0 if self.sampling.seed is None else int(self.sampling.seed)
         for i, ep in enumerate(running):
-            ep.example_seed = base * 100_003 + i
+            ep.example_seed = self._example_seed(i)
         timing["env_s"] += time.perf_counter() - t0
         bar = None
         if self.progress:

@@ -29,8 +29,9 @@ def run_experiment(agent: str | None, tasks: str | None, preset: str | None, see
     With ``resume`` and an existing checkpoint in ``out_dir`` the run continues after the last
     checkpointed step (records of later, unfinished steps are cut first); a finished run is left
     as it is, unless ``steps`` is larger than its own: then it goes on from its last step (the
-    evaluation of that step stays in its records, so the curve gets one more point). The configuration of a resumed run is the one stored in ``config.json``: ``agent``,
-    ``tasks``, ``seed`` and ``preset`` may be None (taken from it) or must agree with it; of the
+    evaluation of that step stays in its records, so the curve gets one more point). The
+    configuration of a resumed run is the one stored in ``config.json``: ``agent``, ``tasks``,
+    ``seed`` and ``preset`` may be None (taken from it) or must agree with it; of the
     ``overrides`` only speed settings (``threads``) may change it, others are refused. ``steps``
     may extend a resumed run, but not end it before its last checkpoint.
 
