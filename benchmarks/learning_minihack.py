@@ -78,13 +78,13 @@ def _turns_first_last(stats: dict[tuple[str, int], dict[int, dict[str, Any]]], a
                       seeds: list[int]) -> dict[str, Any]:
     """Turn statistics of the first and the last training step, mean over seeds."""
     out: dict[str, Any] = {}
-    for key in ("valid", "toward_goal", "copies_example"):
+    for key in ("valid", "toward_goal", "copies_example", "action_entropy_bits", "flat_groups"):
         for which in ("first", "last"):
             vals = []
             for s in seeds:
                 st = stats.get((agent, s)) or {}
                 if st:
-                    v = st[min(st) if which == "first" else max(st)][key]
+                    v = st[min(st) if which == "first" else max(st)].get(key, math.nan)
                     if v == v:  # not nan
                         vals.append(v)
             out[f"{key}_{which}"] = round(sum(vals) / len(vals), 3) if vals else None
@@ -197,8 +197,13 @@ def turn_stats(run: Path) -> dict[int, dict[str, float]]:
     actions whose direction is the one in which the observation shown that turn names the
     staircase down (the greedy move; 1/8 for a uniform walker, turns that do not see the stairs
     left out); ``copies_example`` share of actions equal to the format line's example answer;
-    ``top_action`` share of the most frequent action. A policy that reads its observation
-    raises ``toward_goal``; one that copies the prompt raises ``copies_example``."""
+    ``top_action`` share of the most frequent action; ``action_entropy_bits`` entropy of the
+    actions' distribution (3 bits: all 8 moves equally often; 0: one move only);
+    ``flat_groups`` share of the step's groups whose episodes all got the same reward, so that
+    every advantage in them is 0 and they train nothing (GRPO's signal is in the others). A policy
+    that reads its observation raises ``toward_goal``; one that copies the prompt raises
+    ``copies_example``; one collapsing onto a single move drives the entropy to 0 and the flat
+    groups to 1."""
     import gzip
     import re
     from collections import Counter
@@ -210,9 +215,12 @@ def turn_stats(run: Path) -> dict[int, dict[str, float]]:
         step = int(path.name.split("_")[2].split(".")[0])
         turns = valid = toward = seen = copies = 0
         actions: Counter[str] = Counter()
+        group_rewards: dict[Any, set[float]] = {}
         with gzip.open(path, "rt") as fh:
             for line in fh:
-                for t in json.loads(line)["turns"]:
+                episode = json.loads(line)
+                group_rewards.setdefault(episode["group_id"], set()).add(episode["reward"])
+                for t in episode["turns"]:
                     turns += 1
                     if t["kind"] != "action":
                         continue
@@ -227,7 +235,11 @@ def turn_stats(run: Path) -> dict[int, dict[str, float]]:
                         toward += goal == t["action"]
                     ex = example.findall(prompt)
                     copies += bool(ex) and ex[-1] == t["action"]
+        shares = [n / valid for n in actions.values()] if valid else []
         out[step] = {"turns": turns, "valid": valid / max(turns, 1),
+                     "action_entropy_bits": abs(sum(q * math.log2(q) for q in shares)),
+                     "flat_groups": (sum(len(r) == 1 for r in group_rewards.values())
+                                     / max(len(group_rewards), 1)),
                      "toward_goal": toward / seen if seen else float("nan"),
                      "copies_example": copies / max(valid, 1),
                      "top_action": (f"{actions.most_common(1)[0][0]} "
@@ -258,7 +270,11 @@ def write_markdown(out: Path, summary: dict[str, Any], command: str, preset: str
               "`turn_stats`): valid = share of turns that were an action; toward stairs = share "
               "of actions in the direction the observation names the staircase down (a uniform "
               "walker: 1/8); copies example = share of actions equal to the prompt's example "
-              "answer.", "", "| agent | valid | toward stairs | copies example |", "|---|---|---|---|"]
+              "answer; action entropy = entropy of the moves' distribution in bits (3: all 8 "
+              "equally often, 0: one move only); flat groups = share of groups whose episodes "
+              "all got the same reward (every advantage 0: they train nothing).", "",
+              "| agent | valid | toward stairs | copies example | action entropy (bits) | flat groups |",
+              "|---|---|---|---|---|---|"]
     shown: set[str] = set()
     for key, r in summary.items():
         agent = key.split()[0]  # the turn statistics are per agent (both modes' turns)
@@ -270,7 +286,12 @@ def write_markdown(out: Path, summary: dict[str, Any], command: str, preset: str
         def pair(name: str) -> str:
             a, b = t.get(f"{name}_first"), t.get(f"{name}_last")
             return "n/a" if a is None or b is None else f"{a:.0%} → {b:.0%}"
-        lines.append(f"| {agent} | {pair('valid')} | {pair('toward_goal')} | {pair('copies_example')} |")
+
+        def bits() -> str:
+            a, b = t.get("action_entropy_bits_first"), t.get("action_entropy_bits_last")
+            return "n/a" if a is None or b is None else f"{a:.2f} → {b:.2f}"
+        lines.append(f"| {agent} | {pair('valid')} | {pair('toward_goal')} | "
+                     f"{pair('copies_example')} | {bits()} | {pair('flat_groups')} |")
     lo, hi = floor["wilson95"]
     lines += ["", "Target (issue 18): grpo end - start >= +0.25 with the CI excluding 0, <= 2 h per "
               f"seed on 2 cores. Chance level of {floor['env_id']} with <= {floor['max_actions']} "

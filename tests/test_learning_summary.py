@@ -112,9 +112,18 @@ def test_turn_stats_reads_actions_against_the_observation_each_prompt_showed(tmp
     run = tmp_path / "run"
     (run / "trajectories").mkdir(parents=True)
     (run / "config.json").write_text(json.dumps({"model": {"actor": "smollm2-135m"}}))
+    # group 0: a success and a failure (advantages non-zero); group 1: two failures (flat)
+    episodes = [(0, 1.0, turns[0:2]), (0, 0.0, turns[2:3]), (1, 0.0, turns[3:4]),
+                (1, 0.0, turns[4:5])]
     with gzip.open(run / "trajectories" / "train_step_00003.jsonl.gz", "wt") as fh:
-        fh.write(json.dumps({"turns": turns}) + "\n")
+        for group, reward, its_turns in episodes:
+            fh.write(json.dumps({"group_id": group, "reward": reward, "turns": its_turns}) + "\n")
     st = lm.turn_stats(run)[3]
+    assert st["flat_groups"] == 0.5
+    actions = [t["action"] for t in turns if t["kind"] == "action"]
+    shares = [actions.count(a) / 4 for a in set(actions)]
+    assert st["action_entropy_bits"] == pytest.approx(-sum(q * math.log2(q) for q in shares))
+    assert 1.5 <= st["action_entropy_bits"] <= 2.0  # 4 actions, at most one repeated
     assert st["turns"] == 5 and st["valid"] == pytest.approx(4 / 5)
     assert st["toward_goal"] == pytest.approx(2 / 3)
     # the example each prompt showed, recomputed: turns 1-3 copy it only by coincidence

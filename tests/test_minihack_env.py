@@ -9,6 +9,7 @@ import sys
 import warnings
 
 import gymnasium
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -78,7 +79,10 @@ def test_gymnasium_make_works_after_importing_crl_bench() -> None:
 def test_check_text_env_passes_without_warnings(env_id: str) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # any warning at all fails the test
-        report = check_text_env(env_id, seed=3)
+        # gymnasium's check_env takes truncation after one step for a broken env; the one-action
+        # level (Adjacent-3x3) is checked with two
+        kwargs = {"max_steps": 2} if ENVS.get(env_id).kwargs["max_steps"] == 1 else None
+        report = check_text_env(env_id, seed=3, make_kwargs=kwargs)
     assert len(report.checks) == 7  # gym, reset, fuzz+clean text, options, episode end, determinism, close
 
 
@@ -330,6 +334,34 @@ def test_the_compact_view_names_the_way_to_the_stairs() -> None:
     assert solved == 30
     with pytest.raises(ValueError, match="full, compact"):
         MiniHackTextEnv("MiniHack-Room-5x5-v0", view="map")
+
+
+def test_the_adjacent_3x3_level_is_solved_by_reading_and_by_nothing_else() -> None:
+    """Our own level (MiniHack's des-file language): the game's own map (NLE ``chars``, not our
+    text) has ``>`` next to ``@`` on every level, in all 8 directions over the levels; the move
+    the observation names reaches it in the single action, and each of the 7 other moves fails
+    (nothing else scores)."""
+    env = gymnasium.make("crl/MiniHack-Room-Adjacent-3x3-v0", view="compact")
+    assert env.unwrapped.max_steps == 1
+    seen: set[str] = set()
+    for seed in range(40):
+        obs, _ = env.reset(seed=seed)
+        chars = env.unwrapped.nle_env.last_observation[
+            env.unwrapped.nle_env._observation_keys.index("chars")]
+        (ay, ax), = np.argwhere(chars == ord("@"))
+        (sy, sx), = np.argwhere(chars == ord(">"))
+        named = DIRECTIONS[DIRECTION_STEPS.index((int(sx - ax), int(sy - ay)))]
+        assert obs.splitlines()[1] == f"- staircase down: adjacent {named}"
+        seen.add(named)
+        for move in DIRECTIONS:
+            env.reset(seed=seed)
+            _, reward, terminated, truncated, info = env.step(move)
+            assert terminated or truncated
+            assert info["success"] == (move == named) == (reward > 0), (seed, move, named)
+    env.close()
+    assert seen == set(DIRECTIONS)
+    with pytest.raises(ValueError, match="own level"):
+        MiniHackTextEnv("MiniHack-Room-Adjacent-3x3-v0", des_file="x")
 
 
 def test_the_scripted_agent_explores_dark_rooms() -> None:

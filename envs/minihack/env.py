@@ -41,7 +41,7 @@ import numpy as np
 
 from crl_bench.envs.minihack.actions import ActionWord, build_action_words, normalise_action
 from crl_bench.envs.minihack.language import VIEWS, describe
-from crl_bench.envs.minihack.tasks import PAPER_MAX_STEPS, goal_for
+from crl_bench.envs.minihack.tasks import PAPER_MAX_STEPS, des_file_for, goal_for
 from crl_bench.text_env import TextEnv, coerce_action, reset_options, safe_text
 
 LEVEL_SEED_LIMIT = 2**63  # NLE seeds are C unsigned longs; we keep them in int64 range
@@ -244,7 +244,14 @@ def _make_minihack(task: str, max_steps: int, minihack_kwargs: dict[str, Any]) -
     import gymnasium
     from gymnasium.envs.registration import load_env_creator
 
+    des_file = des_file_for(task)
     known = sorted(k for k in gymnasium.registry if k.startswith("MiniHack-"))
+    if des_file is not None:  # a level of our own: MiniHack's custom navigation class runs it
+        if "des_file" in minihack_kwargs:
+            raise ValueError(f"{task} has its own level; drop des_file= (or use "
+                             "'MiniHack-Navigation-Custom-v0' with your des_file).")
+        minihack_kwargs = {**minihack_kwargs, "des_file": des_file}
+        task = "MiniHack-Navigation-Custom-v0"
     if task not in known:
         raise ValueError(f"Unknown MiniHack task {task!r}. Use a MiniHack gymnasium id, e.g. "
                          f"'MiniHack-Room-5x5-v0'; MiniHack registers: {', '.join(known)}.")

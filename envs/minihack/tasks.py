@@ -22,12 +22,16 @@ class MiniHackTask:
         goal: the goal sentence given to the agent in ``info["goal"]``.
         max_steps: default episode cap in actions (``truncated`` when reached).
         description: one line for ``crl-bench list envs``.
+        des_file: for a level of our own, its NetHack level description (MiniHack's des-file
+            language); the env is then MiniHack's ``MiniHack-Navigation-Custom-v0`` class with
+            this file. None for MiniHack's own registered tasks.
     """
 
     minihack_id: str
     goal: str
     max_steps: int = PAPER_MAX_STEPS
     description: str = ""
+    des_file: str | None = None
 
     @property
     def env_id(self) -> str:
@@ -74,8 +78,34 @@ _MAZE_MAPPED_GOAL = ("Find your way through the maze to the staircase down (>); 
 
 # Longer tasks get longer caps: an optimal Corridor-R3 path alone is often over 30 moves. The
 # values keep the tasks solvable by a competent text agent without making episodes costly.
+# A level of our own, written in MiniHack's des-file language: a lit 3x3 room, the agent in the
+# centre, the stairs on one of the 8 squares around it (SHUFFLE picks which, per level seed). One
+# move in the direction the observation names ("staircase down: adjacent southwest") solves it and
+# any other move cannot: the reading skill of Room-Random-5x5 with the credit of each decision made
+# exact (one action per episode by default). A uniform walker succeeds 1 time in 8.
+ADJACENT_3X3_DES = """MAZE: "mylevel", ' '
+FLAGS:hardfloor
+INIT_MAP: solidfill,' '
+GEOMETRY:center,center
+MAP
+...
+...
+...
+ENDMAP
+REGION:(0,0,3,3),lit,"ordinary"
+$place = { (0,0),(1,0),(2,0),(0,1),(2,1),(0,2),(1,2),(2,2) }
+SHUFFLE: $place
+BRANCH:(1,1,1,1),(0,0,0,0)
+STAIR:$place[0],down
+"""
+
 TASKS: tuple[MiniHackTask, ...] = (
     *_room_tasks(),
+    MiniHackTask("MiniHack-Room-Adjacent-3x3-v0",
+                 _ROOM_GOAL + " You start in the centre; the stairs are next to you. You have one "
+                 "action.", 1,
+                 "ours: lit 3x3 room, stairs next to the centre start, 1 action (reading only)",
+                 des_file=ADJACENT_3X3_DES),
     MiniHackTask("MiniHack-Corridor-R2-v0", _CORRIDOR_GOAL, 100,
                  "MiniHack Corridor: 2 random rooms joined by corridors"),
     MiniHackTask("MiniHack-Corridor-R3-v0", _CORRIDOR_GOAL, 100,
@@ -95,6 +125,12 @@ TASKS: tuple[MiniHackTask, ...] = (
 TASKS_BY_ID: dict[str, MiniHackTask] = {t.minihack_id: t for t in TASKS}
 
 GENERIC_GOAL = "Complete the MiniHack task {task}: usually, reach the staircase down (>)."
+
+
+def des_file_for(minihack_id: str) -> str | None:
+    """The des-file of one of our own levels (None for MiniHack's registered tasks)."""
+    task = TASKS_BY_ID.get(minihack_id)
+    return task.des_file if task else None
 
 
 def goal_for(minihack_id: str) -> str:
