@@ -27,6 +27,9 @@ class MixTask:
         eval_kwargs: ``gymnasium.make`` kwargs for held-out evaluation episodes.
         eval_seed_offset: evaluation episodes use seeds from here on (procedural envs such as
             MiniHack draw a new level per seed, so disjoint seed ranges give held-out levels).
+            The block ``[eval_seed_offset, eval_seed_offset + EVAL_SEED_BLOCK)`` is reserved for
+            evaluation: no training episode of any run seed uses a seed in it
+            (:func:`crl_bench.runner.context.train_seed`).
     """
 
     name: str
@@ -36,6 +39,10 @@ class MixTask:
     eval_kwargs: dict[str, Any] = field(default_factory=dict)
     eval_seed_offset: int = 1_000_000
 
+
+EVAL_SEED_BLOCK = 1_000_000
+"""Seeds reserved for evaluation from each task's ``eval_seed_offset`` on (more than any
+``eval.episodes_per_task``)."""
 
 MINIHACK_ROOM = MixTask("MiniHack Room", "crl/MiniHack-Room-Ultimate-5x5-v0", "minihack")
 WEBSHOP = MixTask("WebShop", "crl/WebShop-v0", "webshop",

@@ -133,7 +133,7 @@ def test_sigkill_mid_step_then_resume_has_no_duplicate_or_missing_records(tmp_pa
     counts = [sum(e["step"] == s for e in train) for s in range(1, 5)]
     assert counts == [TRAIN_EPISODES_PER_STEP] * 4, counts
     # each step's episodes exactly once: per group K/2 with and K/2 without experience, on the
-    # group's own seed (train_plan: seed * 1_000_003 + step * groups + group)
+    # group's own seed (context.train_seed: step * groups + group for run seed 0)
     from collections import Counter
 
     for step in range(1, 5):

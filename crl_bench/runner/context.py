@@ -20,10 +20,23 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from crl_bench.mixes import MixTask, resolve_tasks
+from crl_bench.mixes import EVAL_SEED_BLOCK, MixTask, resolve_tasks
 from crl_bench.runner.config import ConfigError, RunConfig
 from crl_bench.runner.records import RunDir
 
+
+def train_seed(run_seed: int, index: int, eval_seed_offset: int) -> int:
+    """The env seed of a run's ``index``-th training group (``step * groups + group``).
+
+    ``run_seed * 1_000_003 + index`` (runs of different seeds play disjoint level ranges for
+    their first million groups), moved past the block of seeds reserved for evaluation,
+    ``[eval_seed_offset, eval_seed_offset + EVAL_SEED_BLOCK)``, when it would land in or after
+    it: no training episode of any run seed plays a held-out level. (Before, run seed 1 trained
+    on seeds 1,000,003 and up, i.e. on the evaluation's own levels 3, 4, ....) The shift is the
+    same for every seed past the offset, so the map stays one-to-one; run seed 0 is unchanged.
+    """
+    raw = run_seed * 1_000_003 + index
+    return raw + EVAL_SEED_BLOCK if raw >= eval_seed_offset else raw
 
 class WaitTimingLock:
     """An RLock that adds the time each thread spent blocked on it to ``waits[thread name]``."""
@@ -339,7 +352,7 @@ class RunContext:
         plan = []
         for g in range(r.groups):
             task = self.tasks[(step * r.groups + g) % len(self.tasks)]
-            seed = self.cfg.seed * 1_000_003 + step * r.groups + g  # < eval offset for any sane run
+            seed = train_seed(self.cfg.seed, step * r.groups + g, task.eval_seed_offset)
             plan.append(GroupPlan(task, seed, g, with_experience, r.group_size))
         return plan
 

@@ -1,0 +1,41 @@
+"""Training levels never overlap the held-out evaluation levels, for any run seed."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from crl_bench.mixes import BUILTIN_MIXES, EVAL_SEED_BLOCK
+from crl_bench.runner.context import train_seed
+from crl_bench.runner.validation import MAX_EPISODES_PER_STEP
+
+OFFSET = 1_000_000  # every built-in task's eval_seed_offset
+
+
+def test_every_builtin_task_reserves_the_same_block_and_it_holds_any_evaluation() -> None:
+    assert {t.eval_seed_offset for mix in BUILTIN_MIXES.values() for t in mix} == {OFFSET}
+    assert MAX_EPISODES_PER_STEP < EVAL_SEED_BLOCK  # eval.episodes_per_task is capped by it
+
+
+def test_run_seed_1_no_longer_trains_on_the_evaluation_levels() -> None:
+    """The regression: seed * 1_000_003 + index put run seed 1's groups on seeds 1,000,003 and
+    up — the held-out levels 3, 4, ... of every evaluation with more than 3 episodes."""
+    held_out = set(range(OFFSET, OFFSET + 64))
+    assert {1 * 1_000_003 + i for i in range(64)} & held_out  # the old formula's overlap
+    assert not {train_seed(1, i, OFFSET) for i in range(100_000)} & held_out
+    assert [train_seed(0, i, OFFSET) for i in range(5)] == [0, 1, 2, 3, 4]  # seed 0 unchanged
+
+
+@given(st.integers(0, 2**31 - 1), st.integers(0, 10**9))
+def test_no_training_seed_lands_in_the_reserved_block(run_seed: int, index: int) -> None:
+    seed = train_seed(run_seed, index, OFFSET)
+    assert not OFFSET <= seed < OFFSET + EVAL_SEED_BLOCK
+
+
+@given(st.integers(0, 10**6), st.integers(0, 1_000_002), st.integers(0, 10**6),
+       st.integers(0, 1_000_002))
+def test_different_runs_or_groups_play_different_levels(s1: int, i1: int, s2: int, i2: int) -> None:
+    """One-to-one over the first 1,000,003 groups of each run: runs of different seeds share no
+    training level, and no two groups of one run share one."""
+    if (s1, i1) != (s2, i2):
+        assert train_seed(s1, i1, OFFSET) != train_seed(s2, i2, OFFSET)
