@@ -74,6 +74,18 @@ def episodes(run: Path) -> list[dict[str, Any]]:
     return [e for e in read_jsonl(run / "episodes.jsonl") if e["phase"] == "eval"]
 
 
+def trained_eval_levels(run: Path) -> list[int]:
+    """Evaluation level seeds the run also trained on (same task): must be empty, or the
+    "held-out" success is partly memorised. Runs before the training-seed fix
+    (``crl_bench.runner.context.train_seed``) with run seed 1 have 9 of 16."""
+    from crl_bench.runner.records import read_jsonl
+
+    seen: dict[str, set[tuple[str, int]]] = {"train": set(), "eval": set()}
+    for e in read_jsonl(run / "episodes.jsonl"):
+        seen["train" if e["phase"] == "train" else "eval"].add((e.get("task"), e["seed"]))
+    return sorted(seed for _, seed in seen["train"] & seen["eval"])
+
+
 def _turns_first_last(stats: dict[tuple[str, int], dict[int, dict[str, Any]]], agent: str,
                       seeds: list[int]) -> dict[str, Any]:
     """Turn statistics of the first and the last training step, mean over seeds."""
@@ -134,6 +146,8 @@ def summarise(runs: dict[tuple[str, int], Path],
                                "wilson95": wilson(*pooled["end"])},
                 "delta_paired_episodes": t_ci(deltas),
                 "turns_first_last_step": _turns_first_last(stats, agent, seeds),
+                "eval_levels_trained_on": [len(trained_eval_levels(runs[(agent, s)]))
+                                           for s in seeds],
                 "wall_min_per_run": [
                     round(sum(m.get("timing_s/step", 0.0) + (m.get("timing_s/eval", 0.0) if m["step"] == 0 else 0.0)
                               for m in read_jsonl(runs[(agent, s)] / "metrics.jsonl")) / 60, 1)
@@ -165,9 +179,26 @@ def chance(run: Path, episodes: int = 500) -> dict[str, Any]:
             _, _, term, trunc, info = env.step(rng.choice(DIRECTIONS))
             done = term or trunc
         wins += bool(info.get("success"))
+    # the best blind policy on the evaluation's own levels: one move, repeated. A policy that
+    # collapses onto one move scores this, not 1/8, when the held-out levels are unbalanced
+    levels = int(cfg["eval"]["episodes_per_task"])
+    constant = {}
+    for move in DIRECTIONS:
+        solved = 0
+        for i in range(levels):
+            env.reset(seed=1_000_000 + i)
+            done = False
+            while not done:
+                _, _, term, trunc, info = env.step(move)
+                done = term or trunc
+            solved += bool(info.get("success"))
+        constant[move] = solved / levels
+    best = max(constant, key=constant.__getitem__)
     env.close()
     return {"env_id": env_id, "max_actions": cap, "episodes": episodes, "success": wins / episodes,
-            "wilson95": wilson(wins, episodes)}
+            "wilson95": wilson(wins, episodes),
+            "best_constant_move": {"move": best, "success": constant[best], "levels": levels,
+                                   "per_move": constant}}
 
 
 GOAL_FEATURE = "staircase down"
@@ -296,8 +327,19 @@ def write_markdown(out: Path, summary: dict[str, Any], command: str, preset: str
     lines += ["", "Target (issue 18): grpo end - start >= +0.25 with the CI excluding 0, <= 2 h per "
               f"seed on 2 cores. Chance level of {floor['env_id']} with <= {floor['max_actions']} "
               f"actions (a uniform random walker over the 8 moves, {floor['episodes']} held-out "
-              f"seeds, measured by this script): {floor['success']:.3f} [{lo:.3f}, {hi:.3f}].", "",
-              "![learning curve](learning_curve.png)", ""]
+              f"seeds, measured by this script): {floor['success']:.3f} [{lo:.3f}, {hi:.3f}]."]
+    best = floor.get("best_constant_move")
+    if best:
+        lines += ["", f"Best blind policy on the evaluation's own {best['levels']} levels (one move "
+                  f"repeated): `{best['move']}`, {best['success']:.3f} — what collapsing onto a "
+                  "single move scores here."]
+    leaked = {key: r["eval_levels_trained_on"] for key, r in summary.items()
+              if any(r.get("eval_levels_trained_on", []))}
+    if leaked:
+        lines += ["", "**Not held out**: evaluation levels these runs also trained on, per seed: "
+                  + "; ".join(f"{k} {v}" for k, v in leaked.items())
+                  + " (runs before the training-seed fix; `trained_eval_levels`)."]
+    lines += ["", "![learning curve](learning_curve.png)", ""]
     (out / "summary.md").write_text("\n".join(lines))
 
 

@@ -62,6 +62,35 @@ def test_summary_pairs_episodes_and_computes_cis(tmp_path: Path) -> None:
     assert s["wall_min_per_run"] == [6.0, 6.0]                # (60 + 120 + 180) s
 
 
+def test_evaluation_levels_a_run_also_trained_on_are_counted(tmp_path: Path) -> None:
+    clean = _run(tmp_path / "a", [0, 0], [1, 0])
+    leaky = _run(tmp_path / "b", [0, 0], [1, 0])
+    with (leaky / "episodes.jsonl").open("a") as fh:  # a training episode on held-out level 101
+        fh.write(json.dumps({"phase": "train", "step": 2, "task_id": "t1", "seed": 101,
+                             "with_experience": False, "success": True}) + "\n")
+    assert lm.trained_eval_levels(clean) == [] and lm.trained_eval_levels(leaky) == [101]
+    s = lm.summarise({("grpo", 0): clean, ("grpo", 1): leaky})["grpo"]
+    assert s["eval_levels_trained_on"] == [0, 1]
+
+
+def test_floors_on_the_one_action_level(tmp_path: Path) -> None:
+    """chance() on the real Adjacent-3x3 env: each level is solved by exactly one of the 8
+    moves, so the constant-move successes over the evaluation's levels sum to 1; the uniform
+    walker lands near 1/8."""
+    pytest.importorskip("nle")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps({
+        "env_ids": ["crl/MiniHack-Room-Adjacent-3x3-v0"], "eval": {"episodes_per_task": 24},
+        "rollout": {"env_max_steps": {"minihack": 1}}}))
+    floor = lm.chance(run, episodes=400)
+    per_move = floor["best_constant_move"]["per_move"]
+    assert len(per_move) == 8 and sum(per_move.values()) == pytest.approx(1.0)
+    assert floor["best_constant_move"]["success"] == max(per_move.values()) >= 1 / 8
+    lo, hi = floor["wilson95"]
+    assert lo < 1 / 8 < hi
+
+
 def test_one_seed_has_no_t_ci_over_seeds(tmp_path: Path) -> None:
     s = lm.summarise({("grpo", 0): _run(tmp_path / "a", [0, 1], [1, 1])})["grpo"]
     assert s["delta_over_seeds"]["low"] is None and s["delta_over_seeds"]["mean"] == 0.5
