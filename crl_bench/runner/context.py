@@ -38,6 +38,7 @@ def train_seed(run_seed: int, index: int, eval_seed_offset: int) -> int:
     raw = run_seed * 1_000_003 + index
     return raw + EVAL_SEED_BLOCK if raw >= eval_seed_offset else raw
 
+
 class WaitTimingLock:
     """An RLock that adds the time each thread spent blocked on it to ``waits[thread name]``."""
 

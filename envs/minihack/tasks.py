@@ -2,7 +2,9 @@
 
 Each :class:`MiniHackTask` names a MiniHack gymnasium id (``MiniHack-Room-5x5-v0``) and says how
 the text env presents it: the goal sentence shown in ``info["goal"]`` and the default episode
-cap. The registration module turns every entry into ``crl/<minihack id>``.
+cap. The registration module turns every entry into ``crl/<minihack id>``. One level is our own
+(``MiniHack-Room-Adjacent-3x3-v0``, a des-file run by MiniHack's custom navigation class; only
+``crl/MiniHack-Room-Adjacent-3x3-v0`` exists, MiniHack itself does not register it).
 """
 
 from __future__ import annotations
@@ -76,13 +78,14 @@ _MAZE_GOAL = "Find your way through the maze to the staircase down (>)."
 _MAZE_MAPPED_GOAL = ("Find your way through the maze to the staircase down (>); the maze's layout "
                      "is already on your map.")
 
-# Longer tasks get longer caps: an optimal Corridor-R3 path alone is often over 30 moves. The
-# values keep the tasks solvable by a competent text agent without making episodes costly.
 # A level of our own, written in MiniHack's des-file language: a lit 3x3 room, the agent in the
 # centre, the stairs on one of the 8 squares around it (SHUFFLE picks which, per level seed). One
 # move in the direction the observation names ("staircase down: adjacent southwest") solves it and
 # any other move cannot: the reading skill of Room-Random-5x5 with the credit of each decision made
-# exact (one action per episode by default). A uniform walker succeeds 1 time in 8.
+# exact (one action per episode by default). A uniform walker succeeds 1 time in 8. There are 8
+# layouts in all, so held-out levels test the mapping from the observation's word to the move,
+# not generalisation over layouts (benchmarks/minihack_reading.py --run ... --env
+# crl/MiniHack-Room-Random-5x5-v0 probes whether it carries over to a real room).
 ADJACENT_3X3_DES = """MAZE: "mylevel", ' '
 FLAGS:hardfloor
 INIT_MAP: solidfill,' '
@@ -99,6 +102,8 @@ BRANCH:(1,1,1,1),(0,0,0,0)
 STAIR:$place[0],down
 """
 
+# Longer tasks get longer caps: an optimal Corridor-R3 path alone is often over 30 moves. The
+# values keep the tasks solvable by a competent text agent without making episodes costly.
 TASKS: tuple[MiniHackTask, ...] = (
     *_room_tasks(),
     MiniHackTask("MiniHack-Room-Adjacent-3x3-v0",
