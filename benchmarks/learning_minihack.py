@@ -234,10 +234,12 @@ def turn_stats(run: Path) -> dict[int, dict[str, float]]:
     every advantage in them is 0 and they train nothing (GRPO's signal is in the others). A policy
     that reads its observation raises ``toward_goal``; one that copies the prompt raises
     ``copies_example``; one collapsing onto a single move drives the entropy to 0 and the flat
-    groups to 1."""
+    groups to 1. Actions are compared as the env reads them (``"Southeast"`` is ``southeast``)."""
     import gzip
     import re
     from collections import Counter
+
+    from crl_bench.envs.minihack.actions import normalise_action
 
     tok = _tokenizer(json.loads((run / "config.json").read_text())["model"]["actor"])
     example = re.compile(EXAMPLE_ANSWER)
@@ -256,16 +258,17 @@ def turn_stats(run: Path) -> dict[int, dict[str, float]]:
                     if t["kind"] != "action":
                         continue
                     valid += 1
-                    actions[t["action"]] += 1
+                    action = normalise_action(t["action"])  # as the env reads it
+                    actions[action] += 1
                     prompt = tok.decode(t["prompt_ids"])
                     shown = prompt.rsplit("Current observation", 1)[-1].split("\n", 1)[-1]
                     shown = shown.split("\n\nAdmissible actions", 1)[0]
                     goal = stairs_direction(shown)
                     if goal is not None:
                         seen += 1
-                        toward += goal == t["action"]
+                        toward += goal == action
                     ex = example.findall(prompt)
-                    copies += bool(ex) and ex[-1] == t["action"]
+                    copies += bool(ex) and normalise_action(ex[-1]) == action
         shares = [n / valid for n in actions.values()] if valid else []
         out[step] = {"turns": turns, "valid": valid / max(turns, 1),
                      "action_entropy_bits": abs(sum(q * math.log2(q) for q in shares)),

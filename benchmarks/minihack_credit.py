@@ -21,6 +21,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 def credit(run: Path) -> dict[str, dict[str, float]]:
     from learning_minihack import GOAL_FEATURE, _tokenizer
 
+    from crl_bench.envs.minihack.actions import normalise_action
     from crl_bench.envs.minihack.scripted import parse_observation
 
     tok = _tokenizer(json.loads((run / "config.json").read_text())["model"]["actor"])
@@ -41,7 +42,8 @@ def credit(run: Path) -> dict[str, dict[str, float]]:
                     shown = shown.split("\n", 1)[-1].split("\n\nAdmissible actions", 1)[0]
                     goal = [g for g in parse_observation(shown).sightings if g.name == GOAL_FEATURE]
                     if goal:
-                        kind = "toward" if goal[0].direction == t["action"] else "other"
+                        toward = goal[0].direction == normalise_action(t["action"])
+                        kind = "toward" if toward else "other"
                         kinds[kind].append((float(tr["success"]), tr["success"] - mean))
     return {k: {"turns": len(v), "episode_success": sum(x for x, _ in v) / max(len(v), 1),
                 "mean_advantage": sum(a for _, a in v) / max(len(v), 1)} for k, v in kinds.items()}

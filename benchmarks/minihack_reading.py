@@ -49,6 +49,7 @@ def probe(ctx: Any, env_id: str, view: str, example: str, levels: list[int], sam
     """One turn per (level, sample) under ``view`` and ``example``; shares of what was answered."""
     import gymnasium
 
+    from crl_bench.envs.minihack.actions import normalise_action
     from crl_bench.llm.rollout import EpisodeSpec
 
     cap = ctx.cfg.rollout.env_max_steps.get("minihack", 10)
@@ -74,13 +75,14 @@ def probe(ctx: Any, env_id: str, view: str, example: str, levels: list[int], sam
         if turn.kind != "action" or turn.action is None:
             continue
         valid += 1
-        actions[turn.action] += 1
+        action = normalise_action(turn.action)  # as the env reads it: "Southeast" moves southeast
+        actions[action] += 1
         goal = goals[spec.seed]
         if goal is not None:
             seen += 1
-            toward += turn.action == goal
+            toward += action == goal
         shown = example_re.findall(tok.decode(turn.prompt_ids))
-        copies += bool(shown) and shown[-1] == turn.action
+        copies += bool(shown) and normalise_action(shown[-1]) == action
     for env in envs:
         env.close()
 

@@ -109,7 +109,8 @@ def test_turn_stats_reads_actions_against_the_observation_each_prompt_showed(tmp
     """Turns written by hand in the trajectory format, prompts rendered by the real prompt builder
     and tokenizer: 5 turns, 4 actions (valid 4/5); the stairs are named "far southeast" then
     "near west" (one prompt shows none: left out of toward-stairs); 2 of the 3 actions that saw
-    them went that way; 1 of 4 copied the example answer."""
+    them went that way (one written "West", which the env reads as west); 1 of 4 copied the
+    example answer."""
     import gzip
 
     pytest.importorskip("gguf")
@@ -135,7 +136,8 @@ def test_turn_stats_reads_actions_against_the_observation_each_prompt_showed(tmp
     from crl_bench.llm.prompting import example_action
 
     copied = example_action(cfg, moves, 5, 0)
-    turns = [turn(far, "action", "southeast", 1), turn(near, "action", "west", 2),
+    # "West" as the model may write it: the env reads it as west, so it counts as toward
+    turns = [turn(far, "action", "southeast", 1), turn(near, "action", "West", 2),
              turn(near, "action", "north" if copied == "west" else "east", 3),
              turn(dark, "action", copied, 5), turn(far, "invalid", None, 4)]
     run = tmp_path / "run"
@@ -149,7 +151,7 @@ def test_turn_stats_reads_actions_against_the_observation_each_prompt_showed(tmp
             fh.write(json.dumps({"group_id": group, "reward": reward, "turns": its_turns}) + "\n")
     st = lm.turn_stats(run)[3]
     assert st["flat_groups"] == 0.5
-    actions = [t["action"] for t in turns if t["kind"] == "action"]
+    actions = [t["action"].lower() for t in turns if t["kind"] == "action"]
     shares = [actions.count(a) / 4 for a in set(actions)]
     assert st["action_entropy_bits"] == pytest.approx(-sum(q * math.log2(q) for q in shares))
     assert 1.5 <= st["action_entropy_bits"] <= 2.0  # 4 actions, at most one repeated
