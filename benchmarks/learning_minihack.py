@@ -365,13 +365,17 @@ def plot(out: Path, runs: dict[tuple[str, int], Path], floor: float,
             for (a, s), path in runs.items():
                 if a != agent:
                     continue
-                for e in read_jsonl(path / "eval.jsonl"):
-                    if bool(e["with_experience"]) == mode:
-                        per_step.setdefault(e["step"], []).append(e["success_rate"])
+                mine = [e for e in read_jsonl(path / "eval.jsonl")
+                        if bool(e["with_experience"]) == mode]
+                for e in mine:
+                    per_step.setdefault(e["step"], []).append(e["success_rate"])
+                if mine:  # each seed thin, so that one seed's jump is not read as everyone's
+                    ax1.plot([e["step"] for e in mine], [e["success_rate"] for e in mine],
+                             lw=0.8, alpha=0.5, color="grey" if not mode else "tab:orange")
             if per_step:
                 xs = sorted(per_step)
                 ax1.plot(xs, [sum(per_step[x]) / len(per_step[x]) for x in xs], marker="o",
-                         label=f"{agent}{' w/ exp' if mode else ''}")
+                         label=f"{agent}{' w/ exp' if mode else ''} (mean; thin: seeds)")
         train: dict[int, list[float]] = {}
         for (a, s), path in runs.items():
             if a == agent:
@@ -391,7 +395,7 @@ def plot(out: Path, runs: dict[tuple[str, int], Path], floor: float,
             xs = sorted(toward)
             ax3.plot(xs, [sum(toward[x]) / len(toward[x]) for x in xs], marker=".", label=agent)
     ax1.axhline(floor, color="grey", ls=":", label="random walker")
-    ax1.set(title="evaluation success (mean over seeds)", xlabel="actor step", ylabel="success", ylim=(0, 1))
+    ax1.set(title="evaluation success (mean and per seed)", xlabel="actor step", ylabel="success", ylim=(0, 1))
     ax2.set(title="training success per step", xlabel="actor step", ylim=(0, 1))
     ax3.axhline(1 / 8, color="grey", ls=":", label="uniform walker")
     ax3.set(title="training actions toward the stairs", xlabel="actor step", ylim=(0, 1))
