@@ -167,13 +167,16 @@ def chance(run: Path, episodes: int = 500) -> dict[str, Any]:
     import crl_bench  # noqa: F401  (registers the envs)
     from crl_bench.envs.minihack.language import DIRECTIONS
 
+    from crl_bench.mixes import MixTask
+
     cfg = json.loads((run / "config.json").read_text())
     env_id = cfg["env_ids"][0]
+    eval_offset = MixTask("", env_id, "minihack").eval_seed_offset  # the runs' held-out levels
     cap = cfg["rollout"]["env_max_steps"].get("minihack")
     env = gymnasium.make(env_id, **({"max_steps": cap} if cap else {}))
     rng, wins = random.Random(0), 0
     for i in range(episodes):
-        env.reset(seed=1_000_000 + i)
+        env.reset(seed=eval_offset + i)
         done = False
         while not done:
             _, _, term, trunc, info = env.step(rng.choice(DIRECTIONS))
@@ -186,7 +189,7 @@ def chance(run: Path, episodes: int = 500) -> dict[str, Any]:
     for move in DIRECTIONS:
         solved = 0
         for i in range(levels):
-            env.reset(seed=1_000_000 + i)
+            env.reset(seed=eval_offset + i)
             done = False
             while not done:
                 _, _, term, trunc, info = env.step(move)
@@ -271,7 +274,7 @@ def turn_stats(run: Path) -> dict[int, dict[str, float]]:
                     copies += bool(ex) and normalise_action(ex[-1]) == action
         shares = [n / valid for n in actions.values()] if valid else []
         out[step] = {"turns": turns, "valid": valid / max(turns, 1),
-                     "action_entropy_bits": abs(sum(q * math.log2(q) for q in shares)),
+                     "action_entropy_bits": 0.0 - sum(q * math.log2(q) for q in shares),
                      "flat_groups": (sum(len(r) == 1 for r in group_rewards.values())
                                      / max(len(group_rewards), 1)),
                      "toward_goal": toward / seen if seen else float("nan"),

@@ -32,10 +32,9 @@ def test_no_training_seed_lands_in_the_reserved_block(run_seed: int, index: int)
     assert not OFFSET <= seed < OFFSET + EVAL_SEED_BLOCK
 
 
-@given(st.integers(0, 10**6), st.integers(0, 1_000_002), st.integers(0, 10**6),
-       st.integers(0, 1_000_002))
-def test_different_runs_or_groups_play_different_levels(s1: int, i1: int, s2: int, i2: int) -> None:
-    """One-to-one over the first 1,000,003 groups of each run: runs of different seeds share no
-    training level, and no two groups of one run share one."""
-    if (s1, i1) != (s2, i2):
-        assert train_seed(s1, i1, OFFSET) != train_seed(s2, i2, OFFSET)
+def test_different_runs_or_groups_play_different_levels() -> None:
+    """One-to-one: the first 20,000 groups of run seeds 0-4 (seed 1's cross the old overlap at
+    index 0 and the shift) are 100,000 different levels, none in the reserved block."""
+    seeds = [train_seed(s, i, OFFSET) for s in range(5) for i in range(20_000)]
+    assert len(set(seeds)) == len(seeds)
+    assert not [x for x in seeds if OFFSET <= x < OFFSET + EVAL_SEED_BLOCK]
