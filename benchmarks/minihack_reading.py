@@ -23,6 +23,10 @@ are paired level by level::
 
     python benchmarks/minihack_reading.py --run OUT/runs/RUN --views compact --examples random
     python benchmarks/minihack_reading.py --run OUT/runs/RUN --base --views compact --examples random
+
+``--max-steps N`` plays whole episodes of up to N actions instead of first turns (e.g. an actor
+trained on the one-action Adjacent-3x3 level, on Room-Random-5x5 with the 10-action cap of its
+evaluation) and adds the episodes' success beside a uniform random walker's on the same levels.
 """
 
 from __future__ import annotations
@@ -45,21 +49,26 @@ from learning_minihack import EXAMPLE_ANSWER, stairs_direction, wilson  # noqa: 
 
 
 def probe(ctx: Any, env_id: str, view: str, example: str, levels: list[int], samples: int,
-          seed: int, prompt: dict[str, Any] | None = None) -> dict[str, Any]:
-    """One turn per (level, sample) under ``view`` and ``example``; shares of what was answered."""
+          seed: int, prompt: dict[str, Any] | None = None,
+          max_steps: int | None = None) -> dict[str, Any]:
+    """One turn per (level, sample) under ``view`` and ``example``; shares of what was answered.
+    With ``max_steps``, whole episodes of up to that many actions instead (the engine's own turn
+    cap, as in the runner's evaluation): the first turn is scored as before and the episode's
+    success is added, beside a uniform random walker's on the same levels and cap."""
     import gymnasium
 
     from crl_bench.envs.minihack.actions import normalise_action
     from crl_bench.llm.rollout import EpisodeSpec
 
-    cap = ctx.cfg.rollout.env_max_steps.get("minihack", 10)
+    cap = max_steps or ctx.cfg.rollout.env_max_steps.get("minihack", 10)
     envs = [gymnasium.make(env_id, view=view, max_steps=cap) for _ in range(len(levels) * samples)]
     goals = {}
     for level in levels:
         obs, _ = envs[0].reset(seed=level)
         goals[level] = stairs_direction(obs)
     engine = ctx._engine(None, seed)
-    engine.prompt = replace(engine.prompt, max_turns=1, example_pick=example, **(prompt or {}))
+    engine.prompt = replace(engine.prompt, max_turns=None if max_steps else 1,
+                            example_pick=example, **(prompt or {}))
     specs = [EpisodeSpec(env=envs[i * samples + j], seed=level, group_id=i)
              for i, level in enumerate(levels) for j in range(samples)]
     t0 = time.perf_counter()
@@ -92,9 +101,39 @@ def probe(ctx: Any, env_id: str, view: str, example: str, levels: list[int], sam
                 "high": high}
 
     top, top_n = actions.most_common(1)[0] if actions else ("", 0)
-    return {"view": view, "example": example, "prompt": prompt or {}, "turns": n, "valid": share(valid, n),
-            "toward_stairs": share(toward, seen), "copies_example": share(copies, valid),
-            "top_action": {"action": top, **share(top_n, valid)}, "wall_s": wall}
+    row = {"view": view, "example": example, "prompt": prompt or {}, "turns": n, "valid": share(valid, n),
+           "toward_stairs": share(toward, seen), "copies_example": share(copies, valid),
+           "top_action": {"action": top, **share(top_n, valid)}, "wall_s": wall}
+    if max_steps:
+        row["max_steps"] = cap
+        row["success"] = share(sum(t.success for t in trajectories), len(trajectories))
+        row["mean_actions"] = sum(t.n_actions for t in trajectories) / len(trajectories)
+        row["walker_success"] = share(walker_wins(env_id, levels, samples, cap, seed),
+                                      len(levels) * samples)
+    return row
+
+
+def walker_wins(env_id: str, levels: list[int], samples: int, cap: int, seed: int) -> int:
+    """Episodes a uniform random walker (one of the 8 move words per action) wins on ``levels``,
+    ``samples`` walks each, with the same action cap: the floor for whole-episode success."""
+    import random
+
+    import gymnasium
+
+    from crl_bench.envs.minihack.language import DIRECTIONS
+
+    env = gymnasium.make(env_id, max_steps=cap)
+    rng, wins = random.Random(seed), 0
+    for level in levels:
+        for _ in range(samples):
+            env.reset(seed=level)
+            done, info = False, {}
+            while not done:
+                _, _, term, trunc, info = env.step(rng.choice(DIRECTIONS))
+                done = term or trunc
+            wins += bool(info.get("success"))
+    env.close()
+    return wins
 
 
 def run_config(run: Path, overrides: dict[str, Any], argv: list[str],
@@ -142,6 +181,10 @@ def context(cfg: Any, checkpoint: dict[str, Any] | None, scratch: Path) -> Any:
     return ctx
 
 
+def _ci(s: dict[str, Any]) -> str:
+    return f"{s['share']:.1%} [{s['low']:.1%}, {s['high']:.1%}]"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--env", default="crl/MiniHack-Room-Random-5x5-v0")
@@ -153,6 +196,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--views", nargs="+", default=["full", "compact"])
     ap.add_argument("--examples", nargs="+", default=["random", "none"])
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--max-steps", type=int, default=None,
+                    help="play whole episodes of up to this many actions (default: first turns "
+                         "only) and add their success, beside a random walker's")
     ap.add_argument("--prompt", action="append", default=[], metavar="FIELD=VALUE",
                     help="a PromptConfig field for every probe, e.g. --prompt show_admissible=false")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -163,6 +209,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--base", action="store_true",
                     help="with --run: its configuration without the adapters (the step-0 policy)")
     args = ap.parse_args(argv)
+    if args.max_steps is not None and args.max_steps < 1:
+        ap.error(f"--max-steps must be >= 1 (got {args.max_steps}); leave it out for first turns only")
 
     import tempfile
 
@@ -190,19 +238,23 @@ def main(argv: list[str] | None = None) -> int:
         rows = []
         for view in args.views:
             for example in args.examples:
-                r = probe(ctx, args.env, view, example, levels, args.samples, args.seed, prompt)
+                r = probe(ctx, args.env, view, example, levels, args.samples, args.seed, prompt,
+                          args.max_steps)
                 rows.append(r)
+                whole = ("" if args.max_steps is None else
+                         f"  success {_ci(r['success'])} (walker {_ci(r['walker_success'])}, "
+                         f"{r['mean_actions']:.1f} actions)")
                 print(f"view={view:8s} example={example:7s} valid {r['valid']['share']:.0%}  "
-                      f"toward stairs {r['toward_stairs']['share']:.1%} "
-                      f"[{r['toward_stairs']['low']:.1%}, {r['toward_stairs']['high']:.1%}] "
-                      f"(n={r['toward_stairs']['n']})  copies example "
-                      f"{r['copies_example']['share']:.0%}  top {r['top_action']['action']} "
-                      f"{r['top_action']['share']:.0%}  ({r['wall_s']:.0f} s)", flush=True)
+                      f"toward stairs {_ci(r['toward_stairs'])} (n={r['toward_stairs']['n']})  "
+                      f"copies example {r['copies_example']['share']:.0%}  top "
+                      f"{r['top_action']['action']} {r['top_action']['share']:.0%}{whole}  "
+                      f"({r['wall_s']:.0f} s)", flush=True)
     result = {"env": args.env, "preset": cfg.preset, "model": cfg.model.actor,
               "checkpoint": None if checkpoint is None else {
                   "run": str(args.run), "step": checkpoint["step"],
                   "adapters": None if checkpoint["adapters"] is None else str(checkpoint["adapters"])},
               "levels": args.levels, "samples": args.samples, "chance_toward": 1 / 8,
+              "max_steps": args.max_steps,
               "command": "python benchmarks/minihack_reading.py " + " ".join(
                   sys.argv[1:] if argv is None else argv), "rows": rows}
     if args.out is not None:

@@ -192,6 +192,32 @@ def test_reading_probe_scores_first_turns_of_the_real_engine(tmp_path: Path) -> 
         assert 0 <= r["toward_stairs"]["k"] <= r["toward_stairs"]["n"]
 
 
+def test_reading_probe_plays_whole_episodes_with_max_steps(tmp_path: Path) -> None:
+    """``--max-steps``: whole episodes (up to that many actions) on the real engine; the first turn
+    is still scored, success is counted per episode and a random walker's floor comes beside it.
+    The walker's floor is a real measurement: on the one-action Adjacent level it wins about 1/8."""
+    pytest.importorskip("nle")
+    pytest.importorskip("torch")
+    spec = importlib.util.spec_from_file_location(
+        "minihack_reading", Path(__file__).resolve().parents[1] / "benchmarks" / "minihack_reading.py")
+    probe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(probe)
+    out = tmp_path / "whole.json"
+    assert probe.main(["--preset", "tiny", "--levels", "2", "--samples", "2", "--views", "compact",
+                       "--examples", "random", "--max-steps", "3", "--set", "threads=1",
+                       "--out", str(out)]) == 0
+    got = json.loads(out.read_text())
+    row = got["rows"][0]
+    assert got["max_steps"] == 3 and row["max_steps"] == 3
+    assert row["turns"] == 4 and row["success"]["n"] == 4 and row["walker_success"]["n"] == 4
+    assert 0 <= row["mean_actions"] <= 3
+    wins = probe.walker_wins("crl/MiniHack-Room-Adjacent-3x3-v0", list(range(1_000_000, 1_000_064)),
+                             2, 1, 0)
+    assert 3 <= wins <= 35  # Binomial(128, 1/8): mean 16, sd 3.7
+    with pytest.raises(SystemExit):
+        probe.main(["--preset", "tiny", "--max-steps", "0"])
+
+
 def _lora_b_norm(ctx) -> float:
     """Sum of |LoRA B| over the actor's adapter: 0 for a fresh adapter (PEFT initialises B to
     zero), > 0 once an update has moved it."""
