@@ -336,15 +336,20 @@ def test_the_compact_view_names_the_way_to_the_stairs() -> None:
         MiniHackTextEnv("MiniHack-Room-5x5-v0", view="map")
 
 
-def test_the_adjacent_3x3_level_is_solved_by_reading_and_by_nothing_else() -> None:
-    """Our own level (MiniHack's des-file language): the game's own map (NLE ``chars``, not our
+@pytest.mark.parametrize("env_id", ["crl/MiniHack-Room-Adjacent-3x3-v0",
+                                    "crl/MiniHack-Room-Adjacent-3x3-Balanced-v0"])
+def test_the_adjacent_3x3_level_is_solved_by_reading_and_by_nothing_else(env_id) -> None:
+    """Our own levels (MiniHack's des-file language): the game's own map (NLE ``chars``, not our
     text) has ``>`` next to ``@`` on every level, in all 8 directions over the levels; the move
     the observation names reaches it in the single action, and each of the 7 other moves fails
-    (nothing else scores)."""
-    env = gymnasium.make("crl/MiniHack-Room-Adjacent-3x3-v0", view="compact")
+    (nothing else scores). The Balanced variant puts the stairs in direction ``seed mod 8`` (in
+    the game's map, also when seeds are played out of order on one env)."""
+    env = gymnasium.make(env_id, view="compact")
     assert env.unwrapped.max_steps == 1
+    balanced = "Balanced" in env_id
     seen: set[str] = set()
-    for seed in range(40):
+    seeds = list(range(40)) if not balanced else [5, 1_000_003, 2, 2, 7, 0, 13, 4, 6, 9, 3, 11]
+    for seed in seeds:
         obs, _ = env.reset(seed=seed)
         chars = env.unwrapped.nle_env.last_observation[
             env.unwrapped.nle_env._observation_keys.index("chars")]
@@ -352,6 +357,8 @@ def test_the_adjacent_3x3_level_is_solved_by_reading_and_by_nothing_else() -> No
         (sy, sx), = np.argwhere(chars == ord(">"))
         named = DIRECTIONS[DIRECTION_STEPS.index((int(sx - ax), int(sy - ay)))]
         assert obs.splitlines()[1] == f"- staircase down: adjacent {named}"
+        if balanced:
+            assert named == DIRECTIONS[seed % 8], (seed, named)
         seen.add(named)
         for move in DIRECTIONS:
             env.reset(seed=seed)

@@ -41,7 +41,7 @@ import numpy as np
 
 from crl_bench.envs.minihack.actions import ActionWord, build_action_words, normalise_action
 from crl_bench.envs.minihack.language import VIEWS, describe
-from crl_bench.envs.minihack.tasks import PAPER_MAX_STEPS, des_file_for, goal_for
+from crl_bench.envs.minihack.tasks import PAPER_MAX_STEPS, des_file_for, des_for_seed, goal_for
 from crl_bench.text_env import TextEnv, coerce_action, reset_options, safe_text
 
 LEVEL_SEED_LIMIT = 2**63  # NLE seeds are C unsigned longs; we keep them in int64 range
@@ -115,6 +115,8 @@ class MiniHackTextEnv(TextEnv):
         self.view = view
         self.goal = goal_for(task)
         self._nle = _make_minihack(task, max_steps, minihack_kwargs)
+        self._des_for_seed = des_for_seed(task)
+        self._des = des_file_for(task)  # the level description the game holds now
         self._words: tuple[ActionWord, ...] = build_action_words(self._nle.actions)
         self._word_by_text = {w.text: w for w in self._words}
         self.admissible_actions: list[str] = [w.text for w in self._words]
@@ -139,6 +141,11 @@ class MiniHackTextEnv(TextEnv):
         super().reset(seed=seed)
         self.start_episode()
         level_seed, core, disp = nethack_seeds(self.np_random, seed, options.get("task_id"))
+        if self._des_for_seed is not None:  # a level of ours whose layout the seed sets
+            des = self._des_for_seed(level_seed)
+            if des != self._des:
+                self._nle.update(des)  # MiniHack compiles it into the game's level file
+                self._des = des
         self._nle.seed(core, disp, reseed=False, lgen=level_seed)
         nle_obs, _nle_info = self._nle.reset()
         self._task_id = str(level_seed)

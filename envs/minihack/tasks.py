@@ -2,14 +2,15 @@
 
 Each :class:`MiniHackTask` names a MiniHack gymnasium id (``MiniHack-Room-5x5-v0``) and says how
 the text env presents it: the goal sentence shown in ``info["goal"]`` and the default episode
-cap. The registration module turns every entry into ``crl/<minihack id>``. One level is our own
-(``MiniHack-Room-Adjacent-3x3-v0``, a des-file run by MiniHack's custom navigation class; only
-``crl/MiniHack-Room-Adjacent-3x3-v0`` exists, MiniHack itself does not register it).
+cap. The registration module turns every entry into ``crl/<minihack id>``. Two levels are our own
+(``MiniHack-Room-Adjacent-3x3-v0`` and its ``-Balanced-`` variant, des-files run by MiniHack's
+custom navigation class; only their ``crl/`` ids exist, MiniHack itself does not register them).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 # Paper setting: 30 actions per MiniHack Room episode.
 PAPER_MAX_STEPS = 30
@@ -27,6 +28,9 @@ class MiniHackTask:
         des_file: for a level of our own, its NetHack level description (MiniHack's des-file
             language); the env is then MiniHack's ``MiniHack-Navigation-Custom-v0`` class with
             this file. None for MiniHack's own registered tasks.
+        des_for_seed: for a level of our own whose layout the level seed sets (not NetHack's
+            random generator): ``level seed -> des-file``, written into the game at each reset.
+            ``des_file`` is then the file the env starts with.
     """
 
     minihack_id: str
@@ -34,6 +38,7 @@ class MiniHackTask:
     max_steps: int = PAPER_MAX_STEPS
     description: str = ""
     des_file: str | None = None
+    des_for_seed: Callable[[int], str] | None = None
 
     @property
     def env_id(self) -> str:
@@ -86,7 +91,7 @@ _MAZE_MAPPED_GOAL = ("Find your way through the maze to the staircase down (>); 
 # layouts in all, so held-out levels test the mapping from the observation's word to the move,
 # not generalisation over layouts (benchmarks/minihack_reading.py --run ... --env
 # crl/MiniHack-Room-Random-5x5-v0 probes whether it carries over to a real room).
-ADJACENT_3X3_DES = """MAZE: "mylevel", ' '
+_ADJACENT_3X3_ROOM = """MAZE: "mylevel", ' '
 FLAGS:hardfloor
 INIT_MAP: solidfill,' '
 GEOMETRY:center,center
@@ -96,21 +101,43 @@ MAP
 ...
 ENDMAP
 REGION:(0,0,3,3),lit,"ordinary"
-$place = { (0,0),(1,0),(2,0),(0,1),(2,1),(0,2),(1,2),(2,2) }
+"""
+ADJACENT_3X3_DES = _ADJACENT_3X3_ROOM + """$place = { (0,0),(1,0),(2,0),(0,1),(2,1),(0,2),(1,2),(2,2) }
 SHUFFLE: $place
 BRANCH:(1,1,1,1),(0,0,0,0)
 STAIR:$place[0],down
 """
 
+
+
+def adjacent_3x3_balanced_des(level_seed: int) -> str:
+    """The Adjacent-3x3 level with the stairs in direction ``DIRECTIONS[level_seed % 8]`` of the
+    centre: any 8 consecutive level seeds cover the 8 directions once each. A training step whose
+    groups play consecutive seeds (the runner's ``step * groups + group``; 8 or 16 groups) then
+    rewards every direction equally often, so a policy that ignores the observation gets no net
+    push towards one move from the levels drawn (with NetHack's own shuffle, 8 groups repeat
+    some directions and miss others, and the step's update favours the repeated ones); the 64
+    held-out levels have each direction 8 times, so the best single move scores 1/8 there."""
+    from crl_bench.envs.minihack.language import DIRECTION_STEPS
+
+    dx, dy = DIRECTION_STEPS[level_seed % len(DIRECTION_STEPS)]
+    return (_ADJACENT_3X3_ROOM + "BRANCH:(1,1,1,1),(0,0,0,0)\n"
+            + f"STAIR:({1 + dx},{1 + dy}),down\n")
+
+
+_ADJACENT_GOAL = (_ROOM_GOAL + " You start in the centre; the stairs are next to you. You have "
+                  "one action.")
+
 # Longer tasks get longer caps: an optimal Corridor-R3 path alone is often over 30 moves. The
 # values keep the tasks solvable by a competent text agent without making episodes costly.
 TASKS: tuple[MiniHackTask, ...] = (
     *_room_tasks(),
-    MiniHackTask("MiniHack-Room-Adjacent-3x3-v0",
-                 _ROOM_GOAL + " You start in the centre; the stairs are next to you. You have one "
-                 "action.", 1,
+    MiniHackTask("MiniHack-Room-Adjacent-3x3-v0", _ADJACENT_GOAL, 1,
                  "ours: lit 3x3 room, stairs next to the centre start, 1 action (reading only)",
                  des_file=ADJACENT_3X3_DES),
+    MiniHackTask("MiniHack-Room-Adjacent-3x3-Balanced-v0", _ADJACENT_GOAL, 1,
+                 "ours: Adjacent-3x3 with the stairs' direction set by the level seed (seed mod 8)",
+                 des_file=adjacent_3x3_balanced_des(0), des_for_seed=adjacent_3x3_balanced_des),
     MiniHackTask("MiniHack-Corridor-R2-v0", _CORRIDOR_GOAL, 100,
                  "MiniHack Corridor: 2 random rooms joined by corridors"),
     MiniHackTask("MiniHack-Corridor-R3-v0", _CORRIDOR_GOAL, 100,
@@ -130,6 +157,12 @@ TASKS: tuple[MiniHackTask, ...] = (
 TASKS_BY_ID: dict[str, MiniHackTask] = {t.minihack_id: t for t in TASKS}
 
 GENERIC_GOAL = "Complete the MiniHack task {task}: usually, reach the staircase down (>)."
+
+
+def des_for_seed(minihack_id: str) -> Callable[[int], str] | None:
+    """``level seed -> des-file`` for a level of ours whose layout the seed sets (else None)."""
+    task = TASKS_BY_ID.get(minihack_id)
+    return task.des_for_seed if task else None
 
 
 def des_file_for(minihack_id: str) -> str | None:
