@@ -109,14 +109,13 @@ STAIR:$place[0],down
 """
 
 
-
 def adjacent_3x3_balanced_des(level_seed: int) -> str:
     """The Adjacent-3x3 level with the stairs in direction ``DIRECTIONS[level_seed % 8]`` of the
     centre: any 8 consecutive level seeds cover the 8 directions once each. A training step whose
     groups play consecutive seeds (the runner's ``step * groups + group``; 8 or 16 groups) then
     rewards every direction equally often, so a policy that ignores the observation gets no net
     push towards one move from the levels drawn (with NetHack's own shuffle, 8 groups repeat
-    some directions and miss others, and the step's update favours the repeated ones); the 64
+    some directions and miss others, which pushes a blind policy towards the repeated ones); the 64
     held-out levels have each direction 8 times, so the best single move scores 1/8 there."""
     from crl_bench.envs.minihack.language import DIRECTION_STEPS
 
