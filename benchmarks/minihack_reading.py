@@ -101,7 +101,8 @@ def probe(ctx: Any, env_id: str, view: str, example: str, levels: list[int], sam
                 "high": high}
 
     top, top_n = actions.most_common(1)[0] if actions else ("", 0)
-    row = {"view": view, "example": example, "prompt": prompt or {}, "turns": n, "valid": share(valid, n),
+    row = {"view": view, "example": example, "prompt": prompt or {}, "turns": n,
+           "valid": share(valid, n),
            "toward_stairs": share(toward, seen), "copies_example": share(copies, valid),
            "top_action": {"action": top, **share(top_n, valid)}, "wall_s": wall}
     if max_steps:
@@ -210,7 +211,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="with --run: its configuration without the adapters (the step-0 policy)")
     args = ap.parse_args(argv)
     if args.max_steps is not None and args.max_steps < 1:
-        ap.error(f"--max-steps must be >= 1 (got {args.max_steps}); leave it out for first turns only")
+        ap.error(f"--max-steps must be >= 1 (got {args.max_steps}); leave it out for first "
+                 "turns only")
 
     import tempfile
 

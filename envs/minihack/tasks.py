@@ -102,7 +102,8 @@ MAP
 ENDMAP
 REGION:(0,0,3,3),lit,"ordinary"
 """
-ADJACENT_3X3_DES = _ADJACENT_3X3_ROOM + """$place = { (0,0),(1,0),(2,0),(0,1),(2,1),(0,2),(1,2),(2,2) }
+ADJACENT_3X3_DES = _ADJACENT_3X3_ROOM + """\
+$place = { (0,0),(1,0),(2,0),(0,1),(2,1),(0,2),(1,2),(2,2) }
 SHUFFLE: $place
 BRANCH:(1,1,1,1),(0,0,0,0)
 STAIR:$place[0],down
