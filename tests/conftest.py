@@ -144,21 +144,3 @@ def tiny_run(tmp_path_factory):
 
     yield get
     mp.undo()
-
-
-# Tests that start a Ray cluster, and tests that share the session's tiny runs, each form one
-# pytest-xdist group (`pytest -n 2 --dist loadgroup`, the README's test command): the Ray
-# clusters then never overlap on a 2-core machine and each tiny run is played by one worker only.
-RAY_MODULES = frozenset({"test_distributed_learner", "test_ray_cluster", "test_ray_env_workers",
-                         "test_ray_experience", "test_ray_generation", "test_ray_run"})
-
-
-def pytest_collection_modifyitems(config, items):
-    for item in items:
-        if item.get_closest_marker("xdist_group"):
-            continue
-        module = item.module.__name__.rsplit(".", 1)[-1] if item.module else ""
-        if module in RAY_MODULES:
-            item.add_marker(pytest.mark.xdist_group("ray"))
-        elif "tiny_run" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.xdist_group("tiny_runs"))
