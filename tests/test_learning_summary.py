@@ -20,6 +20,15 @@ lm = importlib.util.module_from_spec(SPEC)
 SPEC.loader.exec_module(lm)
 
 
+def _reading_probe():
+    """benchmarks/minihack_reading.py, loaded as a module (benchmarks/ is not a package)."""
+    spec = importlib.util.spec_from_file_location(
+        "minihack_reading", Path(__file__).resolve().parents[1] / "benchmarks" / "minihack_reading.py")
+    probe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(probe)
+    return probe
+
+
 def _run(path: Path, start: list[int], end: list[int], last_step: int = 4) -> Path:
     path.mkdir(parents=True)
     eps = []
@@ -173,10 +182,7 @@ def test_reading_probe_scores_first_turns_of_the_real_engine(tmp_path: Path) -> 
     one first turn; shares are counted over the right denominators and written out."""
     pytest.importorskip("nle")
     pytest.importorskip("torch")
-    spec = importlib.util.spec_from_file_location(
-        "minihack_reading", Path(__file__).resolve().parents[1] / "benchmarks" / "minihack_reading.py")
-    probe = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(probe)
+    probe = _reading_probe()
     assert probe.stairs_direction("You see:\n- staircase down: far southeast") == "southeast"
     assert probe.stairs_direction("You see nothing of note nearby.") is None
     out = tmp_path / "probe.json"
@@ -198,10 +204,7 @@ def test_reading_probe_plays_whole_episodes_with_max_steps(tmp_path: Path) -> No
     The walker's floor is a real measurement: on the one-action Adjacent level it wins about 1/8."""
     pytest.importorskip("nle")
     pytest.importorskip("torch")
-    spec = importlib.util.spec_from_file_location(
-        "minihack_reading", Path(__file__).resolve().parents[1] / "benchmarks" / "minihack_reading.py")
-    probe = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(probe)
+    probe = _reading_probe()
     out = tmp_path / "whole.json"
     assert probe.main(["--preset", "tiny", "--levels", "2", "--samples", "2", "--views", "compact",
                        "--examples", "random", "--max-steps", "3", "--set", "threads=1",
@@ -233,10 +236,7 @@ def test_reading_probe_loads_a_trained_run(tiny_run, tmp_path: Path) -> None:
     pytest.importorskip("nle")
     from crl_bench.runner.config import ConfigError
 
-    spec = importlib.util.spec_from_file_location(
-        "minihack_reading", Path(__file__).resolve().parents[1] / "benchmarks" / "minihack_reading.py")
-    probe = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(probe)
+    probe = _reading_probe()
     run = tiny_run("grpo").path
     cfg, ckpt = probe.run_config(run, {"threads": 1}, [])
     assert cfg.preset == "tiny" and cfg.threads == 1 and ckpt["roles"] == ["actor"]
