@@ -44,7 +44,7 @@ import shlex
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -156,6 +156,17 @@ def summarise(runs: dict[tuple[str, int], Path],
     return out
 
 
+def blind_episode(env: Any, seed: int, move: Callable[[], str]) -> bool:
+    """Play level ``seed`` of ``env`` to its end with ``move()`` as every action (a policy that
+    ignores the observation); True when it reached the goal."""
+    env.reset(seed=seed)
+    done, info = False, {}
+    while not done:
+        _, _, term, trunc, info = env.step(move())
+        done = term or trunc
+    return bool(info.get("success"))
+
+
 def chance(run: Path, episodes: int = 500) -> dict[str, Any]:
     """Success of a uniform random walker (one of the 8 move words per action, no invalid turns)
     on the run's env with its action cap, on the held-out seeds the evaluation draws from: the
@@ -174,27 +185,15 @@ def chance(run: Path, episodes: int = 500) -> dict[str, Any]:
     eval_offset = MixTask("", env_id, "minihack").eval_seed_offset  # the runs' held-out levels
     cap = cfg["rollout"]["env_max_steps"].get("minihack")
     env = gymnasium.make(env_id, **({"max_steps": cap} if cap else {}))
-    rng, wins = random.Random(0), 0
-    for i in range(episodes):
-        env.reset(seed=eval_offset + i)
-        done = False
-        while not done:
-            _, _, term, trunc, info = env.step(rng.choice(DIRECTIONS))
-            done = term or trunc
-        wins += bool(info.get("success"))
+    rng = random.Random(0)
+    wins = sum(blind_episode(env, eval_offset + i, lambda: rng.choice(DIRECTIONS))
+               for i in range(episodes))
     # the best blind policy on the evaluation's own levels: one move, repeated. A policy that
     # collapses onto one move scores this, not 1/8, when the held-out levels are unbalanced
     levels = int(cfg["eval"]["episodes_per_task"])
     constant = {}
     for move in DIRECTIONS:
-        solved = 0
-        for i in range(levels):
-            env.reset(seed=eval_offset + i)
-            done = False
-            while not done:
-                _, _, term, trunc, info = env.step(move)
-                done = term or trunc
-            solved += bool(info.get("success"))
+        solved = sum(blind_episode(env, eval_offset + i, lambda: move) for i in range(levels))
         constant[move] = solved / levels
     best = max(constant, key=constant.__getitem__)
     env.close()

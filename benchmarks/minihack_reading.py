@@ -45,7 +45,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from learning_minihack import EXAMPLE_ANSWER, stairs_direction, wilson  # noqa: E402
+from learning_minihack import (EXAMPLE_ANSWER, blind_episode, stairs_direction,  # noqa: E402
+                               wilson)
 
 
 def probe(ctx: Any, env_id: str, view: str, example: str, levels: list[int], samples: int,
@@ -124,15 +125,9 @@ def walker_wins(env_id: str, levels: list[int], samples: int, cap: int, seed: in
     from crl_bench.envs.minihack.language import DIRECTIONS
 
     env = gymnasium.make(env_id, max_steps=cap)
-    rng, wins = random.Random(seed), 0
-    for level in levels:
-        for _ in range(samples):
-            env.reset(seed=level)
-            done, info = False, {}
-            while not done:
-                _, _, term, trunc, info = env.step(rng.choice(DIRECTIONS))
-                done = term or trunc
-            wins += bool(info.get("success"))
+    rng = random.Random(seed)
+    wins = sum(blind_episode(env, level, lambda: rng.choice(DIRECTIONS))
+               for level in levels for _ in range(samples))
     env.close()
     return wins
 

@@ -116,8 +116,8 @@ def adjacent_3x3_balanced_des(level_seed: int) -> str:
     groups play consecutive seeds (the runner's ``step * groups + group``; 8 or 16 groups) then
     rewards every direction equally often, so a policy that ignores the observation gets no net
     push towards one move from the levels drawn (with NetHack's own shuffle, 8 groups repeat
-    some directions and miss others, which pushes a blind policy towards the repeated ones); the 64
-    held-out levels have each direction 8 times, so the best single move scores 1/8 there."""
+    some directions and miss others, which can push a blind policy towards the repeated ones);
+    the 64 held-out levels have each direction 8 times, so the best single move scores 1/8."""
     from crl_bench.envs.minihack.language import DIRECTION_STEPS
 
     dx, dy = DIRECTION_STEPS[level_seed % len(DIRECTION_STEPS)]
