@@ -155,6 +155,56 @@ def test_shared_prompt_prefix_changes_nothing_but_cost():
     assert max_logprob_gap(shared, sampled) <= 1e-3
 
 
+def test_training_forward_encodes_a_shared_prompt_prefix_once():
+    """A scored (training) forward whose rows start alike, as a GRPO group's do, encodes the
+    common prefix once and repeats its KV: the log-probs and the LoRA gradients are those of
+    encoding every row in full, for identical prompts, a prompt that diverges midway, uneven
+    lengths (right padding), a row whose completion starts inside the others' prefix (which
+    bounds it) and a row with nothing scored."""
+    shared = HFBackend("tiny-random", roles=("actor",))
+    plain = HFBackend("tiny-random", roles=("actor",), share_prompt_prefix=False)
+    for be in (shared, plain):
+        perturb(be, "actor", seed=5, scale=0.1)  # LoRA B = 0 at init would hide the A gradient
+    system = "You are an agent in a text world. Read the observation, then act. " * 3
+    p, q = (shared.chat_prompt_ids([{"role": "system", "content": system},
+                                    {"role": "user", "content": u}])
+            for u in ("Go north or south?", "Go east, maybe?"))
+    assert len(p) > 60
+    early = p[:50]                                  # its completion starts at token 50
+    prompts = [p, p, p, q, p + q[:7], early, p]
+    gens = shared.generate(prompts, SamplingParams(temperature=1.0, max_new_tokens=8, seed=2))
+    batch = collate_sequences([g.prompt_ids for g in gens], [g.completion_ids for g in gens],
+                              shared.tokenizer.pad_token_id, [g.logprobs for g in gens])
+    mask = batch.loss_mask.bool()
+    mask[-1] = False                                # the last row: nothing scored
+    valid = mask & batch.attention_mask[:, 1:].bool()
+    assert shared._scored_prefix_length(batch.input_ids, batch.attention_mask, valid) == 49
+    assert plain._scored_prefix_length(batch.input_ids, batch.attention_mask, valid) == 0
+
+    def run(be):
+        params = [x for x in be.trainable_parameters("actor") if x.requires_grad]
+        for x in params:
+            x.grad = None
+        before = be.train_stats["model_tokens"]
+        lp = be.forward_token_logprobs("actor", batch.input_ids, batch.attention_mask,
+                                       temperature=0.9, score_mask=mask)
+        (lp * mask).sum().backward()
+        return lp.detach(), [x.grad.clone() for x in params], be.train_stats["model_tokens"] - before
+
+    lp_s, grads_s, encoded_s = run(shared)
+    lp_p, grads_p, encoded_p = run(plain)
+    assert torch.allclose(lp_s, lp_p, atol=1e-5) and (lp_s[~mask] == 0).all()
+    assert any(g.abs().sum() > 0 for g in grads_p)
+    for a, b in zip(grads_s, grads_p):
+        assert torch.allclose(a, b, atol=1e-6, rtol=1e-4)
+    assert encoded_p == int(batch.attention_mask.sum())
+    assert encoded_s == encoded_p - 49 * (len(prompts) - 1)
+    # one row, or unscored positions only: nothing to share
+    one = batch.input_ids[:1], batch.attention_mask[:1], valid[:1]
+    assert shared._scored_prefix_length(*one) == 0
+    assert shared._scored_prefix_length(batch.input_ids, batch.attention_mask, valid & False) == 0
+
+
 def test_stop_string_truncates_ids_and_text_consistently(tiny):
     prompt = chat_prompts(tiny, 1)
     greedy = SamplingParams(temperature=0, max_new_tokens=20)

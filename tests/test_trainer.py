@@ -179,6 +179,28 @@ def test_gradient_is_the_whole_batch_loss_by_hand(backend, gens, loss, kw, agg):
     assert m["grad_norm"] == pytest.approx(norm, rel=1e-3)
 
 
+def test_a_groups_shared_prompt_is_encoded_once_with_the_by_hand_gradient(backend):
+    """GRPO groups (8 samples of one prompt each, two groups): in prompt order each group fills
+    a micro-batch whose prompt the backend encodes once; the gradient is still the by-hand one
+    of every sample alone, and the tokens run through the model drop by the shared prompts."""
+    prompts = [backend.chat_prompt_ids([{"role": "user", "content": q}]) for q in QUESTIONS[:2]]
+    group = [prompts[i // 8] for i in range(16)]
+    gens = backend.generate(group, SamplingParams(temperature=TEMPERATURE, max_new_tokens=6,
+                                                  seed=4))
+    adv = [(-1.0) ** i * (0.5 + i / 16) for i in range(16)]
+    samples = samples_from(gens, adv, shift=off_policy)
+    shuffled = samples[1::2] + samples[::2]  # groups interleaved, as a batch may come
+    want, want_loss = hand_grads(backend, samples, loss="ppo_clip",
+                                 loss_kwargs={"clip_eps": 0.2}, agg="token-mean")
+    got, m = trainer_grads(backend, shuffled, mb=8)
+    assert_grads_close(got, want)
+    assert m["loss"] == pytest.approx(want_loss, rel=1e-4, abs=1e-7)
+    # each group's prompt (all but its last token, which scores the first completion token)
+    # runs once instead of 8 times
+    saved = sum(7 * (len(p) - 1) for p in prompts)
+    assert m["model_tokens"] - m["encoded_tokens"] == saved
+
+
 def test_zero_advantage_and_zero_weight_samples_count_in_the_denominator(backend, gens):
     """Issue 16, bug 2: with token-mean, adding samples that carry no gradient scales the
     gradient by (active tokens / all tokens); dropping them first would leave it unchanged."""

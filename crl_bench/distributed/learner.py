@@ -9,8 +9,8 @@ process, split over ranks:
 1. the driver filters and samples the batch exactly as ``RoleTrainer.update`` does (samples with
    trained tokens, ``max_samples_per_update`` with the same seeded RNG, active = non-zero
    advantage and weight), computes the trained-token / sequence totals over the *whole* batch,
-   sorts longest first and cuts the same micro-batches
-   (:func:`~crl_bench.runner.trainer.micro_batches`); with ``recompute_old_logprobs`` each rank
+   orders and cuts the same micro-batches (:func:`~crl_bench.runner.trainer.
+   order_for_micro_batches`, :func:`~crl_bench.runner.trainer.micro_batches`); with ``recompute_old_logprobs`` each rank
    recomputes the old log-probs on its own micro-batches before its first backward;
 2. micro-batches are dealt to ranks (balanced by padded tokens); each rank runs forward and
    backward on its own, each micro-batch's loss scaled by its share of the whole batch's tokens
@@ -271,6 +271,8 @@ class DataParallelLearner:
         self.role = role
         self.cfg = optim
         self._rng = random.Random(seed)  # the same draws as RoleTrainer's max_samples_per_update
+        # the same micro-batch order as RoleTrainer's (HFBackend shares prompt prefixes by default)
+        self._by_prompt = bool(backend_spec.get("share_prompt_prefix", True))
         bundle = dict(bundle or {"CPU": 1})
         self.placement_group = placement_group([bundle] * n_ranks, strategy=strategy)
         ray.get(self.placement_group.ready())
@@ -287,7 +289,7 @@ class DataParallelLearner:
     def plan_chunks(self, samples: Sequence[Any]) -> tuple[list[list[list[Any]]], dict[str, float],
                                                             dict[str, float]]:
         """(chunks per rank, totals, metrics so far): the first half of ``RoleTrainer.update``."""
-        from crl_bench.runner.trainer import micro_batches
+        from crl_bench.runner.trainer import micro_batches, order_for_micro_batches
 
         samples = [s for s in samples if s.n_tokens > 0]
         if self.cfg.max_samples_per_update and len(samples) > self.cfg.max_samples_per_update:
@@ -299,8 +301,8 @@ class DataParallelLearner:
         totals = {"tokens": float(sum(s.n_tokens for s in samples)),
                   "seqs": float(len(samples)),
                   "active_tokens": float(sum(s.n_tokens for s in active))}
-        active.sort(key=lambda s: s.length, reverse=True)
-        chunks = micro_batches(active, self.cfg.micro_batch_size, self.cfg.micro_batch_tokens)
+        chunks = micro_batches(order_for_micro_batches(active, by_prompt=self._by_prompt),
+                               self.cfg.micro_batch_size, self.cfg.micro_batch_tokens)
         return deal_chunks(chunks, self.n_ranks), totals, metrics
 
     def update(self, samples: Sequence[Any], *, loss: str, loss_kwargs: dict[str, Any],

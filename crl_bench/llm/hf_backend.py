@@ -54,7 +54,8 @@ class HFBackend(AdapterFiles):
         device: ``"auto"``, ``"cpu"``, ``"cuda"``, ``"cuda:1"``...
         seed: seeds the LoRA initialisation.
         max_batch_size: generate/logprobs split larger requests into chunks of this many rows.
-        share_prompt_prefix: compute the KV of a prefix common to a batch's prompts once.
+        share_prompt_prefix: compute the KV of a prefix common to a batch's prompts once, in
+            generation and in scored (training) forwards.
     """
 
     kind = "hf"
@@ -93,6 +94,8 @@ class HFBackend(AdapterFiles):
         self.kv_cache_entries = 0
         self._kv_store: dict[tuple[str, str | None], dict[tuple[int, ...], list[tuple[Any, Any]]]] = {}
         self.kv_stats = {"reused_tokens": 0, "prefilled_tokens": 0}
+        # training forwards: tokens run through the model, and prefix tokens shared instead
+        self.train_stats = {"model_tokens": 0, "shared_tokens": 0}
         self.lock = threading.RLock()
         self.tokenizer = load_tokenizer(model_name)
 
@@ -422,6 +425,19 @@ class HFBackend(AdapterFiles):
             n += 1
         return n if n >= self.min_shared_prefix else 0
 
+    def _scored_prefix_length(self, input_ids: Any, attention_mask: Any, scored: Any) -> int:
+        """Tokens every row of a training batch starts with, up to the first scored position of
+        any row (the logits of position t come from token t, so scored positions stay in the
+        rows' own part); 0 when sharing is off, the batch has one row, or too few to pay off."""
+        if not self.share_prompt_prefix or input_ids.shape[0] < 2 or not bool(scored.any()):
+            return 0
+        rows = scored.any(dim=1)
+        first_scored = int(scored[rows].float().argmax(dim=1).min())
+        real_lead = int(attention_mask.cumprod(dim=1).sum(dim=1).min())  # left padding -> 0
+        same = (input_ids == input_ids[:1]).all(dim=0).long().cumprod(dim=0)
+        n = min(int(same.sum()), first_scored, real_lead - 1)
+        return n if n >= self.min_shared_prefix else 0
+
     @staticmethod
     def _new_cache(model: Any) -> Any:
         from transformers import DynamicCache
@@ -479,9 +495,30 @@ class HFBackend(AdapterFiles):
             extra = {"logits_to_keep": keep}
         else:
             extra = {}
+        shared = self._scored_prefix_length(input_ids, attention_mask, valid) if extra else 0
+        positions = position_ids_from_mask(attention_mask)
         with self.lock, self._activated(key, name) as model:
-            out = model(input_ids=input_ids, attention_mask=attention_mask,
-                        position_ids=position_ids_from_mask(attention_mask), use_cache=False, **extra)
+            if shared:
+                # Rows that start with the same tokens (a GRPO group's prompt) encode that prefix
+                # once: its KV, with its graph, is repeated for every row, and only the rows' own
+                # tokens run as a batch. The gradient through the prefix is the rows' sum, as it
+                # is when every row encodes it: same log-probs, same gradients, fewer tokens.
+                cache = self._new_cache(model)
+                prefix = input_ids[:1, :shared]
+                model(input_ids=prefix, attention_mask=torch.ones_like(prefix),
+                      position_ids=positions[:1, :shared], use_cache=True, logits_to_keep=1,
+                      **{self._cache_kwarg: cache})
+                cache.batch_repeat_interleave(input_ids.shape[0])
+                out = model(input_ids=input_ids[:, shared:], attention_mask=attention_mask,
+                            position_ids=positions[:, shared:], use_cache=True,
+                            logits_to_keep=extra["logits_to_keep"][:, shared:],
+                            **{self._cache_kwarg: cache})
+            else:
+                out = model(input_ids=input_ids, attention_mask=attention_mask,
+                            position_ids=positions, use_cache=False, **extra)
+            saved = shared * (input_ids.shape[0] - 1)
+            self.train_stats["model_tokens"] += int(attention_mask.sum()) - saved
+            self.train_stats["shared_tokens"] += saved
         targets = input_ids[:, 1:]
         if score_mask is not None:
             logits = out.logits.float()  # [N, vocab]: the kept positions only

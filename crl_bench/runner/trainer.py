@@ -199,9 +199,10 @@ class RoleTrainer:
             "samples": float(len(samples)),
             "active_samples": sum(r["active_samples"] for r in results),
             "optimizer_steps": float(len(stepped)), "skipped": 0.0 if stepped else 1.0}
-        for key in ("tokens", "model_tokens", "time_recompute_s", "time_forward_s",
-                    "time_backward_s"):
-            metrics[key] = sum(r.get(key, 0.0) for r in results)
+        for key in ("tokens", "model_tokens", "encoded_tokens", "time_recompute_s",
+                    "time_forward_s", "time_backward_s"):
+            if key != "encoded_tokens" or any(key in r for r in results):
+                metrics[key] = sum(r.get(key, 0.0) for r in results)
         for key in sorted({k for r in stepped for k in r} - set(metrics)):
             metrics[key] = sum(r[key] for r in stepped if key in r) / len(stepped)
         if not stepped:
@@ -210,9 +211,9 @@ class RoleTrainer:
 
     def _prepare(self, samples: list[TrainSample]) -> dict[str, Any]:
         active = [s for s in samples if s.weight != 0.0 and s.advantage != 0.0]
-        # longest first: similar lengths share a micro-batch, less padding
-        active.sort(key=lambda s: s.length, reverse=True)
-        chunks = micro_batches(active, self.cfg.micro_batch_size, self.cfg.micro_batch_tokens)
+        chunks = micro_batches(order_for_micro_batches(
+            active, by_prompt=getattr(self.backend, "share_prompt_prefix", False)),
+            self.cfg.micro_batch_size, self.cfg.micro_batch_tokens)
         return {"samples": samples, "active": active, "chunks": chunks,
                 "collated": [self._collate(chunk) for chunk in chunks]}
 
@@ -258,6 +259,8 @@ class RoleTrainer:
         total_loss = 0.0
         old_lps, recompute_s = recomputed
         clock = {"time_recompute_s": recompute_s, "time_forward_s": 0.0, "time_backward_s": 0.0}
+        stats = getattr(self.backend, "train_stats", None)
+        encoded_before = stats["model_tokens"] if stats else 0
         self.optimizer.zero_grad(set_to_none=True)
         for ci, chunk in enumerate(chunks):
             ids, attn, lp_old, adv, cmask = prepared["collated"][ci]
@@ -291,6 +294,8 @@ class RoleTrainer:
         metrics.update(sums)
         metrics.update(clock)
         metrics["model_tokens"] = float(sum(s.length for s in active))
+        if stats:  # what the model actually ran: shared prompt prefixes count once per batch
+            metrics["encoded_tokens"] = float(stats["model_tokens"] - encoded_before)
         metrics.update(loss=total_loss, grad_norm=float(grad_norm), lr=lr,
                        tokens=float(total_tokens), skipped=0.0)
         return metrics
@@ -327,6 +332,17 @@ class RoleTrainer:
                 lp_old[i, where] = torch.tensor(s.old_logprobs, dtype=torch.float32)
             adv[i, p:p + c] = s.advantage * s.weight
         return ids, attn, lp_old, adv, cmask
+
+
+def order_for_micro_batches(samples: Sequence[TrainSample], *, by_prompt: bool
+                            ) -> list[TrainSample]:
+    """The order :func:`micro_batches` cuts. ``by_prompt``: sorted by prompt tokens, so a GRPO
+    group's samples sit in one micro-batch and a backend that shares prompt prefixes
+    (``HFBackend(share_prompt_prefix=True)``) encodes the group's prompt once; otherwise longest
+    first (similar lengths together, less padding)."""
+    if by_prompt:
+        return sorted(samples, key=lambda s: tuple(s.prompt_ids))
+    return sorted(samples, key=lambda s: s.length, reverse=True)
 
 
 def micro_batches(samples: Sequence[TrainSample], size: int, max_tokens: int = 0
