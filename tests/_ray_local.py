@@ -1,5 +1,11 @@
 """One way to start the small local Ray cluster of a test module (no dashboard, one torch
-thread per worker)."""
+thread per worker).
+
+The cluster is private: ``address="local"`` always starts a new one and never joins another
+(``ray.init()`` without an address would join the cluster named in RAY_ADDRESS or in
+``/tmp/ray/ray_current_cluster``, which ``ray start`` and ``ray.cluster_utils.Cluster`` write and
+a killed run leaves behind). The Ray test modules also share one pytest-xdist group (see
+``conftest.py``), so under ``-n 2 --dist loadgroup`` at most one test cluster runs at a time."""
 
 from __future__ import annotations
 
@@ -11,7 +17,7 @@ from typing import Iterator
 def local_ray(num_cpus: int) -> Iterator[None]:
     import ray
 
-    ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
+    ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
              runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}})
     try:
         yield
