@@ -1,10 +1,15 @@
-"""Actor-update cost with and without encoding a GRPO group's shared prompt once, on the same
-batch, in one run.
+"""Play and actor-update cost with and without encoding a GRPO group's shared prompt once, on
+the same batch, in one run.
 
     python benchmarks/shared_prefix_update.py [--model smollm2-135m] [--groups 8] [--group-size 8]
         [--micro-batch 8] [--repeats 2] [--threads 1] [--json out.json]
 
-The batch is what a training step of the one-action MiniHack runs plays
+Play: the episodes are played three times: with the backend's prefix sharing off (every prompt
+prefilled in full), batch-wide only (the common prefix of all 64 prompts once: what the backend
+did before group prefixes), and by group (each group's prompt prefilled once, its KV repeated
+for the group's rows, one batch decoded together); the last play is trained on.
+
+Update: the batch is what a training step of the one-action MiniHack runs plays
 (``crl/MiniHack-Room-Adjacent-3x3-Balanced-v0``, compact view, one action, the cpu preset's
 small-model prompt with a random example answer, no history): ``--groups`` groups of
 ``--group-size`` episodes, one prompt per group, each sample one turn. The group's samples
@@ -66,9 +71,18 @@ def main(argv: list[str] | None = None) -> int:
     specs = [EpisodeSpec(env=gymnasium.make(ENV_ID, max_steps=1, view="compact"),
                          seed=1000 + i // args.group_size, group_id=i // args.group_size)
              for i in range(n)]
-    t = time.perf_counter()
-    trajectories = engine.run(specs)
-    play_s = time.perf_counter() - t
+    play_s: dict[str, float] = {}
+    prefilled: dict[str, int] = {}
+    # none: every prompt prefilled in full; batch: the batch-wide common prefix once (what the
+    # backend did before group batches); group: each group's prompt once (played last, trained on)
+    for mode, share, saving in (("none", False, 0), ("batch", True, float("inf")),
+                                ("group", True, backend.min_run_saving)):
+        backend.share_prompt_prefix, backend.min_run_saving = share, saving
+        before = backend.kv_stats["prefilled_tokens"]
+        t = time.perf_counter()
+        trajectories = engine.run(specs)
+        play_s[mode] = time.perf_counter() - t
+        prefilled[mode] = backend.kv_stats["prefilled_tokens"] - before
     gen = torch.Generator().manual_seed(args.seed)
     advantages = (torch.rand(n, generator=gen) * 2 - 1).tolist()
     samples = [TrainSample(u.prompt_ids, u.completion_ids, u.logprobs, a)
@@ -115,19 +129,24 @@ def main(argv: list[str] | None = None) -> int:
     prompt = sum(len(s.prompt_ids) for s in samples) / len(samples)
     completion = sum(len(s.completion_ids) for s in samples) / len(samples)
     print(f"model {args.model}, {ENV_ID}: {args.groups} groups x {args.group_size}, "
-          f"prompt {prompt:.0f} + completion {completion:.1f} tokens per sample, played in "
-          f"{play_s:.1f} s; micro-batch {args.micro_batch}; torch threads "
-          f"{torch.get_num_threads()}, {platform.processor() or platform.machine()}")
+          f"prompt {prompt:.0f} + completion {completion:.1f} tokens per sample; micro-batch "
+          f"{args.micro_batch}; torch threads {torch.get_num_threads()}, "
+          f"{platform.processor() or platform.machine()}")
+    print("play:   " + ", ".join(f"{m} {play_s[m]:.1f} s ({prefilled[m]} prompt tokens "
+                                   f"prefilled)" for m in play_s)
+          + f"; batch / group {play_s['batch'] / play_s['group']:.2f}x, none / group "
+          f"{play_s['none'] / play_s['group']:.2f}x")
     print(f"{'mode':<7} {'samples':>7} {'tokens':>7} {'encoded':>8} {'seconds':>8} {'episodes/s':>10}")
     for name, r in results.items():
         print(f"{name:<7} {r['samples']:>7} {r['model_tokens']:>7.0f} {r['encoded_tokens']:>8.0f} "
               f"{r['seconds']:>8.2f} {r['episodes_per_s']:>10.2f}")
-    print(f"full / shared (seconds): {ratio:.2f}x; largest gradient difference {diff:.2e} "
+    print(f"update: full / shared (seconds): {ratio:.2f}x; largest gradient difference {diff:.2e} "
           f"(largest gradient entry {scale:.2e})")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"args": vars(args), "results": results, "ratio_full_vs_shared": ratio,
-                       "max_grad_diff": diff, "max_grad": scale, "play_s": play_s}, f,
+                       "max_grad_diff": diff, "max_grad": scale, "play_s": play_s,
+                   "prefilled_tokens": prefilled}, f,
                       indent=2)
     return 0
 

@@ -205,6 +205,45 @@ def test_training_forward_encodes_a_shared_prompt_prefix_once():
     assert shared._scored_prefix_length(batch.input_ids, batch.attention_mask, valid & False) == 0
 
 
+def test_generation_prefills_each_groups_prompt_once():
+    """Two GRPO groups of 4 (each group's prompts equal up to the last user words, as with an
+    episode's own example answer) and two unrelated prompts in one batch: each group's long
+    prefix is prefilled once and its KV repeated in the batch; greedy completions and their
+    log-probs are those of a backend that shares nothing, for under half the prefilled tokens."""
+    shared = HFBackend("tiny-random", roles=("actor",))
+    plain = HFBackend("tiny-random", roles=("actor",), share_prompt_prefix=False)
+    system = "You are an agent in a text world. Read the observation, then act. " * 3
+    task = " The room is dark; the stairs are somewhere near you, and you have one action. " * 2
+
+    def prompt(user):
+        return shared.chat_prompt_ids([{"role": "system", "content": system},
+                                       {"role": "user", "content": user}])
+
+    groups = [[prompt(f"Room {g}.{task} Example: {w}.") for w in ("north", "east", "south", "up")]
+              for g in ("A", "B")]
+    others = [prompt("Name a fruit."), prompt("Say hi.")]
+    prompts = [groups[0][0], others[0], *groups[1][:2], groups[0][1], *groups[1][2:],
+               *groups[0][2:], others[1]]
+    runs = shared._prefix_runs(prompts)
+    assert sorted(sorted(rows) for rows, _ in runs) == [[0, 4, 7, 8], [2, 3, 5, 6]]
+    for rows, n in runs:  # the longest prefix all the group's prompts share
+        assert all(prompts[r][:n] == prompts[rows[0]][:n] for r in rows)
+        assert len({prompts[r][n] for r in rows}) > 1
+    assert plain._prefix_runs(prompts) == []
+    assert shared._prefix_runs([prompt(q) for q in QUESTIONS]) == []  # nothing beyond the system
+    greedy = SamplingParams(temperature=0, max_new_tokens=8)
+    before = shared.kv_stats["prefilled_tokens"]
+    a = shared.generate(prompts, greedy)
+    prefilled = shared.kv_stats["prefilled_tokens"] - before
+    b = plain.generate(prompts, greedy)
+    assert [g.completion_ids for g in a] == [g.completion_ids for g in b]
+    assert max(abs(x - y) for g, h in zip(a, b) for x, y in zip(g.logprobs, h.logprobs)) <= 1e-4
+    assert prefilled == sum(len(p) for p in prompts) - sum((len(r) - 1) * n for r, n in runs)
+    assert prefilled < plain.kv_stats["prefilled_tokens"] / 2
+    sampled = shared.generate(prompts, SamplingParams(max_new_tokens=12, seed=4))
+    assert max_logprob_gap(shared, sampled) <= 1e-3
+
+
 def test_stop_string_truncates_ids_and_text_consistently(tiny):
     prompt = chat_prompts(tiny, 1)
     greedy = SamplingParams(temperature=0, max_new_tokens=20)

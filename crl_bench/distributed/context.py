@@ -141,8 +141,10 @@ class RayRunContext(RunContext):
                          runtime_env={"env_vars": env})
             else:
                 cpus = self.num_cpus or max(2, int(self.ray_plan.required()["CPU"] + 0.999) + 1)
-                ray.init(num_cpus=cpus, include_dashboard=False, log_to_driver=False,
-                         runtime_env={"env_vars": env})
+                # address="local": always a new cluster, never one named by RAY_ADDRESS or left
+                # behind in /tmp/ray/ray_current_cluster (which would refuse num_cpus)
+                ray.init(address="local", num_cpus=cpus, include_dashboard=False,
+                         log_to_driver=False, runtime_env={"env_vars": env})
                 self._owns_ray = True
         check_plan_against_ray(self.ray_plan)
 

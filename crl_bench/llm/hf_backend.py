@@ -89,6 +89,7 @@ class HFBackend(AdapterFiles):
         self.max_batch_size = int(max_batch_size)
         self.share_prompt_prefix = bool(share_prompt_prefix)
         self.min_shared_prefix = 8
+        self.min_run_saving = 64  # prefill tokens that per-group prompt prefixes must save
         # KV kept across generate calls (multi-turn conversations): (model key, adapter) ->
         # {token ids tuple: per-layer (keys, values) [H, L, D]}; off until keep_kv_across_calls()
         self.kv_cache_entries = 0
@@ -313,6 +314,14 @@ class HFBackend(AdapterFiles):
         if self.kv_cache_entries and uniform is not _MIXED:
             store = self._kv_store.setdefault((key, uniform), {})
             hits = [self._kv_lookup(store, p) for p in prompt_ids]
+        # No KV kept from earlier calls: rows that share more than the whole batch does (a GRPO
+        # group's prompt, equal up to its episode's example answer) get that longer prefix's KV
+        # computed once per group, when that prefills fewer tokens than the batch-wide prefix.
+        runs = (self._prefix_runs(prompt_ids)
+                if uniform is not _MIXED and not any(n for n, _ in hits) else [])
+        for rows, n in runs:
+            for b in rows:
+                hits[b] = (n, None)
         C = max(n for n, _ in hits)
         shared = self._shared_prefix_length(prompt_ids) if uniform is not _MIXED and not C else 0
         # Layout per row: [cached KV, left-padded to C | shared prefix | left padding | own
@@ -331,8 +340,9 @@ class HFBackend(AdapterFiles):
         input_ids, attention = input_ids.to(self.device), attention.to(self.device)
         positions = position_ids_from_mask(attention)[:, C + shared:]
         next_pos = positions[:, -1] + 1
-        self.kv_stats["reused_tokens"] += sum(n for n, _ in hits)
-        self.kv_stats["prefilled_tokens"] += sum(len(x) for x in suffixes) + shared
+        computed = sum(n for _, n in runs)  # each group's prefix, prefilled once
+        self.kv_stats["reused_tokens"] += sum(n for n, _ in hits) - computed
+        self.kv_stats["prefilled_tokens"] += sum(len(x) for x in suffixes) + shared + computed
 
         names = list(adapter_names)
         completions: list[list[int]] = [[] for _ in range(B)]
@@ -343,6 +353,10 @@ class HFBackend(AdapterFiles):
         with self._activated(key, uniform):
             if uniform is _MIXED:
                 model.eval()  # PEFT only allows per-row adapters in eval mode
+            for rows, n in runs:
+                kv = self._prefix_kv(model, prompt_ids[rows[0]][:n])
+                for b in rows:
+                    hits[b] = (n, kv)
             cache = self._new_cache(model)
             if C:
                 ref = next(kv for n, kv in hits if kv is not None)
@@ -356,7 +370,7 @@ class HFBackend(AdapterFiles):
                             values[b, :, C - n:] = kv[layer_idx][1]
                     cache.update(keys, values, layer_idx)
                 for b, (n, _) in enumerate(hits):
-                    if n:
+                    if n and store is not None and not runs:
                         store.pop(tuple(prompt_ids[b][:n]), None)
             if shared:
                 prefix = torch.tensor([prompt_ids[0][:shared]], dtype=torch.long,
@@ -437,6 +451,48 @@ class HFBackend(AdapterFiles):
         same = (input_ids == input_ids[:1]).all(dim=0).long().cumprod(dim=0)
         n = min(int(same.sum()), first_scored, real_lead - 1)
         return n if n >= self.min_shared_prefix else 0
+
+    def _prefix_runs(self, prompt_ids: list[list[int]]) -> list[tuple[list[int], int]]:
+        """Groups of rows (>= 2) sharing a prefix longer than the batch-wide one, with its length
+        (each row keeps >= 1 token of its own), when computing each group's prefix once
+        prefills at least ``min_run_saving`` fewer tokens than sharing the batch-wide prefix
+        only (rows outside every group then prefill in full); else []."""
+        B = len(prompt_ids)
+        if not self.share_prompt_prefix or B < 3:
+            return []
+        order = sorted(range(B), key=lambda i: prompt_ids[i])
+
+        def common(a: int, b: int) -> int:
+            x, y = prompt_ids[a], prompt_ids[b]
+            n, cap = 0, min(len(x), len(y)) - 1
+            while n < cap and x[n] == y[n]:
+                n += 1
+            return n
+
+        adjacent = [common(order[k], order[k + 1]) for k in range(B - 1)]
+        everyone = min(adjacent)  # in token order, the batch-wide common prefix
+        runs, start = [], 0
+        for k in range(1, B + 1):
+            if k == B or adjacent[k - 1] < everyone + self.min_shared_prefix:
+                if k - start > 1:
+                    runs.append((order[start:k], min(adjacent[start:k - 1])))
+                start = k
+        batch_wide = everyone if everyone >= self.min_shared_prefix else 0
+        # prefill tokens: batch-wide = its prefix once + every row's rest; groups = each group's
+        # prefix once + every row's rest after its group's prefix (after nothing, if in none)
+        saved = sum((len(rows) - 1) * n for rows, n in runs) - (B - 1) * batch_wide
+        return runs if runs and saved >= self.min_run_saving else []
+
+    def _prefix_kv(self, model: Any, ids: list[int]) -> list[tuple[Any, Any]]:
+        """Per layer (keys, values) [heads, len(ids), dim] of ``ids`` encoded alone."""
+        import torch
+
+        cache = self._new_cache(model)
+        x = torch.tensor([ids], dtype=torch.long, device=self.device)
+        model(input_ids=x, attention_mask=torch.ones_like(x),
+              position_ids=torch.arange(len(ids), device=self.device)[None], use_cache=True,
+              logits_to_keep=1, **{self._cache_kwarg: cache})
+        return [(layer.keys[0], layer.values[0]) for layer in cache.layers]
 
     @staticmethod
     def _new_cache(model: Any) -> Any:
