@@ -4,8 +4,7 @@ thread per worker).
 The cluster is private: ``address="local"`` always starts a new one and never joins another
 (``ray.init()`` without an address would join the cluster named in RAY_ADDRESS or in
 ``/tmp/ray/ray_current_cluster``, which ``ray start`` and ``ray.cluster_utils.Cluster`` write and
-a killed run leaves behind). The Ray test modules also share one pytest-xdist group (see
-``conftest.py``), so under ``-n 2 --dist loadgroup`` at most one test cluster runs at a time."""
+a killed run leaves behind)."""
 
 from __future__ import annotations
 

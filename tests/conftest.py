@@ -4,18 +4,12 @@
 ``tiny`` preset, MiniHack, 3 steps) the first time it is asked for and returns a
 :class:`TinyRun`: the run directory plus what a few real functions of the loop were called with
 (recorded by wrapping them: the wrapped functions still run and return what they return). The
-end-to-end, ablation, golden and report tests share these runs, so each costs its ~15-25 s once
-(once per pytest-xdist worker under ``-n 2``: a session-scoped fixture lives in each worker).
-
-Under ``pytest -n 2 --dist loadgroup`` (the README's test command) every test of a module that
-imports Ray goes to one group, "ray" (``pytest_xdist_make_scheduler`` below): all Ray tests run
-one after another on one worker.
+end-to-end, ablation, golden and report tests share these runs, so each costs its ~15-25 s once.
 """
 
 from __future__ import annotations
 
 import functools
-import re
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,42 +18,6 @@ from typing import Any
 import pytest
 
 TINY_STEPS = 3
-
-_RAY_IMPORT = re.compile(
-    r"""^\s*(import ray\b|from ray[ .]|\w+ = pytest\.importorskip\(["']ray["']\))""", re.MULTILINE)
-
-
-@functools.lru_cache(maxsize=None)
-def _is_ray_module(path: str) -> bool:
-    """A test module that imports Ray (and so may start a Ray cluster)."""
-    try:
-        return bool(_RAY_IMPORT.search(Path(path).read_text(encoding="utf-8")))
-    except OSError:
-        return False
-
-
-def pytest_xdist_make_scheduler(config, log):
-    """``--dist loadgroup`` with every test of a Ray-importing module in one group, "ray".
-
-    pytest-xdist 3.8's own grouping (the ``xdist_group`` mark, which it appends to the node id)
-    does nothing under pytest 9, whose node ids no longer come from ``item._nodeid``; this
-    scheduler decides the group in the controller from the node id's file instead. One group
-    runs on one worker, one test after another: at most one test-started Ray cluster at a time
-    on the 2 cores, and a module's tests share its module-scoped cluster. Other tests are
-    scheduled one by one, as by ``--dist load``."""
-    if config.getvalue("dist") != "loadgroup":
-        return None
-    from xdist.scheduler import LoadGroupScheduling
-
-    rootpath = config.rootpath
-
-    class RayGroupScheduling(LoadGroupScheduling):
-        def _split_scope(self, nodeid: str) -> str:
-            if _is_ray_module(str(rootpath / nodeid.split("::", 1)[0])):
-                return "ray"
-            return super()._split_scope(nodeid)
-
-    return RayGroupScheduling(config, log)
 
 
 @dataclass
