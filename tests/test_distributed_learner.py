@@ -104,16 +104,25 @@ def test_two_ranks_equal_one_process(cluster, batch, agg, recompute):
     for rank_grads in grads:
         for g, gr in zip(rank_grads, g_ref):
             torch.testing.assert_close(g, gr, rtol=1e-4, atol=1e-6 * scale)
-    for rank_after in after:  # both replicas equal the single-process result
+    # both replicas equal the single-process result. Adam's first step is lr * g / (|g| + eps):
+    # where |g| is within the gradient tolerance above of 0, the step is as uncertain as the
+    # gradient's sign (the two sums add the same terms in another order), so only there a
+    # weight may differ by up to one step (lr); everywhere else to float precision.
+    lr = cfg.lr
+    for rank_after in after:
         moved = 0.0
-        for w, wr, w0 in zip(rank_after, after_ref, start):
-            torch.testing.assert_close(w, wr, rtol=1e-5, atol=1e-6)
+        for w, wr, w0, gr in zip(rank_after, after_ref, start, g_ref):
+            tiny = gr.abs() <= 1e-6 * scale
+            torch.testing.assert_close(w[~tiny], wr[~tiny], rtol=1e-5, atol=1e-6)
+            gap = (w - wr)[tiny].abs()
+            assert gap.numel() == 0 or float(gap.max()) <= lr
             moved = max(moved, float((wr - w0).abs().max()))
         assert moved > 1e-4  # the step really moved the weights
-    for k in ("loss", "grad_norm", "samples", "active_samples", "tokens"):
+    for k in ("loss", "grad_norm", "samples", "active_samples", "tokens", "model_tokens",
+              "encoded_tokens"):
         assert m_dp[k] == pytest.approx(m_ref[k], rel=1e-5, abs=1e-7), k
-    for k in m_ref:  # the trainer's wall-clock profile (time_*_s, model_tokens) is per process
-        if k not in ("lr", "skipped", "model_tokens") and not k.startswith("time_"):
+    for k in m_ref:  # the trainer's wall-clock profile (time_*_s) is per process
+        if k not in ("lr", "skipped") and not k.startswith("time_"):
             assert k in m_dp, k
 
 

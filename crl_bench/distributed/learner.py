@@ -162,6 +162,8 @@ class LearnerRankImpl:
                                                              score_mask=cmask[:, 1:] > 0)
                     recomputed.append(lp.float().detach() * cmask[:, 1:].to(lp.device))
         tr.optimizer.zero_grad(set_to_none=True)
+        stats = getattr(self.backend, "train_stats", None)
+        encoded_before = stats["model_tokens"] if stats else 0
         for ci, chunk in enumerate(chunks):
             ids, attn, lp_old, adv, cmask = collated[ci]
             logprobs = self.backend.forward_token_logprobs(self.role, ids, attn,
@@ -181,6 +183,10 @@ class LearnerRankImpl:
             m_share = chunk_tokens / totals["active_tokens"]
             for k, v in m.items():
                 sums[k] = sums.get(k, 0.0) + float(v) * m_share
+        # token counts of what ran (RoleTrainer's): summed over the ranks like the sums above
+        sums["model_tokens"] = float(sum(s.length for chunk in chunks for s in chunk))
+        if stats:  # shared prompt prefixes count once per micro-batch
+            sums["encoded_tokens"] = float(stats["model_tokens"] - encoded_before)
         # gradients of the whole batch on every rank: one flat buffer, summed
         params = tr.params
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]

@@ -10,9 +10,9 @@ separate trainable parameters per role). Options:
   ``adapter=None`` uses a frozen copy of the base (cheap for the 135M embedded model only).
 
 Generation is our own decode loop rather than ``model.generate``: left-padded batched prefill
-(a prefix common to all prompts of the batch is prefilled once and shared), KV cache, finished
-rows dropped from the batch, stop strings checked on the decoded completion,
-and the sampling log-prob of every token recorded (see :mod:`crl_bench.llm.sampling`).
+(prefixes common to the batch or a group of rows prefilled once: :mod:`.prefix_sharing`), KV
+cache, finished rows dropped, stop strings checked on the decoded completion, and the sampling
+log-prob of every token recorded (see :mod:`crl_bench.llm.sampling`).
 Position ids are computed from the attention mask both here and in the training forward, so
 recomputed log-probs equal the sampling ones (<= 1e-3 in fp32; tested).
 
@@ -30,12 +30,13 @@ import threading
 from typing import Any, Iterator, Sequence
 
 from crl_bench.llm.batching import collate_sequences, position_ids_from_mask
+from crl_bench.llm.hf_adapter_files import AdapterFiles
 from crl_bench.llm.models import (DEFAULT_MODEL, load_causal_lm, load_tokenizer, pick_device,
                                   pick_dtype, resolve_model)
+from crl_bench.llm.prefix_sharing import (keep_row_kv, longest_stored_prefix, prefix_runs,
+                                         scored_prefix_length, shared_prefix_length)
 from crl_bench.llm.sampling import sample_next_tokens
 from crl_bench.llm.types import Generation, LoraSpec, ModelInfo, SamplingParams
-
-from crl_bench.llm.hf_adapter_files import AdapterFiles
 
 BASE = "__base__"   # PEFT's name for "no adapter" in mixed batches
 SHARED = "shared"   # the one adapter of shared_adapter=True
@@ -277,22 +278,6 @@ class HFBackend(AdapterFiles):
         if not self.kv_cache_entries:
             self._kv_store.clear()
 
-    def _kv_lookup(self, store: dict, prompt: list[int]) -> tuple[int, list[tuple[Any, Any]] | None]:
-        best, hit = 0, None
-        for ids, kv in store.items():
-            n = len(ids)
-            if best < n < len(prompt) and tuple(prompt[:n]) == ids:
-                best, hit = n, kv
-        return best, hit
-
-    def _kv_keep(self, store: dict, ids: list[int], cache: Any, row: int, valid: Any) -> None:
-        layers = []
-        for layer in cache.layers:
-            layers.append((layer.keys[row][:, valid].clone(), layer.values[row][:, valid].clone()))
-        store[tuple(ids)] = layers
-        while len(store) > self.kv_cache_entries:
-            store.pop(next(iter(store)))
-
     def _forward_kwargs(self, adapter_names: list[str | None]) -> tuple[str | None | object, dict]:
         """(uniform adapter or MIXED, extra forward kwargs) for a batch."""
         if len(set(adapter_names)) == 1:
@@ -313,7 +298,7 @@ class HFBackend(AdapterFiles):
         hits: list[tuple[int, Any]] = [(0, None)] * B
         if self.kv_cache_entries and uniform is not _MIXED:
             store = self._kv_store.setdefault((key, uniform), {})
-            hits = [self._kv_lookup(store, p) for p in prompt_ids]
+            hits = [longest_stored_prefix(store, p) for p in prompt_ids]
         # No KV kept from earlier calls: rows that share more than the whole batch does (a GRPO
         # group's prompt, equal up to its episode's example answer) get that longer prefix's KV
         # computed once per group, when that prefills fewer tokens than the batch-wide prefix.
@@ -401,8 +386,9 @@ class HFBackend(AdapterFiles):
                         keep.append(j)
                         continue
                     if store is not None:  # the KV of everything fed so far, for the next call
-                        self._kv_keep(store, prompt_ids[row] + completions[row][:-1], cache, j,
-                                      attention[j].bool())
+                        keep_row_kv(store, self.kv_cache_entries,
+                                    prompt_ids[row] + completions[row][:-1], cache, j,
+                                    attention[j].bool())
                 if not keep:
                     break
                 if len(keep) < len(active):
@@ -427,61 +413,18 @@ class HFBackend(AdapterFiles):
                            text=self.tokenizer.decode(completions[b], skip_special_tokens=True),
                            finish_reason=finish[b] or "length") for b in range(B)]
 
+    # prefix sharing (see crl_bench.llm.prefix_sharing); off -> nothing shared
     def _shared_prefix_length(self, prompt_ids: list[list[int]]) -> int:
-        """Tokens all prompts start with (leaving each row >= 1 token of its own), or 0 when
-        sharing is off, the batch has one row, or the prefix is too short to pay off."""
-        if not self.share_prompt_prefix or len(prompt_ids) < 2:
-            return 0
-        limit = min(len(p) for p in prompt_ids) - 1
-        first = prompt_ids[0]
-        n = 0
-        while n < limit and all(p[n] == first[n] for p in prompt_ids):
-            n += 1
-        return n if n >= self.min_shared_prefix else 0
+        on = self.share_prompt_prefix
+        return shared_prefix_length(prompt_ids, self.min_shared_prefix) if on else 0
 
     def _scored_prefix_length(self, input_ids: Any, attention_mask: Any, scored: Any) -> int:
-        """Tokens every row of a training batch starts with, up to the first scored position of
-        any row (the logits of position t come from token t, so scored positions stay in the
-        rows' own part); 0 when sharing is off, the batch has one row, or too few to pay off."""
-        if not self.share_prompt_prefix or input_ids.shape[0] < 2 or not bool(scored.any()):
-            return 0
-        rows = scored.any(dim=1)
-        first_scored = int(scored[rows].float().argmax(dim=1).min())
-        real_lead = int(attention_mask.cumprod(dim=1).sum(dim=1).min())  # left padding -> 0
-        same = (input_ids == input_ids[:1]).all(dim=0).long().cumprod(dim=0)
-        n = min(int(same.sum()), first_scored, real_lead - 1)
-        return n if n >= self.min_shared_prefix else 0
+        on, n = self.share_prompt_prefix, self.min_shared_prefix
+        return scored_prefix_length(input_ids, attention_mask, scored, n) if on else 0
 
     def _prefix_runs(self, prompt_ids: list[list[int]]) -> list[tuple[list[int], int]]:
-        """Groups of rows (>= 2) sharing a prefix longer than the batch-wide one, with its length
-        (each row keeps >= 1 token of its own), when computing each group's prefix once
-        prefills at least ``min_run_saving`` fewer tokens than sharing the batch-wide prefix
-        only (rows outside every group then prefill in full); else []."""
-        B = len(prompt_ids)
-        if not self.share_prompt_prefix or B < 3:
-            return []
-        order = sorted(range(B), key=lambda i: prompt_ids[i])
-
-        def common(a: int, b: int) -> int:
-            x, y = prompt_ids[a], prompt_ids[b]
-            n, cap = 0, min(len(x), len(y)) - 1
-            while n < cap and x[n] == y[n]:
-                n += 1
-            return n
-
-        adjacent = [common(order[k], order[k + 1]) for k in range(B - 1)]
-        everyone = min(adjacent)  # in token order, the batch-wide common prefix
-        runs, start = [], 0
-        for k in range(1, B + 1):
-            if k == B or adjacent[k - 1] < everyone + self.min_shared_prefix:
-                if k - start > 1:
-                    runs.append((order[start:k], min(adjacent[start:k - 1])))
-                start = k
-        batch_wide = everyone if everyone >= self.min_shared_prefix else 0
-        # prefill tokens: batch-wide = its prefix once + every row's rest; groups = each group's
-        # prefix once + every row's rest after its group's prefix (after nothing, if in none)
-        saved = sum((len(rows) - 1) * n for rows, n in runs) - (B - 1) * batch_wide
-        return runs if runs and saved >= self.min_run_saving else []
+        on, n = self.share_prompt_prefix, self.min_shared_prefix
+        return prefix_runs(prompt_ids, n, self.min_run_saving) if on else []
 
     def _prefix_kv(self, model: Any, ids: list[int]) -> list[tuple[Any, Any]]:
         """Per layer (keys, values) [heads, len(ids), dim] of ``ids`` encoded alone."""
