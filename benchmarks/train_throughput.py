@@ -48,6 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     import crl_bench  # noqa: F401  (registers the envs)
+    from crl_bench.distributed.learner import load_role_weights, role_weights
     from crl_bench.llm.hf_backend import HFBackend
     from crl_bench.llm.rollout import EpisodeSpec, PromptConfig, RolloutEngine
     from crl_bench.llm.types import LoraSpec, SamplingParams
@@ -77,12 +78,10 @@ def main(argv: list[str] | None = None) -> int:
     assert trained_tokens == sum(s.n_tokens for s in turn_samples)
 
     params = [p for p in backend.trainable_parameters("actor") if p.requires_grad]
-    start = [p.detach().clone() for p in params]
+    start = role_weights(backend, "actor")
 
     def restore() -> None:
-        with torch.no_grad():
-            for p, s in zip(params, start):
-                p.copy_(s)
+        load_role_weights(backend, "actor", start)
 
     cfg = OptimConfig(lr=1e-5, micro_batch_size=args.micro_batch)
 
