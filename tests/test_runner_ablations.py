@@ -115,45 +115,34 @@ def test_search_and_ask_only_when_on(tiny_run, agent):
         assert asked == 0 and not run.calls.get("ask") and not run.calls.get("ask_samples")
 
 
-# the agents whose actor may ask (every comp_rl variant but comp_rl_no_ask); their tiny runs are
-# shared with tests/test_runner_golden.py, so pooling them costs no extra run
-ASKING_AGENTS = ("comp_rl", "comp_rl_no_split", "comp_rl_no_diversify", "comp_rl_no_reweight",
-                 "comp_rl_no_merge", "comp_rl_shared_params")
-
-
 def test_search_and_ask_wiring(tiny_run):
     """Only with-experience episodes can ask (the tool is not offered to the without-experience
     half, as in the official code: issue 16 item 11), every ask reaches the extractor, and each
-    ask sample is credited with the score of the episode that asked. The tiny model asks in ~1-2%
-    of its turns, and how often depends on the machine's float kernels (its SFT weights are
-    trained where the tests run), so one run may hold no ask: the checks run on every asking
-    variant's run, and asks must occur in at least one. (On an AVX-512 machine the 6 runs hold 6
-    asks, none a train-phase hit, so the credit check is exercised only where hits occur; the
-    rollout engine's asks are pinned by forced decoding in tests/test_rollout_engine.py.)"""
+    ask sample is credited with the score of the episode that asked.
+
+    Which asks find entries depends on the machine: the tiny-sft weights are trained where the
+    tests run, and on an AVX-512 machine the run's only ask (seed 3) meets an empty bank and gets
+    NO_MATCH, so it makes no extractor sample and the credit loop below has nothing to check
+    there (on the AVX2 machines of earlier stops it had hits)."""
+    run = tiny_run("comp_rl")
+    episodes = read_jsonl(run.path / "episodes.jsonl")
+    asks = run.calls.get("ask", [])
+    with_exp_asks = sum(e["n_tool_calls"] for e in episodes if e["with_experience"])
+    without_exp_asks = sum(e["n_tool_calls"] for e in episodes if not e["with_experience"])
+    assert without_exp_asks == 0, "a without-experience episode asked: the tool was offered there"
+    assert len(asks) == with_exp_asks > 0
+    # train-phase asks that found entries became extractor samples (eval seeds are >= 1e6)
     from crl_bench.extractor.search_ask import NO_MATCH
 
-    total_asks = 0
-    for agent in ASKING_AGENTS:
-        run = tiny_run(agent)
-        episodes = read_jsonl(run.path / "episodes.jsonl")
-        asks = run.calls.get("ask", [])
-        with_exp_asks = sum(e["n_tool_calls"] for e in episodes if e["with_experience"])
-        without_exp_asks = sum(e["n_tool_calls"] for e in episodes if not e["with_experience"])
-        assert without_exp_asks == 0, f"{agent}: a without-experience episode asked"
-        assert len(asks) == with_exp_asks, agent
-        # train-phase asks that found entries became extractor samples (eval seeds are >= 1e6)
-        hits = [a for a in asks if a["seed"] < 1_000_000 and a["answer"] != NO_MATCH]
-        samples = [s for call in run.calls.get("ask_samples", []) for s in call]
-        assert len(samples) == len(hits), agent
-        train = [e for e in episodes if e["phase"] == "train"]
-        for call in run.calls.get("ask_samples", []):
-            step = call[0]["created_step"]
-            scores = {e["score"] for e in train
-                      if e["step"] == step and e["with_experience"] and e["n_tool_calls"]}
-            for s in call:
-                assert s["kind"] == "ask" and len(s["usage"]) == 1 and s["usage"][0] in scores
-        total_asks += len(asks)
-    assert total_asks > 0, "no asking run asked: the wiring went untested"
+    hits = [a for a in asks if a["seed"] < 1_000_000 and a["answer"] != NO_MATCH]
+    samples = [s for call in run.calls.get("ask_samples", []) for s in call]
+    assert len(samples) == len(hits)
+    train = [e for e in episodes if e["phase"] == "train"]
+    for call in run.calls.get("ask_samples", []):
+        step = call[0]["created_step"]
+        scores = {e["score"] for e in train if e["step"] == step and e["with_experience"] and e["n_tool_calls"]}
+        for s in call:
+            assert s["kind"] == "ask" and len(s["usage"]) == 1 and s["usage"][0] in scores
 
 
 def test_every_episode_is_distilled(tiny_run):

@@ -144,7 +144,7 @@ class LearnerRankImpl:
         import torch
         import torch.distributed as dist
 
-        from crl_bench.runner.trainer import _schedule_factor
+        from crl_bench.runner.trainer import _schedule_factor, token_counts
 
         tr = self.trainer
         loss_fn = tr._loss_fn(loss)
@@ -183,10 +183,8 @@ class LearnerRankImpl:
             m_share = chunk_tokens / totals["active_tokens"]
             for k, v in m.items():
                 sums[k] = sums.get(k, 0.0) + float(v) * m_share
-        # token counts of what ran (RoleTrainer's): summed over the ranks like the sums above
-        sums["model_tokens"] = float(sum(s.length for chunk in chunks for s in chunk))
-        if stats:  # shared prompt prefixes count once per micro-batch
-            sums["encoded_tokens"] = float(stats["model_tokens"] - encoded_before)
+        # RoleTrainer's token counts, summed over the ranks with the sums above
+        sums.update(token_counts([s for chunk in chunks for s in chunk], stats, encoded_before))
         # gradients of the whole batch on every rank: one flat buffer, summed
         params = tr.params
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]

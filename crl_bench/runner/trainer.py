@@ -293,9 +293,7 @@ class RoleTrainer:
         self.optimizer.zero_grad(set_to_none=True)
         metrics.update(sums)
         metrics.update(clock)
-        metrics["model_tokens"] = float(sum(s.length for s in active))
-        if stats:  # what the model actually ran: shared prompt prefixes count once per batch
-            metrics["encoded_tokens"] = float(stats["model_tokens"] - encoded_before)
+        metrics.update(token_counts(active, stats, encoded_before))
         metrics.update(loss=total_loss, grad_norm=float(grad_norm), lr=lr,
                        tokens=float(total_tokens), skipped=0.0)
         return metrics
@@ -332,6 +330,17 @@ class RoleTrainer:
                 lp_old[i, where] = torch.tensor(s.old_logprobs, dtype=torch.float32)
             adv[i, p:p + c] = s.advantage * s.weight
         return ids, attn, lp_old, adv, cmask
+
+
+def token_counts(active: Sequence[TrainSample], stats: dict[str, int] | None,
+                 encoded_before: int) -> dict[str, float]:
+    """``model_tokens``: the tokens of the samples run through the model; ``encoded_tokens``
+    (when the backend counts, in ``stats = backend.train_stats``, read before the update as
+    ``encoded_before``): what it actually encoded, shared prompt prefixes once per micro-batch."""
+    counts = {"model_tokens": float(sum(s.length for s in active))}
+    if stats:
+        counts["encoded_tokens"] = float(stats["model_tokens"] - encoded_before)
+    return counts
 
 
 def order_for_micro_batches(samples: Sequence[TrainSample], *, by_prompt: bool
