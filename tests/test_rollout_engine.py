@@ -24,8 +24,9 @@ from crl_bench.llm.hf_backend import HFBackend  # noqa: E402
 from crl_bench.llm.prompting import parse_completion  # noqa: E402
 from crl_bench.llm.rollout import (EpisodeSpec, PromptConfig, RolloutEngine,  # noqa: E402
                                    Trajectory)
-from crl_bench.llm.types import Generation, SamplingParams  # noqa: E402
+from crl_bench.llm.types import SamplingParams  # noqa: E402
 from crl_bench.text_env import TextEnv  # noqa: E402
+from _forced_backend import ForcedBackend  # noqa: E402
 
 ROOM = "crl/MiniHack-Room-5x5-v0"
 
@@ -73,34 +74,6 @@ class CountdownEnv(TextEnv):
         obs = f"Counter at {self.left}." if valid else f"Unknown action {action!r}."
         return (obs, 1.0 if done else 0.0, done, self.steps >= self.max_steps and not done,
                 self._info(valid))
-
-
-class ForcedBackend:
-    """The real tiny model, but the completion text is chosen by ``policy(prompt_text)``.
-
-    Completion ids are the tokenizer's ids of that text and the log-probs are the model's own
-    (``HFBackend.logprobs``), so everything downstream sees genuine bookkeeping.
-    """
-
-    def __init__(self, backend: HFBackend, policy):
-        self.backend, self.policy = backend, policy
-        self.tokenizer = backend.tokenizer
-        self.calls: list[int] = []
-
-    def chat_prompt_ids(self, messages):
-        return self.backend.chat_prompt_ids(messages)
-
-    def generate(self, prompts, sampling, adapter="actor", *, max_new_tokens=None):
-        self.calls.append(len(prompts))
-        caps = max_new_tokens or [sampling.max_new_tokens] * len(prompts)
-        out = []
-        for prompt, cap in zip(prompts, caps):
-            text = self.policy(self.tokenizer.decode(prompt))
-            ids = self.tokenizer(text, add_special_tokens=False)["input_ids"][:cap]
-            lps = self.backend.logprobs([prompt], [ids], adapter)[0]
-            out.append(Generation(list(prompt), ids, lps, self.tokenizer.decode(ids),
-                                  "stop" if len(ids) < cap else "length"))
-        return out
 
 
 @pytest.fixture(scope="module")

@@ -123,7 +123,8 @@ def test_search_and_ask_wiring(tiny_run):
     Which asks find entries depends on the machine: the tiny-sft weights are trained where the
     tests run, and on an AVX-512 machine the run's only ask (seed 3) meets an empty bank and gets
     NO_MATCH, so it makes no extractor sample and the credit loop below has nothing to check
-    there (on the AVX2 machines of earlier stops it had hits)."""
+    there (on the AVX2 machines of earlier stops it had hits). The crediting itself is pinned
+    on every machine by ``tests/test_ask_credit.py`` (forced asks into a non-empty bank)."""
     run = tiny_run("comp_rl")
     episodes = read_jsonl(run.path / "episodes.jsonl")
     asks = run.calls.get("ask", [])
