@@ -244,6 +244,20 @@ def test_generation_prefills_each_groups_prompt_once():
     assert max_logprob_gap(shared, sampled) <= 1e-3
 
 
+def test_generation_in_row_chunks_equals_one_batch():
+    """``max_batch_size`` (``model.max_batch_size``) bounds the rows, and so the KV cache, of one
+    generation call: chunks of 3 give the completions and log-probs of one batch of 10."""
+    whole = HFBackend("tiny-random", roles=("actor",))
+    chunked = HFBackend("tiny-random", roles=("actor",), max_batch_size=3)
+    prompts = chat_prompts(whole, 10)
+    greedy = SamplingParams(temperature=0, max_new_tokens=8)
+    a, b = whole.generate(prompts, greedy), chunked.generate(prompts, greedy)
+    assert [g.completion_ids for g in a] == [g.completion_ids for g in b]
+    assert max(abs(x - y) for g, h in zip(a, b) for x, y in zip(g.logprobs, h.logprobs)) <= 1e-4
+    with pytest.raises(ValueError, match="max_batch_size must be >= 1"):
+        HFBackend("tiny-random", roles=("actor",), max_batch_size=0)
+
+
 def test_stop_string_truncates_ids_and_text_consistently(tiny):
     prompt = chat_prompts(tiny, 1)
     greedy = SamplingParams(temperature=0, max_new_tokens=20)

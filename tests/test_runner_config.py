@@ -252,3 +252,21 @@ def test_env_kwargs_reach_every_env_of_the_family_and_bad_ones_fail_before_model
                        overrides={"rollout.env_kwargs": {"minihack": {"view": "map"}}})
     with pytest.raises(ConfigError, match=r"cannot start: ValueError: view='map': use one of full, compact"):
         RunContext(bad, RunDir(tmp_path / "bad")).seed_everything()
+
+
+def test_model_max_batch_size_reaches_the_hf_backend(tmp_path):
+    """``--set model.max_batch_size=N``: the backend generates in chunks of N rows (memory)."""
+    pytest.importorskip("torch")
+    from crl_bench.runner.context import RunContext
+    from crl_bench.runner.records import RunDir
+
+    cfg = build_config(agent="grpo", tasks="minihack", preset="tiny",
+                       overrides={"model.max_batch_size": 3})
+    cfg.validate()
+    ctx = RunContext(cfg, RunDir(tmp_path / "run"))
+    ctx.build_models(extractor=True)
+    assert ctx.raw_backend.max_batch_size == 3
+    assert build_config(agent="grpo", tasks="minihack", preset="tiny").model.max_batch_size == 64
+    with pytest.raises(ConfigError, match=r"model.max_batch_size=0: must be an integer >= 1"):
+        build_config(agent="grpo", tasks="minihack", preset="tiny",
+                     overrides={"model.max_batch_size": 0})

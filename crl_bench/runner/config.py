@@ -56,6 +56,11 @@ class ModelConfig:
     """LoRA rank; 0 = full fine-tuning (every parameter of each role's model trains, as the
     official runs do; ``hf`` backend only: the ``vllm`` backend serves LoRA adapters)."""
     lora_alpha: int = 32
+    max_batch_size: int = 64
+    """``hf`` backend: rows per generation / log-prob chunk. Bounds the KV cache: SmolLM2-135M
+    holds ~46 KB of fp32 KV per token, so 64 rows of ~500-token prompts are ~1.5 GB, twice that
+    while a decode step copies it. Lower it when several runs share one machine's memory (vLLM
+    schedules its own batches and ignores it)."""
 
 
 @dataclass

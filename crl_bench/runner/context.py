@@ -236,6 +236,8 @@ class RunContext:
         # lora_r=0: full fine-tuning (the official runs train every parameter of both models)
         lora = LoraSpec(r=m.lora_r, alpha=m.lora_alpha) if m.lora_r > 0 else None
         common: dict[str, Any] = dict(lora=lora, dtype=m.dtype, device=m.device, seed=self.cfg.seed)
+        if m.backend == "hf":
+            common["max_batch_size"] = m.max_batch_size
         roles = ("actor", "extractor") if extractor else ("actor",)
         # shared parameters: one model serves both roles, so the actor's model is the extractor's
         # too (model.extractor is not used; the ablation is a single switch, also under `paper`)

@@ -78,6 +78,7 @@ FIELD_RANGES: dict[str, Range] = {
     "threads": Range(0, 1024, note="0: torch's default"),
     "model.lora_r": Range(0, 4096, note="0: full fine-tuning (hf backend)"),
     "model.lora_alpha": Range(1, 65536),
+    "model.max_batch_size": Range(1, 1 << 20),
     "rollout.groups": Range(1, MAX_EPISODES_PER_STEP),
     "rollout.group_size": Range(1, MAX_GROUP_SIZE),
     "rollout.temperature": Range(0, 10, lo_open=True),
