@@ -10,6 +10,9 @@ the two asking episodes end differently, so crediting either ask with the other 
 
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
+
 import pytest
 
 pytest.importorskip("torch")
@@ -19,18 +22,21 @@ import crl_bench  # noqa: E402,F401  (registers the crl/ envs)
 from _forced_backend import ForcedBackend  # noqa: E402
 
 TASK = "crl/MiniHack-Room-Adjacent-3x3-Balanced-v0"
+_SPEC = importlib.util.spec_from_file_location(
+    "learning_minihack", Path(__file__).resolve().parents[1] / "benchmarks" / "learning_minihack.py")
+BENCH = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(BENCH)
 OPPOSITE = {"north": "south", "south": "north", "east": "west", "west": "east",
             "northeast": "southwest", "southwest": "northeast",
             "northwest": "southeast", "southeast": "northwest"}
 
 
 def stairs_direction(prompt_text: str) -> str:
-    """Where the last observation in the prompt names the staircase down."""
-    from crl_bench.envs.minihack.scripted import parse_observation
-
-    seen = parse_observation(prompt_text[prompt_text.rindex("You see:"):]).sightings
-    (goal,) = [s for s in seen if s.name == "staircase down"]
-    return goal.direction
+    """Where the prompt's last observation names the staircase down (the learning benchmark's
+    own reader, ``benchmarks/learning_minihack.py``)."""
+    direction = BENCH.stairs_direction(prompt_text[prompt_text.rindex("You see:"):])
+    assert direction is not None, "the staircase is not in the observation"
+    return direction
 
 
 @pytest.fixture
