@@ -105,6 +105,55 @@ def _turns_first_last(stats: dict[tuple[str, int], dict[int, dict[str, Any]]], a
     return out
 
 
+TIME_PHASES = (
+    ("run", "whole run (wall)"),
+    ("evaluation", "evaluating"),
+    ("playing", "playing the training episodes"),
+    ("actor_update", "updating the actor"),
+    ("waiting", "of these three: waiting for the model while the extractor held it"),
+    ("distilling", "extractor: distilling episodes into entries"),
+    ("merging", "extractor: merging the bank"),
+    ("extractor_training", "extractor: training"),
+)
+
+
+def time_breakdown(run: Path) -> dict[str, Any]:
+    """Where a run's wall time went, in minutes, from its own records.
+
+    The actor loop's phases (evaluating, playing, updating the actor) add up to the run; the
+    extractor track works in a background thread but takes turns with the loop on the one model
+    (a lock), so its work shows in the loop's phases as ``waiting``, and on its own in the
+    ``extractor:`` rows (each batch's record in ``extractor.jsonl``; runs older than that file
+    have only the step records, in which batches that finished between the same two steps were
+    one record, so their extractor rows are a lower bound: ``extractor_records`` says which)."""
+    from crl_bench.runner.records import read_jsonl
+
+    metrics = read_jsonl(run / "metrics.jsonl")
+    batch_file = run / "extractor.jsonl"
+    batches = read_jsonl(batch_file) if batch_file.exists() else metrics
+
+    def total(records: list[dict[str, Any]], *keys: str) -> float:
+        return round(sum(float(r.get(k, 0.0)) for r in records for k in keys) / 60, 1)
+
+    out: dict[str, Any] = {
+        "run": round(sum(m.get("timing_s/step", 0.0) + (m.get("timing_s/eval", 0.0) if m["step"] == 0 else 0.0)
+                         for m in metrics) / 60, 1),
+        "evaluation": total(metrics, "timing_s/eval"),
+        "playing": total(metrics, "timing_s/rollout"),
+        "actor_update": total(metrics, "timing_s/actor_update"),
+        "waiting": total(metrics, "timing_s/extractor_wait"),
+        "distilling": total(batches, "extractor/extract_s"),
+        "merging": total(batches, "extractor/merge_s"),
+        "extractor_training": total(batches, "losses/extractor_time_recompute_s",
+                                    "losses/extractor_time_forward_s",
+                                    "losses/extractor_time_backward_s"),
+    }
+    used_extractor = any("extractor/backlog" in m for m in metrics)
+    out["extractor_records"] = (None if not used_extractor else "extractor.jsonl"
+                                if batch_file.exists() else "metrics.jsonl (a lower bound)")
+    return out
+
+
 def summarise(runs: dict[tuple[str, int], Path],
               stats: dict[tuple[str, int], dict[int, dict[str, Any]]] | None = None) -> dict[str, Any]:
     from crl_bench.runner.records import read_jsonl
@@ -152,6 +201,7 @@ def summarise(runs: dict[tuple[str, int], Path],
                     round(sum(m.get("timing_s/step", 0.0) + (m.get("timing_s/eval", 0.0) if m["step"] == 0 else 0.0)
                               for m in read_jsonl(runs[(agent, s)] / "metrics.jsonl")) / 60, 1)
                     for s in seeds],
+                "time_min_per_run": [time_breakdown(runs[(agent, s)]) for s in seeds],
             }
     return out
 
@@ -328,6 +378,26 @@ def write_markdown(out: Path, summary: dict[str, Any], command: str, preset: str
             return "n/a" if a is None or b is None else f"{a:.2f} → {b:.2f}"
         lines.append(f"| {agent} | {pair('valid')} | {pair('toward_goal')} | "
                      f"{pair('copies_example')} | {bits()} | {pair('flat_groups')} |")
+    lines += ["", "Where a run's time went, minutes (mean over seeds; `time_breakdown`): the first "
+              "four rows add up to the run; the extractor rows are its own work, done while the "
+              "loop waited for the model.", "",
+              "| agent | " + " | ".join(label for _, label in TIME_PHASES) + " |",
+              "|---|" + "---|" * len(TIME_PHASES)]
+    timed: list[str] = []
+    lower_bound: list[str] = []
+    for key, r in summary.items():
+        agent = key.split()[0]
+        times = r.get("time_min_per_run") or []
+        if agent in timed or not times:
+            continue
+        timed.append(agent)
+        cells = [f"{sum(t[name] for t in times) / len(times):.1f}" for name, _ in TIME_PHASES]
+        lines.append(f"| {agent} | " + " | ".join(cells) + " |")
+        if any(t.get("extractor_records") == "metrics.jsonl (a lower bound)" for t in times):
+            lower_bound.append(agent)
+    if lower_bound:
+        lines += ["", f"Extractor rows of {', '.join(lower_bound)}: a lower bound (runs without "
+                  "`extractor.jsonl`: batches that finished between the same two steps were one record)."]
     lo, hi = floor["wilson95"]
     lines += ["", "Target (issue 18): grpo end - start >= +0.25 with the CI excluding 0, <= 2 h per "
               f"seed on 2 cores. Chance level of {floor['env_id']} with <= {floor['max_actions']} "

@@ -105,6 +105,47 @@ def test_one_seed_has_no_t_ci_over_seeds(tmp_path: Path) -> None:
     assert s["delta_over_seeds"]["low"] is None and s["delta_over_seeds"]["mean"] == 0.5
 
 
+def test_time_breakdown_reads_the_loop_phases_and_every_extractor_batch(tmp_path: Path) -> None:
+    """The loop's phases from the step records; the extractor's from its per-batch records,
+    so two batches that finished in one step both count; without that file, the step records
+    (a lower bound, said so)."""
+    run = _run(tmp_path / "a", [0], [1])
+    metrics = [{"step": 0, "timing_s/eval": 60.0},
+               {"step": 1, "timing_s/step": 300.0, "timing_s/rollout": 120.0,
+                "timing_s/actor_update": 180.0, "timing_s/extractor_wait": 30.0,
+                "extractor/backlog": 1, "extractor/extract_s": 6.0},
+               {"step": 2, "timing_s/step": 420.0, "timing_s/rollout": 150.0, "timing_s/actor_update": 150.0,
+                "timing_s/eval": 120.0, "timing_s/extractor_wait": 90.0, "extractor/backlog": 0,
+                "extractor/extract_s": 30.0, "extractor/merge_s": 12.0,
+                "losses/extractor_time_forward_s": 18.0, "losses/extractor_time_backward_s": 24.0}]
+    (run / "metrics.jsonl").write_text("\n".join(json.dumps(m) for m in metrics) + "\n")
+    t = lm.time_breakdown(run)
+    assert (t["run"], t["evaluation"], t["playing"], t["actor_update"], t["waiting"]) == (13.0, 3.0, 4.5, 5.5, 2.0)
+    assert (t["distilling"], t["merging"], t["extractor_training"]) == (0.6, 0.2, 0.7)
+    assert t["extractor_records"] == "metrics.jsonl (a lower bound)"
+    batches = [{"step": 1, "batch_step": 1, "extractor/extract_s": 6.0},
+               {"step": 2, "batch_step": 1, "extractor/extract_s": 24.0, "extractor/merge_s": 12.0},
+               {"step": 2, "batch_step": 2, "extractor/extract_s": 30.0,
+                "losses/extractor_time_forward_s": 18.0, "losses/extractor_time_backward_s": 24.0}]
+    (run / "extractor.jsonl").write_text("\n".join(json.dumps(b) for b in batches) + "\n")
+    t = lm.time_breakdown(run)
+    assert (t["distilling"], t["merging"], t["extractor_training"]) == (1.0, 0.2, 0.7)
+    assert t["extractor_records"] == "extractor.jsonl"
+    assert lm.time_breakdown(_run(tmp_path / "b", [0], [1]))["extractor_records"] is None  # grpo
+
+
+def test_summary_markdown_has_the_time_table(tmp_path: Path) -> None:
+    runs = {("grpo", 0): _run(tmp_path / "a", [0, 1], [1, 1]), ("grpo", 1): _run(tmp_path / "b", [0, 0], [1, 0])}
+    floor = {"env_id": "crl/X-v0", "max_actions": 1, "episodes": 10, "success": 0.1, "wilson95": [0.0, 0.4]}
+    lm.write_markdown(tmp_path, lm.summarise(runs), "python benchmarks/learning_minihack.py", "cpu", floor)
+    text = (tmp_path / "summary.md").read_text()
+    header = next(line for line in text.splitlines() if line.startswith("| agent | whole run"))
+    assert header.count("|") == len(lm.TIME_PHASES) + 2
+    # each run: 6.0 min in all (60 s evaluation + 120 s and 180 s steps), no phase timings written
+    assert "| grpo | 6.0 | 1.0 | 0.0 | 0.0 | 0.0 | 0.0 | 0.0 | 0.0 |" in text
+    assert "a lower bound" not in text
+
+
 def test_lane_args_drop_only_the_per_lane_options():
     argv = ["--tasks", "crl/MiniHack-Room-Random-5x5-v0", "--agents", "grpo", "comp_rl", "--seeds",
             "0", "1", "2", "--jobs", "2", "--set", "actor.lr=3e-4", "--set",

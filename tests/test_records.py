@@ -65,7 +65,8 @@ def test_repair_moves_bad_lines_aside_and_keeps_the_rest(tmp_path):
                    "# episodes.jsonl line 4: torn last line (no newline: a crash while writing)",
                    '{"step": 3, "torn']
     assert read_jsonl(run.path / "metrics.jsonl") == [{"step": 1}]   # untouched
-    assert run.truncate_after(1) == {"metrics.jsonl": 0, "episodes.jsonl": 1, "eval.jsonl": 0}
+    assert run.truncate_after(1) == {"metrics.jsonl": 0, "episodes.jsonl": 1, "eval.jsonl": 0,
+                                   "extractor.jsonl": 0}
 
 
 def test_unfinished_last_line_of_a_live_run_is_an_append_in_progress(tmp_path):

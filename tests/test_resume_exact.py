@@ -5,8 +5,8 @@ Each case runs ``crl-bench run`` (comp_rl, MiniHack, the ``tiny`` preset, 3 step
 thread, the extractor track inline) in a subprocess with ``CRL_BENCH_KILL_AT=<moment>[@<step>]``:
 the process SIGKILLs itself when it gets there (``crl_bench.runner.loop.kill_point``, a
 test-only hook that is inert without the variable). Then ``crl-bench run --resume`` finishes it,
-and its ``episodes.jsonl``, ``metrics.jsonl`` (without wall-clock timing, memory and time
-fields), ``eval.jsonl`` and bank entries (titles, contents, families, usage and outcome counts)
+and its ``episodes.jsonl``, ``metrics.jsonl`` and ``extractor.jsonl`` (without wall-clock
+timing, memory and time fields), ``eval.jsonl`` and bank entries (titles, contents, families, usage and outcome counts)
 must equal those of one uninterrupted reference run, shared by the five cases.
 
 The moments: at startup (bank created, nothing recorded); during the rollout of step 2 (the
@@ -86,6 +86,7 @@ def snapshot(run: Path) -> dict:
     return {"episodes": [stable(r) for r in read_jsonl(run / "episodes.jsonl")],
             "metrics": [stable(r) for r in read_jsonl(run / "metrics.jsonl")],
             "eval": read_jsonl(run / "eval.jsonl"),
+            "extractor": [stable(r) for r in read_jsonl(run / "extractor.jsonl")],
             "bank": bank_entries(run / "bank.sqlite"),
             "status": json.loads((run / "status.json").read_text())["state"]}
 
@@ -98,6 +99,7 @@ def reference(tmp_path_factory) -> dict:
     snap = snapshot(out)
     assert snap["status"] == "done"
     assert snap["bank"], "the reference run wrote no bank entries: the bank comparison is empty"
+    assert snap["extractor"], "no extractor batch record: the extractor.jsonl comparison is empty"
     assert any(e["experience_ids"] for e in snap["episodes"]), "no episode used an entry"
     return snap
 
@@ -136,7 +138,7 @@ def test_sigkill_then_resume_equals_uninterrupted_run(reference, tmp_path, case)
     assert res.returncode == 0, res.stderr[-3000:]
     assert not list((out / "checkpoints").glob(".tmp-*"))
     got = snapshot(out)
-    for part in ("episodes", "eval", "metrics", "bank", "status"):
+    for part in ("episodes", "eval", "metrics", "extractor", "bank", "status"):
         assert got[part] == reference[part], _first_difference(part, got[part], reference[part])
 
 

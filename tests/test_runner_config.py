@@ -270,3 +270,21 @@ def test_model_max_batch_size_reaches_the_hf_backend(tmp_path):
     with pytest.raises(ConfigError, match=r"model.max_batch_size=0: must be an integer >= 1"):
         build_config(agent="grpo", tasks="minihack", preset="tiny",
                      overrides={"model.max_batch_size": 0})
+
+
+def test_extractor_batches_finished_in_one_step_add_up():
+    """The track runs behind the actor loop: two batches that finish between two steps are one
+    step record. Their durations add up (before, the later batch's overwrote the earlier's, so a
+    run's extraction time read from its records was short); other values are the last batch's;
+    the count says how many were combined."""
+    from crl_bench.runner.loop import combine_extractor_batches
+
+    first = {"step": 3, "extractor/extract_s": 2.0, "losses/extractor_time_forward_s": 0.5,
+             "losses/extractor_loss": 0.5, "bank/merge_windows": 4.0}
+    second = {"step": 4, "extractor/extract_s": 3.0, "extractor/merge_s": 1.5,
+              "losses/extractor_time_forward_s": 0.25, "losses/extractor_loss": 0.25}
+    assert combine_extractor_batches([first, second]) == {
+        "extractor/extract_s": 5.0, "losses/extractor_time_forward_s": 0.75,
+        "extractor/merge_s": 1.5, "losses/extractor_loss": 0.25, "bank/merge_windows": 4.0,
+        "extractor/batches_done": 2}
+    assert combine_extractor_batches([]) == {"extractor/batches_done": 0}

@@ -86,6 +86,16 @@ def test_tiny_run_leaves_a_complete_run_directory(tiny_runs, agent):
     if agent in ("static_exp", "exp_only", "comp_rl"):
         assert sum(m["bank/retrievals"] for m in metrics[1:]) > 0
     assert len(list((run / "trajectories").glob("train_step_*.jsonl.gz"))) == STEPS
+    # every extractor batch keeps its own record (the track runs inline here: one per step,
+    # finished in the step that submitted it); the step records combine them
+    batches = read_jsonl(run / "extractor.jsonl")
+    if agent == "grpo":
+        assert not batches and not any("extractor/batches_done" in m for m in metrics)
+    else:
+        assert [(b["step"], b["batch_step"]) for b in batches] == [(s, s) for s in range(1, STEPS + 1)]
+        assert sum(m["extractor/batches_done"] for m in metrics[1:]) == len(batches)
+        assert sum(m["extractor/extract_s"] for m in metrics[1:]) == pytest.approx(
+            sum(b["extractor/extract_s"] for b in batches))
 
 
 @pytest.mark.slow

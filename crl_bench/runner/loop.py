@@ -86,6 +86,25 @@ def eval_sampling_seed(run_seed: int, step: int) -> int:
     return 10_007 + step + run_seed * 7919
 
 
+def combine_extractor_batches(batches: list[dict[str, Any]]) -> dict[str, Any]:
+    """The step record's view of the extractor batches that finished since the last step.
+
+    The track runs behind the actor loop, so a step may see none, one or several batches.
+    Durations (keys ending in ``_s``) are summed, so a run's records add up to the time the
+    extractor spent; other values are the last batch's; ``extractor/batches_done`` says how many
+    were combined. Every batch's own record also goes to ``extractor.jsonl`` (``step``: the actor
+    step that recorded it, ``batch_step``: the step whose episodes it distilled).
+    """
+    out: dict[str, Any] = {}
+    for m in batches:
+        for k, v in m.items():
+            if k == "step":
+                continue
+            summed = k.endswith("_s") and k in out and isinstance(v, (int, float)) and not isinstance(v, bool)
+            out[k] = out[k] + v if summed else v
+    out["extractor/batches_done"] = len(batches)
+    return out
+
 class Trainer:
     """Runs ``agent`` for ``cfg.steps`` steps in ``run_dir``. See the module docstring."""
 
@@ -186,7 +205,7 @@ class Trainer:
                 progress.set_phase("extracting (final drain)")
                 with timed(metrics, "timing_s/final_drain"):
                     ctx.extractor.wait_idle()
-            self._step_metrics(trajs, metrics)
+            self._step_metrics(step, trajs, metrics)
             progress.step_done(step)
             if step == cfg.steps or (cfg.eval.every and step % cfg.eval.every == 0):
                 with timed(metrics, "timing_s/eval"):
@@ -209,7 +228,7 @@ class Trainer:
             progress.extra = extra
         progress.set_phase("done")
 
-    def _step_metrics(self, trajs: list[Any], metrics: dict[str, Any]) -> None:
+    def _step_metrics(self, step: int, trajs: list[Any], metrics: dict[str, Any]) -> None:
         ctx = self.ctx
         n = max(1, len(trajs))
         metrics["charts/success_rate"] = sum(t.success for t in trajs) / n
@@ -240,8 +259,12 @@ class Trainer:
         if ctx.extractor is not None:
             metrics["extractor/backlog"] = ctx.extractor.backlog
             metrics.update({f"extractor/{k}": v for k, v in ctx.extractor.stats.items()})
-            for m in ctx.take_extractor_metrics():  # batches finished since the last step
-                metrics.update({k: v for k, v in m.items() if k != "step"})
+            batches = ctx.take_extractor_metrics()  # batches finished since the last step
+            metrics.update(combine_extractor_batches(batches))
+            if batches:  # each batch's own record, nothing merged away (see the function)
+                self.run.append("extractor.jsonl", [
+                    {"step": step, "batch_step": m.get("step"),
+                     **{k: v for k, v in m.items() if k != "step"}} for m in batches])
 
     def _write_metrics(self, step: int, metrics: dict[str, Any]) -> None:
         self.run.append("metrics.jsonl", [{"step": step, "time": time.time(), **metrics}])

@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterable
 
-RECORD_FILES = ("metrics.jsonl", "episodes.jsonl", "eval.jsonl")
+RECORD_FILES = ("metrics.jsonl", "episodes.jsonl", "eval.jsonl", "extractor.jsonl")
 LOCK_FILE = ".lock"
 
 
