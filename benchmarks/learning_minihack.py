@@ -352,7 +352,10 @@ def write_markdown(out: Path, summary: dict[str, Any], command: str, preset: str
             f"{sp['k']}/{sp['n']} [{sp['wilson95'][0]:.2f}, {sp['wilson95'][1]:.2f}] | "
             f"{ep['k']}/{ep['n']} [{ep['wilson95'][0]:.2f}, {ep['wilson95'][1]:.2f}] | "
             f"{fmt(r['delta_paired_episodes'])} | {r['wall_min_per_run']} |")
-    lines += ["", "What the training turns did, first → last training step (mean over seeds; "
+    lines += ["", "Evaluated steps (first, last) of each seed: "
+              + "; ".join(f"{key} {[tuple(x) for x in r['first_last_step']]}" for key, r in summary.items())
+              + ".", ""]
+    lines += ["What the training turns did, first → last training step (mean over seeds; "
               "`turn_stats`): valid = share of turns that were an action; toward stairs = share "
               "of actions in the direction the observation names the staircase down (a uniform "
               "walker: 1/8); copies example = share of actions equal to the prompt's example "
@@ -539,6 +542,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="run order: seed-major (both agents of a seed first) or agent-major")
     p.add_argument("--summary-only", action="store_true",
                    help="run nothing: summarise the finished runs of these agents and seeds in OUT")
+    p.add_argument("--include-unfinished", action="store_true",
+                   help="with --summary-only: also runs that were stopped (their end is their last "
+                        "evaluation; the summary names each run's first and last evaluated step)")
     p.add_argument("--runs-only", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     command = "python benchmarks/learning_minihack.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
@@ -556,8 +562,9 @@ def main(argv: list[str] | None = None) -> int:
              [(agent, seed) for agent in args.agents for seed in args.seeds])
     runs = {(a, s): out / "runs" / f"{label}__{a}__{s}" for a, s in order}
     if args.summary_only:
+        wanted = ("done", "running", "failed") if args.include_unfinished else ("done",)
         runs = {k: v for k, v in runs.items() if (v / "status.json").exists()
-                and json.loads((v / "status.json").read_text()).get("state") == "done"}
+                and json.loads((v / "status.json").read_text()).get("state") in wanted}
         if not runs:
             raise SystemExit(f"no finished run of {args.agents} x seeds {args.seeds} in {out / 'runs'}")
     elif args.jobs > 1:

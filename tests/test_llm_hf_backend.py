@@ -246,7 +246,8 @@ def test_generation_prefills_each_groups_prompt_once():
 
 def test_generation_in_row_chunks_equals_one_batch():
     """``max_batch_size`` (``model.max_batch_size``) bounds the rows, and so the KV cache, of one
-    generation call: chunks of 3 give the completions and log-probs of one batch of 10."""
+    generation call: chunks of 3 give the completions and log-probs of one batch of 10 when
+    decoding greedily (sampling draws its random numbers chunk by chunk: other samples)."""
     whole = HFBackend("tiny-random", roles=("actor",))
     chunked = HFBackend("tiny-random", roles=("actor",), max_batch_size=3)
     prompts = chat_prompts(whole, 10)
