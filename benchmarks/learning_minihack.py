@@ -381,9 +381,10 @@ def write_markdown(out: Path, summary: dict[str, Any], command: str, preset: str
             return "n/a" if a is None or b is None else f"{a:.2f} → {b:.2f}"
         lines.append(f"| {agent} | {pair('valid')} | {pair('toward_goal')} | "
                      f"{pair('copies_example')} | {bits()} | {pair('flat_groups')} |")
-    lines += ["", "Where a run's time went, minutes (mean over seeds; `time_breakdown`): the first "
-              "four rows add up to the run; the extractor rows are its own work, done while the "
-              "loop waited for the model.", "",
+    lines += ["", "Where a run's time went, minutes (mean over seeds; `time_breakdown`, to the last "
+              "recorded step): evaluating, playing and updating the actor add up to the whole run; "
+              "waiting is the part of those three the loop spent waiting for the model while the "
+              "extractor track held it; the extractor columns are the track's own work.", "",
               "| agent | " + " | ".join(label for _, label in TIME_PHASES) + " |",
               "|---|" + "---|" * len(TIME_PHASES)]
     timed: list[str] = []
