@@ -156,8 +156,6 @@ def time_breakdown(run: Path) -> dict[str, Any]:
 
 def summarise(runs: dict[tuple[str, int], Path],
               stats: dict[tuple[str, int], dict[int, dict[str, Any]]] | None = None) -> dict[str, Any]:
-    from crl_bench.runner.records import read_jsonl
-
     stats = stats or {}
     out: dict[str, Any] = {}
     for agent in sorted({a for a, _ in runs}):
@@ -185,6 +183,7 @@ def summarise(runs: dict[tuple[str, int], Path],
                 pooled["end"][1] += len(b)
             if not start_v:
                 continue
+            times = [time_breakdown(runs[(agent, s)]) for s in seeds]
             out[key] = {
                 "seeds": seeds, "first_last_step": steps_seen,
                 "start": t_ci(start_v), "end": t_ci(end_v),
@@ -197,11 +196,8 @@ def summarise(runs: dict[tuple[str, int], Path],
                 "turns_first_last_step": _turns_first_last(stats, agent, seeds),
                 "eval_levels_trained_on": [len(trained_eval_levels(runs[(agent, s)]))
                                            for s in seeds],
-                "wall_min_per_run": [
-                    round(sum(m.get("timing_s/step", 0.0) + (m.get("timing_s/eval", 0.0) if m["step"] == 0 else 0.0)
-                              for m in read_jsonl(runs[(agent, s)] / "metrics.jsonl")) / 60, 1)
-                    for s in seeds],
-                "time_min_per_run": [time_breakdown(runs[(agent, s)]) for s in seeds],
+                "wall_min_per_run": [t["run"] for t in times],
+                "time_min_per_run": times,
             }
     return out
 
