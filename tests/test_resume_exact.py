@@ -6,8 +6,8 @@ thread, the extractor track inline) in a subprocess with ``CRL_BENCH_KILL_AT=<mo
 the process SIGKILLs itself when it gets there (``crl_bench.runner.loop.kill_point``, a
 test-only hook that is inert without the variable). Then ``crl-bench run --resume`` finishes it,
 and its ``episodes.jsonl``, ``metrics.jsonl`` and ``extractor.jsonl`` (without wall-clock
-timing, memory and time fields), ``eval.jsonl`` and bank entries (titles, contents, families, usage and outcome counts)
-must equal those of one uninterrupted reference run, shared by the five cases.
+timing, memory and time fields), ``eval.jsonl`` and bank entries (titles, contents, families,
+usage and outcome counts) must equal those of one uninterrupted reference run, shared by the five cases.
 
 The moments: at startup (bank created, nothing recorded); during the rollout of step 2 (the
 step's retrievals already counted in the bank, checkpoint 1 behind); after step 3's episodes

@@ -105,6 +105,7 @@ def combine_extractor_batches(batches: list[dict[str, Any]]) -> dict[str, Any]:
     out["extractor/batches_done"] = len(batches)
     return out
 
+
 class Trainer:
     """Runs ``agent`` for ``cfg.steps`` steps in ``run_dir``. See the module docstring."""
 
