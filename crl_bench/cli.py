@@ -22,6 +22,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "reproduce": ("crl_bench.report.cli:configure_reproduce",
                   "run a whole suite (agents x tasks x seeds), then the report"),
     "bank": ("crl_bench.experience.cli:configure", "inspect an experience bank"),
+    "plan": ("crl_bench.cli:_configure_plan", "memory and time per GPU of a GPU run; refuses one "
+                                              "that does not fit"),
 }
 
 
@@ -222,6 +224,46 @@ def _cmd_play(args: argparse.Namespace) -> int:
                   f"return={total:+.2f} steps={steps}")
             break
     env.close()
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# plan
+# ---------------------------------------------------------------------------------------------
+
+def _configure_plan(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--preset", default="paper", help="configuration preset (default paper)")
+    p.add_argument("--gpus", type=int, default=16, help="GPUs in all (a multiple of 4; paper: 16)")
+    p.add_argument("--gpu-memory", type=float, default=80.0, metavar="GB",
+                   help="memory of one GPU in GB (default 80)")
+    p.add_argument("--checkpointing", choices=["on", "off"], default="on",
+                   help="activation checkpointing per decoder layer in the verdict (default on; "
+                        "the table shows both)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config field, as for `crl-bench run` (repeatable)")
+    p.add_argument("--peak-tflops", type=float, default=989.0,
+                   help="dense bf16 TFLOP/s of one GPU for the time estimate (H100/H200: 989)")
+    p.add_argument("--mfu", type=float, default=0.4, help="assumed MFU of the update (default 0.4)")
+    p.add_argument("--json", action="store_true", help="print the plan as JSON")
+    p.add_argument("--debug", action="store_true", help="show tracebacks")
+    p.set_defaults(func=_cmd_plan)
+
+
+def _cmd_plan(args: argparse.Namespace) -> int:
+    import json
+
+    from crl_bench.distributed.memory_plan import build_plan, format_plan, refusal, to_dict
+    from crl_bench.runner.config import PRESETS, ConfigError, apply_overrides
+
+    if args.preset not in PRESETS:
+        raise ConfigError(f"Unknown preset {args.preset!r}. Available: {', '.join(PRESETS)}.")
+    cfg = apply_overrides(PRESETS[args.preset](), parse_overrides(args.overrides))
+    plan = build_plan(cfg, args.gpus, args.gpu_memory, checkpointing=args.checkpointing == "on",
+                      peak_tflops=args.peak_tflops, mfu=args.mfu)
+    print(json.dumps(to_dict(plan), indent=1) if args.json else format_plan(plan))
+    if not plan.fits:
+        print(f"crl-bench plan: refused: {refusal(plan)}", file=sys.stderr)
+        return 1
     return 0
 
 
