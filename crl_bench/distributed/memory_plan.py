@@ -105,12 +105,14 @@ class ModelShape:
             attn += (4 + c) * (self.q_dim + self.kv_dim) + 4 * (self.heads + self.kv_heads)
         return norms + attn + 4 * c * self.intermediate
 
-    def logits_bytes_per_token(self, compute_bytes: int = 2, temperature: bool = True) -> int:
-        """Peak bytes of the vocabulary projection per scored token (``forward_token_logprobs``):
-        the logits in the compute dtype, their fp32 copy (bf16 only) and, with a sampling
-        temperature != 1, the scaled fp32 logits that ``logsumexp`` keeps."""
-        per = compute_bytes + (4 if compute_bytes != 4 else 0) + (4 if temperature else 0)
-        return per * self.vocab
+    def logits_bytes_per_token(self) -> int:
+        """Peak bytes of the vocabulary projection per scored token, in the backward pass of the
+        trainer's log-prob head (``forward_token_logprobs``: fp32 logits / temperature,
+        ``logsumexp``, the sampled token's log-prob): the saved fp32 logits, the gradient of the
+        ``gather`` (a zero tensor scattered into), the gradient of ``logsumexp`` and their sum,
+        4 fp32 values per vocabulary entry (measured: 16.0 B x vocab in bf16 and fp32; the
+        forward needs 8)."""
+        return 16 * self.vocab
 
 
 # Published config.json values (huggingface.co/<name>/blob/main/config.json).
@@ -184,7 +186,7 @@ def micro_batch_tokens(micro_batch_size: int, token_budget: int, max_seq: int) -
 
 def learner_rank(shape: ModelShape, ranks: int, tokens: int, scored: int, *,
                  precision: Precision = BF16_FP32_MASTERS, checkpointing: bool = True,
-                 temperature: bool = True, gathered_layers: int = 2) -> dict[str, float]:
+                 gathered_layers: int = 2) -> dict[str, float]:
     """Bytes on one learner rank (FSDP over ``ranks``; ``ranks == 1`` is one process, nothing
     gathered) for a micro-batch of ``tokens`` padded tokens of which ``scored`` go through the
     vocabulary projection.
@@ -212,7 +214,7 @@ def learner_rank(shape: ModelShape, ranks: int, tokens: int, scored: int, *,
     lines["activations_no_ckpt"] = float(no_ckpt)
     lines["activations_ckpt"] = float(ckpt)
     lines["activations"] = float(ckpt if checkpointing else no_ckpt)
-    lines["logits"] = float(shape.logits_bytes_per_token(p.compute, temperature) * scored)
+    lines["logits"] = float(shape.logits_bytes_per_token() * scored)
     # AdamW's update direction (one fp32 tensor per parameter shard, foreach) while the step runs
     lines["step_temp"] = n * 4 / ranks
     states = sum(lines[k] for k in ("weights", "grads", "masters", "optimizer", "fsdp_gather"))
@@ -279,7 +281,6 @@ class RoleSpec:
     scored_per_seq: int
     utilization: float
     samples_per_update: int
-    temperature: bool
     prefix: str  # the config section ("actor" / "extractor")
 
 
@@ -310,11 +311,10 @@ def role_specs(cfg: Any, split: dict[str, int]) -> list[RoleSpec]:
     episodes = r.groups * r.group_size
     return [
         RoleSpec("actor", actor, split["actor_engines"], 1, split["actor_ranks"],
-                 a.micro_batch_size, a.micro_batch_tokens, episode, actor_scored, 0.85, episodes,
-                 r.temperature != 1.0, "actor"),
+                 a.micro_batch_size, a.micro_batch_tokens, episode, actor_scored, 0.85, episodes, "actor"),
         RoleSpec("extractor", extractor, split["extractor_engines"], 1, split["extractor_ranks"],
                  e.micro_batch_size, e.micro_batch_tokens, ext_seq, e.max_new_tokens, 0.7,
-                 e.buffer_size, e.temperature != 1.0, "extractor"),
+                 e.buffer_size, "extractor"),
     ]
 
 
@@ -323,8 +323,7 @@ def _learner_lines(spec: RoleSpec, ranks: int, checkpointing: bool, budget: int,
     tokens = micro_batch_tokens(spec.micro_batch_size, budget, max_seq)
     seqs = max(1, tokens // max_seq)
     scored = min(tokens, seqs * min(spec.scored_per_seq, max_seq))
-    return learner_rank(spec.shape, ranks, tokens, scored, checkpointing=checkpointing,
-                        temperature=spec.temperature) | {"tokens": float(tokens),
+    return learner_rank(spec.shape, ranks, tokens, scored, checkpointing=checkpointing) | {"tokens": float(tokens),
                                                          "scored": float(scored)}
 
 
