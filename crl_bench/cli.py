@@ -239,6 +239,10 @@ def _configure_plan(p: argparse.ArgumentParser) -> None:
     p.add_argument("--checkpointing", choices=["on", "off"], default="on",
                    help="activation checkpointing per decoder layer in the verdict (default on; "
                         "the table shows both)")
+    p.add_argument("--precision", choices=["fsdp2", "bf16-masters", "trainer", "fp32"],
+                   default="fsdp2", help="bytes per parameter of the learner's states: fsdp2 "
+                   "(fp32 sharded params, grads, AdamW: 16), bf16-masters (2+2+4+8), trainer "
+                   "(one process, fp32 masters: 18), fp32 (16)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config field, as for `crl-bench run` (repeatable)")
     p.add_argument("--peak-tflops", type=float, default=989.0,
@@ -259,7 +263,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         raise ConfigError(f"Unknown preset {args.preset!r}. Available: {', '.join(PRESETS)}.")
     cfg = apply_overrides(PRESETS[args.preset](), parse_overrides(args.overrides))
     plan = build_plan(cfg, args.gpus, args.gpu_memory, checkpointing=args.checkpointing == "on",
-                      peak_tflops=args.peak_tflops, mfu=args.mfu)
+                      precision=args.precision, peak_tflops=args.peak_tflops, mfu=args.mfu)
     print(json.dumps(to_dict(plan), indent=1) if args.json else format_plan(plan))
     if not plan.fits:
         print(f"crl-bench plan: refused: {refusal(plan)}", file=sys.stderr)

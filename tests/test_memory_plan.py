@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from crl_bench.distributed.memory_plan import (BF16_FP32_MASTERS, FP32, GB, QWEN3_4B, QWEN25_7B,
+from crl_bench.distributed.memory_plan import (BF16_FP32_MASTERS, FP32, FSDP2_MIXED, GB, QWEN3_4B,
+                                               QWEN25_7B, TRAINER_MASTERS,
                                                build_plan, engine, learner_rank, micro_batch_tokens,
                                                refusal, shape_from_hf_config, split_gpus)
 from crl_bench.distributed.plan import PLANS
@@ -38,15 +39,20 @@ def test_parameter_counts_by_hand():
 
 def test_sixteen_bytes_per_parameter_sharded_over_ranks():
     n = QWEN25_7B.params()
-    for ranks in (1, 4, 8):
-        lines = learner_rank(QWEN25_7B, ranks, tokens=1, scored=1)
-        states = lines["weights"] + lines["grads"] + lines["masters"] + lines["optimizer"]
-        assert states == pytest.approx(16 * n / ranks)
-        assert (lines["weights"], lines["grads"], lines["masters"], lines["optimizer"]) == \
-            pytest.approx((2 * n / ranks, 2 * n / ranks, 4 * n / ranks, 8 * n / ranks))
+    # bf16 weights 2 + bf16 grads 2 + fp32 masters 4 + AdamW m, v 8; FSDP2's policy: fp32 sharded
+    # params (the masters) 4 + fp32 grads 4 + 8; the one-process trainer: 2 + fp32 grads 4 + 4 + 8
+    for precision, split in ((BF16_FP32_MASTERS, (2, 2, 4, 8)), (FSDP2_MIXED, (0, 4, 4, 8)),
+                             (TRAINER_MASTERS, (2, 4, 4, 8)), (FP32, (4, 4, 0, 8))):
+        for ranks in (1, 4, 8):
+            lines = learner_rank(QWEN25_7B, ranks, tokens=1, scored=1, precision=precision)
+            states = lines["weights"] + lines["grads"] + lines["masters"] + lines["optimizer"]
+            assert states == pytest.approx(sum(split) * n / ranks)
+            assert (lines["weights"], lines["grads"], lines["masters"], lines["optimizer"]) == \
+                pytest.approx(tuple(b * n / ranks for b in split))
     # 7.6e9 x 16 B over the paper's 4 actor learner ranks: 30.46 GB each
     assert learner_rank(QWEN25_7B, 4, 1, 1)["optimizer"] * 2 / GB == pytest.approx(30.46, abs=0.01)
-    assert BF16_FP32_MASTERS.state_bytes == FP32.state_bytes == 16
+    assert BF16_FP32_MASTERS.state_bytes == FSDP2_MIXED.state_bytes == FP32.state_bytes == 16
+    assert TRAINER_MASTERS.state_bytes == 18
     # one process holds nothing gathered; FSDP holds two bf16 layers and their gradients
     assert learner_rank(QWEN25_7B, 1, 1, 1)["fsdp_gather"] == 0
     assert learner_rank(QWEN25_7B, 4, 1, 1)["fsdp_gather"] == 2 * QWEN25_7B.layer_params() * 2 * 2
@@ -227,7 +233,7 @@ def test_cli_prints_the_table_and_refuses(tmp_path):
 
     rc, out, err = run("--preset", "paper", "--gpus", "16", "--gpu-memory", "80")
     assert rc == 1 and "refused" in err and "actor learner" in err
-    for row in ("bf16 weights (2 B/param)", "fp32 masters (4 B/param)", "AdamW m, v (8 B/param)",
+    for row in ("fp32 grads (4 B/param)", "fp32 masters (4 B/param)", "AdamW m, v (8 B/param)",
                 "activations, no checkpointing", "activations, checkpointing", "KV cache", "total"):
         assert row in out
     rc, out, err = run("--gpus", "16", "--gpu-memory", "141", "--set",
@@ -235,4 +241,6 @@ def test_cli_prints_the_table_and_refuses(tmp_path):
                        "--set", "extractor.micro_batch_tokens=24576", "--json")
     assert rc == 0, err
     assert json.loads(out)["fits"] is True
+    rc, out, err = run("--precision", "bf16-masters")
+    assert "bf16 weights (2 B/param)" in out and "bf16 grads (2 B/param)" in out
     assert main(["plan", "--gpus", "7"]) == 2  # one error line naming the fix

@@ -170,9 +170,17 @@ class Precision:
         return self.weight + self.grad + self.master + self.optimizer
 
 
-BF16_FP32_MASTERS = Precision("bf16 compute, fp32 masters, AdamW", weight=2, grad=2, master=4,
-                              optimizer=8, compute=2)
-FP32 = Precision("fp32, AdamW", weight=4, grad=4, master=0, optimizer=8, compute=4)
+FSDP2_MIXED = Precision("fsdp2", weight=0, grad=4, master=4, optimizer=8, compute=2)
+"""FSDP2 with ``MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)``: the sharded
+parameters are the fp32 masters, their gradients fp32, AdamW's moments fp32; bf16 weights exist
+only for the gathered layers (the ``fsdp_gather`` line)."""
+BF16_FP32_MASTERS = Precision("bf16-masters", weight=2, grad=2, master=4, optimizer=8, compute=2)
+"""bf16 weights and gradients beside fp32 masters and moments (Megatron's distributed optimizer
+with bf16 gradients; the CPU measurement's mixed-precision update)."""
+TRAINER_MASTERS = Precision("trainer", weight=2, grad=4, master=4, optimizer=8, compute=2)
+"""The single-process trainer with fp32 masters: bf16 weights, gradients accumulated in fp32."""
+FP32 = Precision("fp32", weight=4, grad=4, master=0, optimizer=8, compute=4)
+PRECISIONS = {p.name: p for p in (FSDP2_MIXED, BF16_FP32_MASTERS, TRAINER_MASTERS, FP32)}
 
 
 # -- a learner rank ----------------------------------------------------------------------------
@@ -185,11 +193,14 @@ def micro_batch_tokens(micro_batch_size: int, token_budget: int, max_seq: int) -
 
 
 def learner_rank(shape: ModelShape, ranks: int, tokens: int, scored: int, *,
-                 precision: Precision = BF16_FP32_MASTERS, checkpointing: bool = True,
+                 precision: Precision = FSDP2_MIXED, checkpointing: bool = True,
                  gathered_layers: int = 2) -> dict[str, float]:
     """Bytes on one learner rank (FSDP over ``ranks``; ``ranks == 1`` is one process, nothing
     gathered) for a micro-batch of ``tokens`` padded tokens of which ``scored`` go through the
     vocabulary projection.
+
+    ``precision`` gives the bytes per parameter of each state (:data:`PRECISIONS`; every mixed
+    variant holds 16 B per parameter or, for the single-process trainer, 18).
 
     Returns a dict of lines (bytes): ``weights``, ``grads``, ``masters``, ``optimizer``,
     ``fsdp_gather``, ``activations`` (at the chosen ``checkpointing``), ``activations_no_ckpt``,
@@ -203,8 +214,9 @@ def learner_rank(shape: ModelShape, ranks: int, tokens: int, scored: int, *,
     lines: dict[str, float] = {
         "weights": n * p.weight / ranks, "grads": n * p.grad / ranks,
         "masters": n * p.master / ranks, "optimizer": n * p.optimizer / ranks}
-    lines["fsdp_gather"] = (gathered_layers * shape.layer_params() * p.weight * 2
-                            if ranks > 1 else 0.0)  # the layer's bf16 weights and its gradients
+    # the gathered layers' bf16 weights and their unsharded gradients before the reduce-scatter
+    lines["fsdp_gather"] = (gathered_layers * shape.layer_params() * p.compute * 2
+                            if ranks > 1 else 0.0)
     per_layer = shape.activation_bytes_per_token(p.compute)
     # outside the layers: the final norm over every token and the LM head's input
     outside = (4 * shape.hidden + 2 * p.compute * shape.hidden) * tokens
@@ -260,6 +272,7 @@ class MemoryPlan:
     checkpointing: bool
     roles: list[RolePlan]
     times: dict[str, dict[str, float]]
+    precision: Precision = FSDP2_MIXED
 
     @property
     def fits(self) -> bool:
@@ -282,6 +295,7 @@ class RoleSpec:
     utilization: float
     samples_per_update: int
     prefix: str  # the config section ("actor" / "extractor")
+    precision: Precision = FSDP2_MIXED
 
 
 def split_gpus(gpus: int) -> dict[str, int]:
@@ -323,7 +337,8 @@ def _learner_lines(spec: RoleSpec, ranks: int, checkpointing: bool, budget: int,
     tokens = micro_batch_tokens(spec.micro_batch_size, budget, max_seq)
     seqs = max(1, tokens // max_seq)
     scored = min(tokens, seqs * min(spec.scored_per_seq, max_seq))
-    return learner_rank(spec.shape, ranks, tokens, scored, checkpointing=checkpointing) | {"tokens": float(tokens),
+    return learner_rank(spec.shape, ranks, tokens, scored, checkpointing=checkpointing,
+                        precision=spec.precision) | {"tokens": float(tokens),
                                                          "scored": float(scored)}
 
 
@@ -379,13 +394,16 @@ def _learner_fixes(spec: RoleSpec, gpu_bytes: float, checkpointing: bool) -> lis
 
 
 def build_plan(cfg: Any, gpus: int, gpu_memory_gb: float, *, checkpointing: bool = True,
-               peak_tflops: float = 989.0, mfu: float = 0.4) -> MemoryPlan:
+               precision: str = "fsdp2", peak_tflops: float = 989.0, mfu: float = 0.4
+               ) -> MemoryPlan:
     """The memory plan of ``cfg`` (a ``RunConfig``) on ``gpus`` GPUs of ``gpu_memory_gb`` GB each.
 
     ``times``: per role, the update's model FLOPs for a worst-case step (every sample at its
     maximum length; 6 N FLOPs per token, 8 N with checkpointing's recomputed forward) and the
     seconds it takes at ``mfu`` of ``peak_tflops`` (dense bf16 per GPU; H100/H200: 989) on the
-    role's learner ranks."""
+    role's learner ranks. ``precision``: a name in :data:`PRECISIONS` (the learner's states)."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"unknown precision {precision!r}; known: {', '.join(PRECISIONS)}")
     if gpu_memory_gb <= 0:
         raise ValueError(f"--gpu-memory must be > 0 GB, got {gpu_memory_gb}")
     if cfg.model.lora_r:
@@ -396,6 +414,7 @@ def build_plan(cfg: Any, gpus: int, gpu_memory_gb: float, *, checkpointing: bool
     roles: list[RolePlan] = []
     times: dict[str, dict[str, float]] = {}
     for spec in role_specs(cfg, split_gpus(gpus)):
+        spec = dataclasses.replace(spec, precision=PRECISIONS[precision])
         eng = engine(spec.shape, spec.gpus_per_engine, gpu_bytes, spec.utilization, spec.max_seq)
         e_fixes: list[str] = []
         if eng["short"] > 0:
@@ -422,16 +441,22 @@ def build_plan(cfg: Any, gpus: int, gpu_memory_gb: float, *, checkpointing: bool
         times[spec.role] = {"tokens": float(tokens), "flops": float(flops),
                             "seconds": flops / (spec.ranks * peak_tflops * 1e12 * mfu),
                             "mfu": mfu, "peak_tflops": peak_tflops}
-    return MemoryPlan(gpus, gpu_memory_gb, checkpointing, roles, times)
+    return MemoryPlan(gpus, gpu_memory_gb, checkpointing, roles, times, PRECISIONS[precision])
 
 
 # -- printing ----------------------------------------------------------------------------------
-_LEARNER_ROWS = [("weights", "bf16 weights (2 B/param)"), ("grads", "bf16 grads (2 B/param)"),
-                 ("masters", "fp32 masters (4 B/param)"), ("optimizer", "AdamW m, v (8 B/param)"),
-                 ("fsdp_gather", "FSDP gathered layers"),
-                 ("activations_no_ckpt", "activations, no checkpointing"),
-                 ("activations_ckpt", "activations, checkpointing"),
-                 ("logits", "logits of scored tokens"), ("step_temp", "optimizer step temporaries")]
+def _learner_rows(p: Precision) -> list[tuple[str, str]]:
+    dtype = {2: "bf16", 4: "fp32"}
+    rows = [("weights", f"{dtype[p.weight]} weights ({p.weight} B/param)")] if p.weight else []
+    rows += [("grads", f"{dtype[p.grad]} grads ({p.grad} B/param)")]
+    rows += [("masters", f"fp32 masters ({p.master} B/param)")] if p.master else []
+    return rows + [("optimizer", f"AdamW m, v ({p.optimizer} B/param)"),
+                   ("fsdp_gather", "FSDP gathered layers (bf16)"),
+                   ("activations_no_ckpt", "activations, no checkpointing"),
+                   ("activations_ckpt", "activations, checkpointing"),
+                   ("logits", "logits of scored tokens"), ("step_temp", "optimizer step temporaries")]
+
+
 _ENGINE_ROWS = [("weights", "bf16 weights"), ("workspace", "workspace (graphs, prefill)"),
                 ("kv_cache", "KV cache")]
 
@@ -442,10 +467,11 @@ def format_plan(plan: MemoryPlan) -> str:
     width = max(32, *(len(c) for c in cols))
     head = f"{'per GPU (GB)':<32}" + "".join(f"{c:>{width - 10}}" for c in cols)
     out = [f"{plan.gpus} GPUs x {plan.gpu_memory_gb:g} GB; activation checkpointing "
-           f"{'on' if plan.checkpointing else 'off'}", "",
+           f"{'on' if plan.checkpointing else 'off'}; learner states: {plan.precision.name} "
+           f"({plan.precision.state_bytes} B/param, sharded over the learner ranks)", "",
            f"{'':<32}" + "".join(f"{f'{r.count} x {r.gpus_each:g} GPU':>{width - 10}}"
                                  for r in plan.roles), head]
-    labels: list[tuple[str, str, str]] = [("learner", k, t) for k, t in _LEARNER_ROWS]
+    labels = [("learner", k, t) for k, t in _learner_rows(plan.precision)]
     labels += [("engine", k, t) for k, t in _ENGINE_ROWS]
     for part, key, text in labels:
         cells = [f"{r.lines[key] / GB:.1f}" if r.part == part else "" for r in plan.roles]
