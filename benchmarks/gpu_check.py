@@ -319,7 +319,8 @@ def fsdp2_update(shape: dict[str, Any], device: str, batch: int, seq: int) -> di
         # entries whose update differs from the reference's by more than a tenth of a step (on
         # CUDA, attention's backward is not bitwise deterministic: Adam's first step, ~lr * sign
         # of the gradient, may flip where a gradient is ~0)
-        off = sum(int(((a.detach() - b.detach()).abs() > 1e-7).sum()) for a, b in zip(full, masters))
+        off = sum(int(((a.detach() - b.detach()).abs() > 1e-7).sum())
+                  for a, b in zip(full, masters))
         moved = sum(int((a.detach() != b).sum()) for a, b in zip(full, start))
         total = sum(p.numel() for p in start)
         loss, ref_loss = float(loss.detach()), float(ref_loss.detach())

@@ -1,7 +1,7 @@
 """The memory plan against a measured peak: one update of a random-init Qwen2-shaped model on CPU.
 
-    python benchmarks/plan_memory.py                  # ~100M parameters, fp32 and bf16 + fp32 masters
-    python benchmarks/plan_memory.py --smoke          # a few M parameters (the test runs this)
+    python benchmarks/plan_memory.py            # ~100M parameters, fp32 and bf16 + fp32 masters
+    python benchmarks/plan_memory.py --smoke    # a few M parameters (the test runs this)
 
 For each precision, one process per measurement (a fresh heap): the model is built, a first update
 (two micro-batches of gradient accumulation, then AdamW) creates the optimizer state, the peak RSS
@@ -54,7 +54,8 @@ def measure(size: str, precision: str) -> dict[str, Any]:
     import torch
     from transformers import AutoModelForCausalLM, Qwen2Config
 
-    from crl_bench.distributed.memory_plan import BF16_FP32_MASTERS, FP32, learner_rank, shape_from_hf_config
+    from crl_bench.distributed.memory_plan import (BF16_FP32_MASTERS, FP32, learner_rank,
+                                                   shape_from_hf_config)
 
     torch.manual_seed(0)
     cfg = Qwen2Config(**SHAPES[size], tie_word_embeddings=False)
@@ -104,7 +105,8 @@ def measure(size: str, precision: str) -> dict[str, Any]:
     shape = shape_from_hf_config(cfg)
     plan = learner_rank(shape, 1, batch * seq, batch * (seq - 1), checkpointing=False,
                         precision=BF16_FP32_MASTERS if precision == "bf16" else FP32)
-    return {"precision": precision, "params_m": round(shape.params() / 1e6, 2), "tokens": batch * seq,
+    return {"precision": precision, "params_m": round(shape.params() / 1e6, 2),
+            "tokens": batch * seq,
             "measured_mb": round(peak / 1e6, 1), "plan_mb": round(plan["total"] / 1e6, 1),
             "ratio": round(peak / plan["total"], 3),
             "plan_lines_mb": {k: round(v / 1e6, 1) for k, v in plan.items()}}
@@ -125,7 +127,8 @@ def main(argv: list[str] | None = None) -> int:
            os.environ.get("OMP_NUM_THREADS", "1")}
     results = []
     for precision in (["fp32", "bf16"] if args.precision == "both" else [args.precision]):
-        cmd = [sys.executable, __file__, "--_child", precision] + (["--smoke"] if args.smoke else [])
+        cmd = [sys.executable, __file__, "--_child", precision]
+        cmd += ["--smoke"] if args.smoke else []
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
         if proc.returncode != 0:
             raise SystemExit(f"measurement {precision} failed: {proc.stderr[-2000:]}")

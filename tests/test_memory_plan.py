@@ -30,7 +30,8 @@ def _paper(**overrides):
 def test_parameter_counts_by_hand():
     # Qwen2.5-7B: embedding and LM head 152064 x 3584 each; per layer q (3584^2 + bias), k and v
     # (3584 x 512 + bias), o (3584^2), MLP 3 x 3584 x 18944, two norms; 28 layers; final norm
-    layer = (3584 * 3584 + 3584) + 2 * (3584 * 512 + 512) + 3584 * 3584 + 3 * 3584 * 18944 + 2 * 3584
+    layer = ((3584 * 3584 + 3584) + 2 * (3584 * 512 + 512) + 3584 * 3584 + 3 * 3584 * 18944
+             + 2 * 3584)
     assert QWEN25_7B.params() == 2 * 152064 * 3584 + 28 * layer + 3584 == 7_615_616_512
     # Qwen3-4B: tied embedding; q 2560 x 4096, k, v 2560 x 1024, o 4096 x 2560, no biases, q/k norms
     layer = 2560 * 4096 + 2 * 2560 * 1024 + 4096 * 2560 + 3 * 2560 * 9728 + 2 * 2560 + 2 * 128
@@ -83,7 +84,8 @@ def test_checkpointing_keeps_layer_inputs_and_one_layer():
         lines["activations_no_ckpt"]
     # the total is the states plus the larger of (activations + logits) and the step temporaries
     states = sum(lines[k] for k in ("weights", "grads", "masters", "optimizer", "fsdp_gather"))
-    assert lines["total"] == states + max(lines["activations"] + lines["logits"], lines["step_temp"])
+    peak = max(lines["activations"] + lines["logits"], lines["step_temp"])
+    assert lines["total"] == states + peak
     assert learner_rank(QWEN25_7B, 4, t, 100)["logits"] == 16 * 152064 * 100
 
 
@@ -236,8 +238,9 @@ def test_cli_prints_the_table_and_refuses(tmp_path):
     for row in ("fp32 grads (4 B/param)", "fp32 masters (4 B/param)", "AdamW m, v (8 B/param)",
                 "activations, no checkpointing", "activations, checkpointing", "KV cache", "total"):
         assert row in out
-    rc, out, err = run("--gpus", "16", "--gpu-memory", "141", "--set",
-                       "rollout.max_episode_tokens=16384", "--set", "actor.micro_batch_tokens=16384",
+    rc, out, err = run("--gpus", "16", "--gpu-memory", "141",
+                       "--set", "rollout.max_episode_tokens=16384",
+                       "--set", "actor.micro_batch_tokens=16384",
                        "--set", "extractor.micro_batch_tokens=24576", "--json")
     assert rc == 0, err
     assert json.loads(out)["fits"] is True

@@ -80,7 +80,8 @@ class ModelShape:
     def params(self) -> int:
         """Every parameter (embedding, layers, final norm, LM head unless tied)."""
         embed = self.vocab * self.hidden
-        return embed * (1 if self.tie_embeddings else 2) + self.layers * self.layer_params() + self.hidden
+        head = 0 if self.tie_embeddings else embed
+        return embed + head + self.layers * self.layer_params() + self.hidden
 
     def kv_bytes_per_token(self, dtype_bytes: int = 2) -> int:
         """KV cache per token: keys and values of every layer, ``2 * layers * kv_heads * head_dim
@@ -325,7 +326,8 @@ def role_specs(cfg: Any, split: dict[str, int]) -> list[RoleSpec]:
     episodes = r.groups * r.group_size
     return [
         RoleSpec("actor", actor, split["actor_engines"], 1, split["actor_ranks"],
-                 a.micro_batch_size, a.micro_batch_tokens, episode, actor_scored, 0.85, episodes, "actor"),
+                 a.micro_batch_size, a.micro_batch_tokens, episode, actor_scored, 0.85, episodes,
+                 "actor"),
         RoleSpec("extractor", extractor, split["extractor_engines"], 1, split["extractor_ranks"],
                  e.micro_batch_size, e.micro_batch_tokens, ext_seq, e.max_new_tokens, 0.7,
                  e.buffer_size, "extractor"),
@@ -356,10 +358,11 @@ def _learner_fixes(spec: RoleSpec, gpu_bytes: float, checkpointing: bool) -> lis
             fixes.append(f"{ranks} {spec.role} learner ranks instead of {spec.ranks} (more GPUs: "
                          f"--gpus {4 * ranks})")
             break
-    if spec.micro_batch_size > 1 and spec.token_budget != spec.max_seq and fits(budget=spec.max_seq):
+    one_seq = spec.micro_batch_size > 1 and fits(budget=spec.max_seq)
+    if one_seq and spec.token_budget != spec.max_seq:
         fixes.append(f"a token budget of one sequence per micro-batch (--set "
                      f"{spec.prefix}.micro_batch_tokens={spec.max_seq})")
-    elif spec.micro_batch_size > 1 and fits(budget=spec.max_seq):
+    elif one_seq:
         fixes.append(f"a smaller micro-batch (--set {spec.prefix}.micro_batch_size=1)")
     for seq in (32768, 24576, 16384, 12288, 8192, 4096):
         if seq < spec.max_seq and fits(seq=seq, budget=min(spec.token_budget, seq)
@@ -369,7 +372,8 @@ def _learner_fixes(spec: RoleSpec, gpu_bytes: float, checkpointing: bool) -> lis
             fixes.append(f"sequences of at most {seq} tokens instead of {spec.max_seq} ({what})")
             break
     if not fixes:  # combine: checkpointing and one sequence per micro-batch, then ranks or length
-        base = dict(ckpt=True, budget=spec.max_seq if spec.micro_batch_size > 1 else spec.token_budget)
+        budget = spec.max_seq if spec.micro_batch_size > 1 else spec.token_budget
+        base = dict(ckpt=True, budget=budget)
         combo = ["activation checkpointing"] if not checkpointing else []
         if base["budget"] != spec.token_budget:
             combo.append(f"--set {spec.prefix}.micro_batch_tokens={spec.max_seq}")
@@ -423,7 +427,8 @@ def build_plan(cfg: Any, gpus: int, gpu_memory_gb: float, *, checkpointing: bool
                            f"gpu_memory_utilization {spec.utilization}")
         elif eng["sequences"] < 1:
             e_fixes.append(f"shorter sequences or tensor parallelism: the KV cache holds "
-                           f"{eng['kv_tokens']:.0f} tokens, less than one {spec.max_seq}-token sequence")
+                           f"{eng['kv_tokens']:.0f} tokens, less than one {spec.max_seq}-token "
+                           "sequence")
         roles.append(RolePlan(
             spec.role, "engine", spec.engines, spec.gpus_per_engine, spec.shape.name, eng,
             fits=not e_fixes, fixes=e_fixes,
@@ -435,7 +440,8 @@ def build_plan(cfg: Any, gpus: int, gpu_memory_gb: float, *, checkpointing: bool
             spec.role, "learner", spec.ranks, 1, spec.shape.name, lr, fits=ok,
             fixes=[] if ok else _learner_fixes(spec, gpu_bytes, checkpointing),
             notes=[f"micro-batch: {int(lr['tokens'])} tokens ({spec.micro_batch_size} x "
-                   f"{spec.max_seq}, budget {spec.token_budget or 'none'}), {int(lr['scored'])} scored"]))
+                   f"{spec.max_seq}, budget {spec.token_budget or 'none'}), "
+                   f"{int(lr['scored'])} scored"]))
         tokens = spec.samples_per_update * spec.max_seq
         flops = (8 if checkpointing else 6) * spec.shape.params() * tokens
         times[spec.role] = {"tokens": float(tokens), "flops": float(flops),
@@ -454,7 +460,8 @@ def _learner_rows(p: Precision) -> list[tuple[str, str]]:
                    ("fsdp_gather", "FSDP gathered layers (bf16)"),
                    ("activations_no_ckpt", "activations, no checkpointing"),
                    ("activations_ckpt", "activations, checkpointing"),
-                   ("logits", "logits of scored tokens"), ("step_temp", "optimizer step temporaries")]
+                   ("logits", "logits of scored tokens"),
+                   ("step_temp", "optimizer step temporaries")]
 
 
 _ENGINE_ROWS = [("weights", "bf16 weights"), ("workspace", "workspace (graphs, prefill)"),
