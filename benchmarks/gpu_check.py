@@ -33,8 +33,10 @@ Sections (each timed; a failing section is reported and the others still run):
 The 7B-shaped update holds bf16 weights, bf16 gradients and AdamW's bf16 moments (8 B per
 parameter, 61 GB): with fp32 masters (16 B per parameter, 122 GB) the full model leaves no room
 for activations on one 141 GB GPU, and the tokens/s of one update step do not depend on where
-the optimiser's state lives. ``--layers`` runs fewer decoder layers (the MFU of a layer stack is
-about independent of its depth; the summary says how many ran).
+the optimiser's state lives. On CUDA the section also prints the memory plan's figure for the
+same update (``plan_peak_gb``, 1e9 bytes) beside the measured peak (``peak_mem_gb``). The whole
+7B shape needs ~100 GB: on an 80 GB GPU run ``--layers 16`` (the MFU of a layer stack is about
+independent of its depth; the summary says how many layers ran).
 
 At the end one table: a row per section, its status and its figures (``--json`` writes all of
 it). ``--smoke`` (alias ``--small``) shrinks every shape and batch so that everything runs on a
@@ -383,9 +385,20 @@ def update_throughput(model: Any, device: str, batch: int, seq: int, steps: int,
            "model_tflops": round(6 * n_matmul * tps / 1e12, 2)}
     res["mfu"] = round(6 * n_matmul * tps / peak, 3) if peak else None
     if device.startswith("cuda"):
-        res["peak_mem_gb"] = round(torch.cuda.max_memory_allocated() / 2**30, 1)
+        res["peak_mem_gb"] = round(torch.cuda.max_memory_allocated() / 1e9, 1)
+        res["plan_peak_gb"] = round(planned_peak(model, batch, seq) / 1e9, 1)
     del opt
     return res
+
+
+def planned_peak(model: Any, batch: int, seq: int) -> float:
+    """The memory plan's bytes for this update (one process, no checkpointing; bf16 weights,
+    gradients and AdamW moments: 2 + 2 + 4 B per parameter), to set beside the measured peak."""
+    from crl_bench.distributed.memory_plan import Precision, learner_rank, shape_from_hf_config
+
+    bf16_adam = Precision("bf16", weight=2, grad=2, master=0, optimizer=4, compute=2)
+    return learner_rank(shape_from_hf_config(model.config), 1, batch * seq, batch * (seq - 1),
+                        precision=bf16_adam, checkpointing=False)["total"]
 
 
 def generation_throughput(model: Any, device: str, batch: int, prompt: int, new: int) -> dict[str, Any]:
