@@ -153,10 +153,13 @@ class ExtractorTrack:
         from crl_bench.extractor.gate import gate_credit
 
         for t in trajectories:
-            if t.with_experience and t.experience_ids:
+            # credit_ids: entries dropped by an unparseable gate verdict whose writers are still
+            # credited with the plain score (experience.gate_invalid_credit, official)
+            ids = t.experience_ids or t.meta.get("credit_ids", [])
+            if t.with_experience and ids:
                 value = gate_credit(t.score, t.meta.get("gate"))
-                self.record_usage(t.experience_ids, value)
-                self.manager.record_outcomes(t.experience_ids, value)
+                self.record_usage(ids, value)
+                self.manager.record_outcomes(ids, value)
 
     def record_usage(self, entry_ids: list[int], score: float) -> None:
         """A finished trajectory used these entries and ended with ``score`` (the credit value:

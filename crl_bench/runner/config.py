@@ -168,10 +168,16 @@ class ExtractorConfig(OptimConfig):
     """Train the extractor whenever this many credited samples are waiting (paper: 64)."""
     temperature: float = 0.99
     top_p: float = 0.99
+    top_k: int = 0
+    """Extractor sampling top-k (0: off; official 50, ROLL's generating-args default)."""
     max_new_tokens: int = 192
     max_ops: int = 3
     count_power: float = 0.5
     cooldown: int = 1
+    count_reweight: bool = True
+    """Count-aware reweighting of extractor samples in effect (the paper's description). False:
+    every weight is 1, as in the official pipeline as launched (its usage look-up finds no
+    training record, ``multi_agentic_pipeline.py:889``)."""
     max_reuse: int = 3
     """A credited sample is trained at most this many times (count-aware weights shrink it)."""
     credit_horizon: int = 4
@@ -234,6 +240,21 @@ class ExperienceConfig:
     gate: bool = False
     """Agents that retrieve with the accept / refine / reject gate by default (an agent option
     ``method.gate`` overrides it; official: on)."""
+    ask_offer: str = "with_experience"
+    """Which episodes are offered Search-and-Ask: "with_experience" or "all" (official: the tool
+    wrapper is on every env, both halves and evaluation; only the asks of with-experience
+    training episodes are trained)."""
+    gate_invalid_credit: bool = False
+    """An unparseable gate verdict still credits the entry's writer with the plain episode score
+    (official: only the shown knowledge is dropped). False: no credit."""
+    query: str = "goal_observation"
+    """The retrieval query: "goal_observation" (goal + first observation, every family) or
+    "family" (official ``build_memory_query``: MiniHack ``Observation: ...`` without the goal,
+    WebShop ``Goal: ...``, others goal + observation)."""
+    usage_per: str = "pick"
+    """When retrieval usage counts are updated inside one retrieval batch: "pick" (each pick is
+    seen by the next query of the batch) or "batch" (official: after the whole batch, so a
+    group's with-experience rollouts usually share one entry)."""
     warmup_steps: int = 1
     """First steps only fill the bank; the actor is not trained (paper text: 5; official code: 6,
     see ``_paper``)."""
@@ -246,6 +267,9 @@ class EvalConfig:
     episodes_per_task: int = 8
     """Held-out episodes per task, each played with and without experience."""
     at_start: bool = True
+    modes: str = "both"
+    """Evaluation modes: "both" (without and with experience) or "with_experience" (official:
+    ``eval_memory_split`` off, every evaluation episode with memory)."""
 
 
 @dataclass
@@ -402,12 +426,18 @@ def _paper() -> RunConfig:
                                   max_trajectory_chars=0, keep_reasoning=True,
                                   distill="with_experience", sample_policy="buffer",
                                   train_malformed=False, update_mode="replace", train_merges=True,
-                                  wait_before_rollout=True),
+                                  wait_before_rollout=True,
+                                  # yaml :251 temperature 1.0; top-k 50: ROLL's generating-args
+                                  # default; count-aware weights not in effect as launched
+                                  temperature=1.0, top_k=50, count_reweight=False),
         experience=ExperienceConfig(embedder="Qwen/Qwen3-Embedding-0.6B", k=1, oversample=16, lam=0.4,
                                     recent_s=300.0, drop_recent_top1_p=0.5, capacity=20_000,
                                     merge_every=5, merge_chunk=5, max_asks=2, ask_k=1,
-                                    key="episode_start", gate=True, warmup_steps=6),
-        eval=EvalConfig(every=32, episodes_per_task=128),
+                                    key="episode_start", gate=True, warmup_steps=6,
+                                    ask_offer="all", gate_invalid_credit=True, query="family",
+                                    usage_per="batch"),
+        # yaml eval_steps: 1, val_batch_size: 128, eval_memory_split off
+        eval=EvalConfig(every=1, episodes_per_task=128, modes="with_experience"),
     )
 
 

@@ -254,7 +254,7 @@ class RunContext:
         self.actor_sampling = SamplingParams(temperature=r.temperature, top_p=r.top_p,
                                              top_k=r.top_k, max_new_tokens=r.max_new_tokens)
         self.extractor_sampling = SamplingParams(temperature=e.temperature, top_p=e.top_p,
-                                                 max_new_tokens=e.max_new_tokens, stop=("</answer>",))
+                                                 top_k=e.top_k, max_new_tokens=e.max_new_tokens, stop=("</answer>",))
 
     def build_actor_trainer(self) -> None:
         from crl_bench.runner.trainer import RoleTrainer
@@ -277,7 +277,7 @@ class RunContext:
                               embedder_name=embedder.name)
         retrieval = RetrievalConfig(k=x.k, oversample=x.oversample, diversify=diversify, lam=x.lam,
                                     recent_s=x.recent_s, drop_recent_top1_p=x.drop_recent_top1_p,
-                                    seed=self.cfg.seed)
+                                    seed=self.cfg.seed, usage_per=x.usage_per)
         # recency on the run's logical clock (steps, see RetrievalConfig.step_s), not wall time:
         # a resumed run must take the uninterrupted run's decisions
         clock = step_clock(lambda: self.step, retrieval.step_s,
@@ -303,7 +303,8 @@ class RunContext:
             self.manager, self.extractor_generate, self.extractor_trainer, self.cfg.extractor,
             temperature=self.extractor_sampling.logprob_temperature,
             merge_every=x.merge_every if merge else 0, merge_chunk=x.merge_chunk,
-            count_reweight=count_reweight, asynchronous=self.cfg.extractor.asynchronous,
+            count_reweight=count_reweight and self.cfg.extractor.count_reweight,
+            asynchronous=self.cfg.extractor.asynchronous,
             log=self._log_extractor, run_name=self.run.path.name,
             key_by_episode_start=x.key == "episode_start")
 
@@ -366,6 +367,7 @@ class RunContext:
 
     def _episode_specs(self, phase: str, step: int, plan: list[GroupPlan]) -> list[Any]:
         """All K episodes of a group share the seed, i.e. the same task instance."""
+        from crl_bench.experience.manager import retrieval_query
         from crl_bench.llm.rollout import EpisodeSpec
 
         specs = []
@@ -386,7 +388,7 @@ class RunContext:
                     obs, info = None, None
                 if info is not None:
                     goal, first_obs = str(info.get("goal", "")), str(obs)
-                    query = f"{goal}\n{first_obs}"[:2000]
+                    query = retrieval_query(g.task.family, goal, first_obs, self.cfg.experience.query)
                     if g.with_experience:
                         retrieved[:g.with_experience] = self.manager.retrieve(
                             [query] * g.with_experience, family=g.task.family)
@@ -429,7 +431,9 @@ class RunContext:
                 self.extractor.stats[key] = self.extractor.stats.get(key, 0) + 1
             spec.meta["gate"] = decision.verdict
             spec.experience_text = decision.knowledge
-            if decision.verdict is None:  # official: memory_uids = [] -> no credit
+            if decision.verdict is None:  # official: memory_uids = [] (nothing shown)
+                if self.cfg.experience.gate_invalid_credit:  # writers still credited (score)
+                    spec.meta["credit_ids"] = list(spec.experience_ids)
                 spec.experience_ids = []
 
     def wait_for_bank(self) -> None:
@@ -457,11 +461,11 @@ class RunContext:
             prompt = PromptConfig.for_small_model(example_pick=r.example_pick, **kwargs)
         else:
             prompt = PromptConfig(**kwargs)
-        # ask_requires_experience: Search-and-Ask is not even offered to without-experience
-        # episodes (issue 16.11: offering it and then refusing wasted their turns)
+        # experience.ask_offer="with_experience": Search-and-Ask is not even offered to
+        # without-experience episodes; "all": offered to every episode (official tool wrapper)
         return RolloutEngine(self.backend, sampling, prompt, adapter="actor", ask_callback=ask,
                              progress=False, on_progress=self.progress.on_play_progress,
-                             ask_requires_experience=True)
+                             ask_requires_experience=self.cfg.experience.ask_offer != "all")
 
     def play(self, phase: str, step: int, plan: list[GroupPlan], *, sampling_seed: int) -> list[Any]:
         """Play every episode of ``plan`` concurrently (one batched model call per turn).
@@ -500,13 +504,13 @@ class RunContext:
         by_episode: dict[int, list[ExtractorSample]] = {}
 
         def ask(query: str, spec: Any, context: dict[str, Any]) -> str:
-            if not spec.with_experience:  # "without experience" must stay without it
+            if not spec.with_experience and self.cfg.experience.ask_offer != "all":
                 return "Searching the experience library is not available in this episode."
             before = len(saa.samples)
             answer = saa(query, {"goal": context.get("goal", ""),
                                  "observation": context.get("observation", ""),
                                  "family": spec.meta.get("family"), "task_id": str(spec.seed)})
-            if record:
+            if record and spec.with_experience:  # only with-memory asks are trained (official)
                 for rec in saa.samples[before:]:
                     gen = rec.generation
                     by_episode.setdefault(id(spec), []).append(ExtractorSample(

@@ -1,0 +1,252 @@
+"""The official pipeline as it is launched (ComplementaryRL fork of ROLL at ab2574f: the README
+launches ``FullyAsyncMemoryActorPipeline``, ``roll/pipeline/agentic/multi_agentic_pipeline.py``).
+
+Each test pins one behaviour of that code, cited file:line (paths relative to the official
+repository), and the switch that selects it; ``--preset paper`` selects every one of them.
+Episodes are played by the real tiny model whose completion *text* is chosen by a policy
+(``ForcedBackend``), so that asks and gate answers happen exactly.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+from crl_bench.experience.bank import ExperienceBank  # noqa: E402
+from crl_bench.experience.manager import (ExperienceManager, Operation, RetrievalConfig,  # noqa: E402
+                                          retrieval_query)
+from crl_bench.runner.config import PRESETS  # noqa: E402
+from tests.test_extractor_track import embedder  # noqa: E402,F401
+
+TASK = "crl/MiniHack-Room-Adjacent-3x3-Balanced-v0"
+ASK_OFFERED = "If you need advice instead"
+ADVICE = "Advice for your question"
+
+
+@functools.lru_cache(maxsize=1)
+def _bench():
+    spec = importlib.util.spec_from_file_location(
+        "learning_minihack", Path(__file__).resolve().parents[1] / "benchmarks" / "learning_minihack.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _right_move(prompt: str) -> str:
+    direction = _bench().stairs_direction(prompt[prompt.rindex("You see:"):])
+    assert direction is not None
+    return direction
+
+
+def make_ctx(tmp_path, **overrides):
+    pytest.importorskip("nle")
+    import crl_bench  # noqa: F401  (registers the crl/ envs)
+    from crl_bench.agent import load_agent
+    from crl_bench.runner.config import build_config
+    from crl_bench.runner.context import RunContext
+    from crl_bench.runner.records import RunDir
+
+    cfg = build_config(agent="comp_rl", tasks=TASK, preset="tiny", overrides={
+        "threads": 1, "extractor.asynchronous": False, "rollout.groups": 2,
+        "rollout.group_size": 2, "rollout.env_max_steps": {"minihack": 2}, **overrides})
+    ctx = RunContext(cfg, RunDir(tmp_path / "run"))
+    ctx.seed_everything()
+    load_agent("comp_rl").build(ctx)
+    ctx.manager.apply_operations(
+        [Operation("add", "stairs", "Step once toward the staircase down named in the observation.")],
+        family="minihack", task_id="seeded", provenance={}, step=0)
+    return ctx
+
+
+# -- Search-and-Ask for every episode ----------------------------------------------------------
+
+def test_every_episode_is_offered_search_and_ask_and_only_with_experience_asks_are_trained(tmp_path):
+    """Official: the tool wrapper is attached to every env that has a ``tool_wrapper`` config
+    (``roll/pipeline/agentic/env_manager/traj_env_manager.py:96``,
+    ``examples/singletask-agentic/multitask_env_tool.yaml:280-289``) and adds its instructions at
+    reset (``roll/pipeline/agentic/tools/tool_env_wrapper.py:25-28``), without-memory episodes
+    and evaluation included; only episodes that evolve with memory hand their triggered
+    interactions (the asks) to training (``memory_integration_mixin.py:355``)."""
+    from _forced_backend import ForcedBackend
+
+    ctx = make_ctx(tmp_path, **{"experience.ask_offer": "all"})
+    try:
+        advised = []
+
+        def policy(prompt: str) -> str:
+            if ASK_OFFERED in prompt:
+                return "<ask>where are the stairs?</ask>"
+            if ADVICE in prompt:
+                advised.append(prompt)
+            return f"<answer>{_right_move(prompt)}</answer>"
+
+        ctx.backend = ForcedBackend(ctx.backend, policy)
+        ctx.step = 1
+        trajs = ctx.play("train", 1, ctx.plan(1, with_experience=1), sampling_seed=1)
+        assert [t.with_experience for t in trajs] == [True, False, True, False]
+        assert [t.n_tool_calls for t in trajs] == [1, 1, 1, 1]   # offered to both halves
+        assert len(advised) == 4                                 # and answered from the bank
+        asks = [s for s in ctx.extractor.samples if s.kind == "ask"]
+        assert len(asks) == 2                                    # only the with-experience asks
+        # evaluation without experience is offered the tool too; nothing is trained from it
+        evals = ctx.play("eval", 0, ctx.eval_plan(with_experience=False)[:2], sampling_seed=0)
+        assert [t.n_tool_calls for t in evals] == [1, 1]
+        assert len([s for s in ctx.extractor.samples if s.kind == "ask"]) == 2
+    finally:
+        ctx.close()
+
+
+def test_ask_offer_with_experience_keeps_the_without_half_without_the_tool(tmp_path):
+    from _forced_backend import ForcedBackend
+
+    ctx = make_ctx(tmp_path, **{"experience.ask_offer": "with_experience"})
+    try:
+        def policy(prompt: str) -> str:
+            return ("<ask>where?</ask>" if ASK_OFFERED in prompt
+                    else f"<answer>{_right_move(prompt)}</answer>")
+
+        ctx.backend = ForcedBackend(ctx.backend, policy)
+        trajs = ctx.play("train", 1, ctx.plan(1, with_experience=1), sampling_seed=1)
+        assert [t.n_tool_calls for t in trajs] == [1, 0, 1, 0]
+    finally:
+        ctx.close()
+
+
+# -- the unparseable gate verdict ----------------------------------------------------------------
+
+def test_unparseable_gate_verdict_still_credits_the_writer_with_the_episode_score(tmp_path):
+    """Official: an unparseable verdict (``critic_score is None``) clears only the shown message
+    and ``memory_uids`` (``memory_integration_mixin.py:108-111``); the triggered interactions
+    are kept (:129) and credited with the plain episode score, since no critic score adjusts it
+    (:355-403, the ``else`` branch at :401)."""
+    from _forced_backend import ForcedBackend
+
+    ctx = make_ctx(tmp_path, **{"experience.gate": True, "experience.gate_invalid_credit": True})
+    try:
+        (eid,) = ctx.manager.bank.all_ids()
+
+        def policy(prompt: str) -> str:
+            if "actor-critic agent" in prompt:               # the gate's prompt: no verdict
+                return "I think this knowledge is fine."
+            return f"<answer>{_right_move(prompt)}</answer>"
+
+        ctx.backend = ForcedBackend(ctx.backend, policy)
+        trajs = ctx.play("train", 1, ctx.plan(1, with_experience=1), sampling_seed=1)
+        with_exp = [t for t in trajs if t.with_experience]
+        assert len(with_exp) == 2
+        for t in with_exp:                                   # nothing shown, no verdict
+            assert t.experience_ids == [] and t.meta["gate"] is None
+            assert "Step once toward" not in ctx.backend.tokenizer.decode(t.turns[0].prompt_ids)
+        assert [t.score for t in with_exp] == [1.0, 1.0]
+        ctx.extractor.credit(trajs)
+        (entry,) = ctx.manager.bank.get([eid])
+        assert entry.n_used == 2 and entry.mean_outcome == 1.0   # the plain score, twice
+    finally:
+        ctx.close()
+
+
+def test_track_credits_the_writer_of_a_gate_dropped_entry(tmp_path, embedder):  # noqa: F811
+    from tests.test_extractor_fidelity import add_answer, new_manager, new_track, traj
+    from tests.test_extractor_track import FixedAnswers
+
+    manager = new_manager(tmp_path, embedder)
+    track = new_track(manager, FixedAnswers([add_answer("Stairs east")]))
+    track.submit(1, [traj()])
+    (eid,) = manager.bank.all_ids()
+    track.credit([traj(success=True, with_exp=True, ids=[], meta={"gate": None, "credit_ids": [eid]}),
+                  traj(success=False, with_exp=True, ids=[], meta={"gate": None, "credit_ids": [eid]})])
+    assert track.samples[0].usage == [1.0, 0.0]
+    manager.bank.close()
+
+
+# -- count-aware weighting as launched -------------------------------------------------------------
+
+def test_count_aware_weighting_is_not_in_effect_as_launched():
+    """Official: ``_get_usage_stats`` looks usage up by request id
+    (``multi_agentic_pipeline.py:889``) and ``record_training`` is never called in the launched
+    pipeline, so ``(1 + 0)^-power`` = 1 for every sample. ``paper`` follows that;
+    ``extractor.count_reweight=true`` is the paper's description (the ablation's comparison)."""
+    paper = PRESETS["paper"]()
+    assert paper.extractor.count_reweight is False
+    assert PRESETS["cpu"]().extractor.count_reweight is True
+
+
+def test_count_reweight_switch_reaches_the_track(tmp_path):
+    ctx = make_ctx(tmp_path, **{"extractor.count_reweight": False})
+    try:
+        assert ctx.extractor.count_reweight is False
+    finally:
+        ctx.close()
+
+
+# -- the retrieval query -----------------------------------------------------------------------------
+
+def test_retrieval_query_per_family_as_official():
+    """``build_memory_query`` (``traj_env_manager.py:127-160``): WebShop ``Goal: ...``,
+    MiniHack ``Observation: {raw_obs}`` without the goal, others goal + observation."""
+    assert retrieval_query("minihack", "Reach the stairs.", "You see: a wall", "family") \
+        == "Observation: You see: a wall"
+    assert retrieval_query("webshop", "buy red shoes", "WebShop [SEP] Search", "family") \
+        == "Goal: buy red shoes"
+    assert retrieval_query("alfworld", "put a mug", "You are in a room", "family") \
+        == "Goal: put a mug\nObservation: You are in a room"
+    assert retrieval_query("minihack", "g", "o") == "g\no"
+
+
+def test_minihack_query_contains_no_goal_text(tmp_path):
+    ctx = make_ctx(tmp_path, **{"experience.query": "family"})
+    try:
+        specs = ctx._episode_specs("train", 1, ctx.plan(1, with_experience=1))
+        with_exp = [s for s in specs if s.with_experience]
+        goal = with_exp[0].env.reset(seed=with_exp[0].seed)[1]["goal"]
+        assert goal and all(goal not in s.meta["query"] for s in with_exp)
+        assert all(s.meta["query"].startswith("Observation: ") for s in with_exp)
+    finally:
+        ctx.close()
+
+
+# -- retrieval usage recorded after the whole batch ------------------------------------------------
+
+@pytest.mark.parametrize("usage_per, distinct", [("batch", 1), ("pick", 2)])
+def test_a_fresh_groups_with_experience_rollouts_share_one_entry(tmp_path, embedder, usage_per,  # noqa: F811
+                                                                 distinct):
+    """Official: the retrieval batch records usage once, after every query of the batch was
+    answered (``async_memory_manager.py:900-907`` ``_record_retrieval_uids`` after the loop), so
+    the 4 with-experience rollouts of a group, one batch with the same query, rank a fresh bank
+    the same way and share one entry. Per pick, the second query already sees the first use."""
+    bank = ExperienceBank(tmp_path / "bank.sqlite", dim=embedder.dim, embedder_name=embedder.name)
+    manager = ExperienceManager(bank, embedder, RetrievalConfig(usage_per=usage_per),
+                                clock=lambda: 1000.0)
+    for title in ("stairs east", "stairs to the east side", "go east to the stairs"):
+        manager.apply_operations([Operation("add", title, "Walk east to the stairs down.")],
+                                 family="minihack", task_id="t", provenance={}, step=0)
+    got = manager.retrieve(["Observation: stairs east"] * 4, family="minihack")
+    assert len({r[0].id for r in got}) == distinct
+    bank.close()
+
+
+# -- extractor sampling and evaluation ------------------------------------------------------------
+
+def test_paper_extractor_sampling_and_evaluation_are_the_launched_ones():
+    """yaml (``examples/singletask-agentic/single_task_complementaryrl.yaml``): extractor
+    ``temperature: 1.0`` (:251), top-k 50 (ROLL's generating-args default, the yaml sets none);
+    ``eval_steps: 1`` (:31), ``val_batch_size: 128`` (:35), evaluation with memory only."""
+    paper = PRESETS["paper"]()
+    assert (paper.extractor.temperature, paper.extractor.top_p, paper.extractor.top_k) == (1.0, 0.99, 50)
+    assert (paper.eval.every, paper.eval.episodes_per_task, paper.eval.modes) == (1, 128, "with_experience")
+    x = paper.experience
+    assert (x.ask_offer, x.gate_invalid_credit, x.query, x.usage_per) == ("all", True, "family", "batch")
+
+
+def test_extractor_top_k_reaches_the_sampler_and_log_probs_use_the_sampling_temperature(tmp_path):
+    ctx = make_ctx(tmp_path, **{"extractor.top_k": 50, "extractor.temperature": 1.0})
+    try:
+        assert ctx.extractor_sampling.top_k == 50 and ctx.extractor_sampling.temperature == 1.0
+        assert ctx.extractor.temperature == 1.0     # training log-probs on the raw logits
+    finally:
+        ctx.close()
