@@ -307,7 +307,12 @@ class ExtractorTrack:
                                    / max(1, len(new_samples))}
         if self.merge_every and step - self.last_merge_step >= self.merge_every:
             t1 = time.perf_counter()
-            result = merge_bank(self.manager, self.generate, step=step, chunk=self.merge_chunk)
+            from crl_bench.extractor.merge import ItemTemplate
+
+            items = self.cfg.merge_format == "items"  # small models: the item template
+            result = merge_bank(self.manager, self.generate, step=step, chunk=self.merge_chunk,
+                                fmt=self.cfg.merge_format,
+                                template=ItemTemplate() if items and self.template else None)
             self.last_merge_step = step
             self.stats["merges"] += 1
             metrics["extractor/merge_s"] = time.perf_counter() - t1

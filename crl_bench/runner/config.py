@@ -213,6 +213,10 @@ class ExtractorConfig(OptimConfig):
     wait_before_rollout: bool = False
     """Pending bank writes (distillation and merge of submitted steps) finish before each rollout
     (official flush); the wait is logged as ``timing_s/bank_wait``. False: never wait."""
+    merge_format: str = "ops"
+    """The merge answer: "items" (official: ``<<<KNOWLEDGE_ITEM>>>`` blocks that replace the
+    whole window; an entry left out is deleted) or "ops" (merge / rewrite / discard / keep
+    decisions as JSON; entries not mentioned are kept). See ``crl_bench.extractor.merge``."""
     answer_template: str = "free"
     """"free": the extractor writes its JSON operations itself. "content": the answer is
     pre-filled up to the content of one ``add`` and the model writes only that content (for
@@ -374,6 +378,7 @@ def _cpu() -> RunConfig:
         extractor=ExtractorConfig(lr=1e-4, buffer_size=8, max_new_tokens=48, micro_batch_size=2,
                                   micro_batch_tokens=2048,
                                   max_samples_per_update=8, answer_template="content",
+                                  merge_format="items",
                                   max_trajectory_chars=1500),
         experience=ExperienceConfig(warmup_steps=1, merge_every=5),
         eval=EvalConfig(every=5, episodes_per_task=8),
@@ -429,7 +434,8 @@ def _paper() -> RunConfig:
                                   wait_before_rollout=True,
                                   # yaml :251 temperature 1.0; top-k 50: ROLL's generating-args
                                   # default; count-aware weights not in effect as launched
-                                  temperature=1.0, top_k=50, count_reweight=False),
+                                  temperature=1.0, top_k=50, count_reweight=False,
+                                  merge_format="items"),
         experience=ExperienceConfig(embedder="Qwen/Qwen3-Embedding-0.6B", k=1, oversample=16, lam=0.4,
                                     recent_s=300.0, drop_recent_top1_p=0.5, capacity=20_000,
                                     merge_every=5, merge_chunk=5, max_asks=2, ask_k=1,
