@@ -240,7 +240,8 @@ def test_paper_extractor_sampling_and_evaluation_are_the_launched_ones():
     assert (paper.extractor.temperature, paper.extractor.top_p, paper.extractor.top_k) == (1.0, 0.99, 50)
     assert (paper.eval.every, paper.eval.episodes_per_task, paper.eval.modes) == (1, 128, "with_experience")
     x = paper.experience
-    assert (x.ask_offer, x.gate_invalid_credit, x.query, x.usage_per) == ("all", True, "family", "batch")
+    assert (x.ask_offer, x.ask_style, x.gate_invalid_credit, x.query, x.usage_per) \
+        == ("all", "official", True, "family", "batch")
 
 
 def test_extractor_top_k_reaches_the_sampler_and_log_probs_use_the_sampling_temperature(tmp_path):
@@ -250,3 +251,38 @@ def test_extractor_top_k_reaches_the_sampler_and_log_probs_use_the_sampling_temp
         assert ctx.extractor.temperature == 1.0     # training log-probs on the raw logits
     finally:
         ctx.close()
+
+
+# -- Search-and-Ask answer: official prompt, no cap, unparseable answers handed on and trained ----
+
+class _Answer:
+    def __init__(self, text):
+        self.text = text
+
+    def __call__(self, message_lists, stop=()):
+        self.messages = message_lists
+        return [type("G", (), {"text": self.text})()]
+
+
+@pytest.mark.parametrize("style", ["short", "official"])
+def test_unparseable_ask_answer_is_handed_on_and_not_malformed_officially(tmp_path, embedder,  # noqa: F811
+                                                                        style):
+    """Official (``async_memory_manager.py:2822-2830``): without an ``<answer>`` match the whole
+    response is the tool's answer, and the call is a triggered interaction like any other
+    (trained); no length cap. Ours ("short"): malformed, the actor gets the entries."""
+    from crl_bench.extractor.search_ask import SearchAndAsk
+
+    bank = ExperienceBank(tmp_path / "bank.sqlite", dim=embedder.dim, embedder_name=embedder.name)
+    manager = ExperienceManager(bank, embedder, RetrievalConfig(diversify=False))
+    manager.apply_operations([Operation("add", "stairs", "Walk to the stairs.")],
+                             family="minihack", task_id="t", provenance={}, step=0)
+    long_text = "Go east along the corridor, then take the stairs down. " * 40   # > 1,500 chars
+    saa = SearchAndAsk(manager, _Answer(long_text), k=1, style=style)
+    guidance = saa("where are the stairs?", {"goal": "Reach the stairs.", "family": "minihack"})
+    (sample,) = saa.samples
+    if style == "official":
+        assert guidance == long_text.strip() and not sample.malformed
+        assert saa.generate.messages[0][1]["content"].startswith("**Query:**\nwhere are the stairs?")
+    else:
+        assert sample.malformed and guidance.startswith("Related experience:")
+    bank.close()

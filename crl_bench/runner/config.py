@@ -248,6 +248,11 @@ class ExperienceConfig:
     """Which episodes are offered Search-and-Ask: "with_experience" or "all" (official: the tool
     wrapper is on every env, both halves and evaluation; only the asks of with-experience
     training episodes are trained)."""
+    ask_style: str = "short"
+    """The extractor's Search-and-Ask answer: "short" (at most five sentences / 1,500
+    characters; unparseable: the actor gets the entries, the call is malformed) or "official"
+    (the long knowledge-specialist prompt, no cap; an answer without ``<answer>`` is the whole
+    response, handed on and trained). See ``crl_bench.extractor.search_ask``."""
     gate_invalid_credit: bool = False
     """An unparseable gate verdict still credits the entry's writer with the plain episode score
     (official: only the shown knowledge is dropped). False: no credit."""
@@ -440,8 +445,8 @@ def _paper() -> RunConfig:
                                     recent_s=300.0, drop_recent_top1_p=0.5, capacity=20_000,
                                     merge_every=5, merge_chunk=5, max_asks=2, ask_k=1,
                                     key="episode_start", gate=True, warmup_steps=6,
-                                    ask_offer="all", gate_invalid_credit=True, query="family",
-                                    usage_per="batch"),
+                                    ask_offer="all", ask_style="official",
+                                    gate_invalid_credit=True, query="family", usage_per="batch"),
         # yaml eval_steps: 1, val_batch_size: 128, eval_memory_split off
         eval=EvalConfig(every=1, episodes_per_task=128, modes="with_experience"),
     )

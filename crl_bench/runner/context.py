@@ -500,7 +500,8 @@ class RunContext:
         from crl_bench.extractor.search_ask import SearchAndAsk
         from crl_bench.extractor.track import ExtractorSample
 
-        saa = SearchAndAsk(self.manager, self.extractor_generate, k=self.cfg.experience.ask_k)
+        saa = SearchAndAsk(self.manager, self.extractor_generate, k=self.cfg.experience.ask_k,
+                           style=self.cfg.experience.ask_style)
         by_episode: dict[int, list[ExtractorSample]] = {}
 
         def ask(query: str, spec: Any, context: dict[str, Any]) -> str:

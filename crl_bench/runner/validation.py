@@ -309,6 +309,8 @@ def validate_config(cfg: "RunConfig") -> None:
     _check_name("experience.key", cfg.experience.key, ("entry", "episode_start"), "retrieval key")
     _check_name("experience.ask_offer", cfg.experience.ask_offer, ("with_experience", "all"),
                 "Search-and-Ask offer")
+    _check_name("experience.ask_style", cfg.experience.ask_style, ("short", "official"),
+                "Search-and-Ask answer style")
     _check_name("experience.query", cfg.experience.query, ("goal_observation", "family"),
                 "retrieval query")
     _check_name("experience.usage_per", cfg.experience.usage_per, ("pick", "batch"),
