@@ -286,3 +286,41 @@ def test_unparseable_ask_answer_is_handed_on_and_not_malformed_officially(tmp_pa
     else:
         assert sample.malformed and guidance.startswith("Related experience:")
     bank.close()
+
+
+# -- extraction: detailed entries, a parser that caps nothing, ops before a return apply ----------
+
+def test_official_extraction_parser_accepts_what_the_official_parser_accepts():
+    """``parse_functional_operations_from_response`` (``async_memory_manager.py:1172-1312``):
+    a list or one object, no cap on operations or text length, official keys; and
+    ``execute_functional_operations`` (:1788-1795) stops at ``return``, keeping what came
+    before it."""
+    from crl_bench.extractor.extraction import parse_operations, parse_operations_official
+
+    long = "Step toward the stairs; if a wall blocks, go around it. " * 60        # > 2,000 chars
+    adds = [{"op": "add", "title": f"t{i}", "content": long} for i in range(5)]  # > 3 operations
+    answer = "<answer>" + __import__("json").dumps(adds + [{"op": "return"}, adds[0]]) + "</answer>"
+    ops, bad = parse_operations_official(answer, set())
+    assert not bad and [o.title for o in ops] == ["t0", "t1", "t2", "t3", "t4"]
+    assert parse_operations(answer, set())[1]                     # ours: malformed
+    official = ('<answer>{"function_name": "update", "parameters": {"idx": [7, 99], '
+                '"updated_memory": "<title>Stairs</title><content>Walk east.</content>"}}</answer>')
+    (op,), bad = parse_operations_official(official, {7})
+    assert not bad and (op.kind, op.title, op.content, op.target_ids) == ("update", "Stairs", "Walk east.", [7])
+    assert parse_operations_official('<answer>[{"function_name": "upvote", "parameters": {"idx": [1]}}]'
+                                     '</answer>', set()) == ([], False)
+    for bad_answer in ("no block", "<answer>not json</answer>", '<answer>[{"op": "delete"}]</answer>',
+                       '<answer>[{"op": "add", "title": "x"}]</answer>'):
+        assert parse_operations_official(bad_answer, set())[1], bad_answer
+
+
+def test_official_extraction_prompt_asks_for_detailed_step_by_step_entries():
+    """``FUNCTIONAL_MEMORY_MODEL_SYS_PROMPT_VOTING_251207`` (``memory_prompts.yaml``, "MEMORY
+    CONTENT REQUIREMENTS"): situation, step-by-step actions, if-then logic, what not to do."""
+    from crl_bench.extractor.extraction import build_extraction_messages
+
+    outcome = {"success": True, "score": 1.0, "n_actions": 3}
+    short = build_extraction_messages("g", "t", outcome, [])[0]["content"]
+    official = build_extraction_messages("g", "t", outcome, [], style="official")[0]["content"]
+    assert "one to four sentences" in short and "one to four sentences" not in official
+    assert "step-by-step" in official and "if-then" in official and "what not to do" in official

@@ -237,7 +237,7 @@ class ExtractorTrack:
     def _process(self, step: int, trajectories: list[Any]) -> None:
         from crl_bench.extractor.merge import merge_bank
         from crl_bench.extractor.extraction import (build_extraction_messages, parse_operations,
-                                                     trajectory_to_text)
+                                                     parse_operations_official, trajectory_to_text)
 
         t0 = time.perf_counter()
         messages, metas = [], []
@@ -255,7 +255,8 @@ class ExtractorTrack:
                      for turn in traj.turns]
             text = trajectory_to_text(pairs, max_chars=self.cfg.max_trajectory_chars)
             outcome = {"success": traj.success, "score": traj.score, "n_actions": traj.n_actions}
-            msgs = build_extraction_messages(traj.goal, text, outcome, retrieved)
+            msgs = build_extraction_messages(traj.goal, text, outcome, retrieved,
+                                             style=self.cfg.extraction_style)
             prefill = ""
             if self.template is not None:
                 prefill = self.template.prefill(traj.goal, bool(traj.success))
@@ -274,8 +275,11 @@ class ExtractorTrack:
             new_samples = []
             for gen, (traj, retrieved_ids, prefill) in zip(generations, metas):
                 answer = gen.text if self.template is None else self.template.answer(prefill, gen.text)
-                ops, malformed = parse_operations(answer, valid_target_ids=retrieved_ids,
-                                                  max_ops=self.cfg.max_ops)
+                if self.cfg.extraction_style == "official":  # caps nothing, return ends the list
+                    ops, malformed = parse_operations_official(answer, retrieved_ids)
+                else:
+                    ops, malformed = parse_operations(answer, valid_target_ids=retrieved_ids,
+                                                      max_ops=self.cfg.max_ops)
                 written: list[int] = []
                 if not malformed and ops:
                     key = traj.meta.get("query") if self.key_by_episode_start else None

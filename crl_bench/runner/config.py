@@ -213,6 +213,11 @@ class ExtractorConfig(OptimConfig):
     wait_before_rollout: bool = False
     """Pending bank writes (distillation and merge of submitted steps) finish before each rollout
     (official flush); the wait is logged as ``timing_s/bank_wait``. False: never wait."""
+    extraction_style: str = "short"
+    """The extraction prompt and parser: "short" (entries of one to four sentences, at most
+    ``max_ops`` operations, texts capped, ``return`` alone) or "official" (detailed step-by-step
+    entries; the parser caps nothing, accepts the official operation keys too, and applies the
+    operations before a ``return``). See ``crl_bench.extractor.extraction``."""
     merge_format: str = "ops"
     """The merge answer: "items" (official: ``<<<KNOWLEDGE_ITEM>>>`` blocks that replace the
     whole window; an entry left out is deleted) or "ops" (merge / rewrite / discard / keep
@@ -440,7 +445,7 @@ def _paper() -> RunConfig:
                                   # yaml :251 temperature 1.0; top-k 50: ROLL's generating-args
                                   # default; count-aware weights not in effect as launched
                                   temperature=1.0, top_k=50, count_reweight=False,
-                                  merge_format="items"),
+                                  merge_format="items", extraction_style="official"),
         experience=ExperienceConfig(embedder="Qwen/Qwen3-Embedding-0.6B", k=1, oversample=16, lam=0.4,
                                     recent_s=300.0, drop_recent_top1_p=0.5, capacity=20_000,
                                     merge_every=5, merge_chunk=5, max_asks=2, ask_k=1,

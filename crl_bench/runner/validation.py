@@ -298,6 +298,8 @@ def validate_config(cfg: "RunConfig") -> None:
     _check_name("actor.advantage", cfg.actor.advantage, ADVANTAGES.names(), "advantage estimator")
     _check_name("extractor.answer_template", cfg.extractor.answer_template, ANSWER_TEMPLATES,
                 "answer template")
+    _check_name("extractor.extraction_style", cfg.extractor.extraction_style,
+                ("short", "official"), "extraction prompt and parser style")
     _check_name("extractor.merge_format", cfg.extractor.merge_format, ("items", "ops"),
                 "merge answer format")
     _check_name("extractor.distill", cfg.extractor.distill, ("all", "with_experience"),
