@@ -324,3 +324,69 @@ def test_official_extraction_prompt_asks_for_detailed_step_by_step_entries():
     official = build_extraction_messages("g", "t", outcome, [], style="official")[0]["content"]
     assert "one to four sentences" in short and "one to four sentences" not in official
     assert "step-by-step" in official and "if-then" in official and "what not to do" in official
+
+
+# -- fencing: no flush (and no merge) while an extractor update runs ------------------------------
+
+def test_training_flag_is_up_exactly_while_the_extractor_update_runs(tmp_path, embedder):  # noqa: F811
+    """``_has_pending_memory_train`` (``multi_agentic_pipeline.py:1237``) is what the official
+    fence reads; ours is ``ExtractorTrack.training``, up during the real update only."""
+    from crl_bench.llm.hf_backend import HFBackend
+    from crl_bench.runner.config import ExtractorConfig
+    from crl_bench.runner.trainer import RoleTrainer
+    from tests.test_extractor_fidelity import new_manager, new_track, traj
+    from tests.test_extractor_track import ModelAnswers
+
+    backend = HFBackend("tiny-random", roles=("extractor",), seed=0)
+    manager = new_manager(tmp_path, embedder)
+    cfg_kw = dict(answer_template="content", buffer_size=1, micro_batch_size=1, lr=1e-2,
+                  sample_policy="buffer", train_malformed=False)
+    trainer = RoleTrainer(backend, "extractor", ExtractorConfig(**cfg_kw), total_steps=2)
+    track = new_track(manager, ModelAnswers(backend, ['Go east."']), trainer, **cfg_kw)
+    seen = []
+    update = trainer.update
+    trainer.update = lambda *a, **k: (seen.append(track.training), update(*a, **k))[1]
+    track.submit(1, [traj("Reach A.")])
+    track.record_usage(manager.bank.all_ids(), 1.0)
+    assert not track.training
+    track.submit(2, [])
+    assert seen == [True] and not track.training and track.updates == 1
+    manager.bank.close()
+
+
+def test_official_fence_skips_the_flush_while_training_and_merges_inside_the_flush(tmp_path):
+    """``should_flush_pending_updates_before_rollout`` (``async_memory_fencing.py:4-5``) is
+    False while an extractor update is pending: no flush (``multi_agentic_pipeline.py:1237``),
+    and the every-``merging_interval`` merge sits inside the flush block (:1255-1261)."""
+    import threading
+
+    from tests.test_extractor_fidelity import add_answer, traj
+    from tests.test_extractor_track import FixedAnswers
+
+    ctx = make_ctx(tmp_path, **{"extractor.wait_before_rollout": True, "extractor.fence": "official",
+                                "extractor.asynchronous": True, "experience.merge_every": 2,
+                                "extractor.merge_format": "items"})
+    try:
+        track = ctx.extractor
+        assert track.fence_merges
+        release = threading.Event()
+        fixed = FixedAnswers([add_answer("A"), "<answer>return</answer>"])
+
+        def slow(batch, stop=("</answer>",)):
+            release.wait(30)
+            return fixed(batch, stop)
+        track.generate = slow
+        track.submit(1, [traj()])                    # its bank write is pending (blocked)
+        track._training_now = True                   # as during an update (flag: test above)
+        ctx.step = 2
+        ctx.wait_for_bank()                          # returns at once: no flush while training
+        assert track.stats["flush_skipped"] == 1 and track.stats.get("merges", 0) == 0
+        track._training_now = False
+        release.set()
+        ctx.wait_for_bank()                          # flushes, then merges (step 2 % 2 == 0)
+        assert len(ctx.manager.bank) == 2 and track.stats["merges"] == 1
+        track.wait_idle(30)
+        assert track.stats["merges"] == 1            # the batch itself merged nothing
+    finally:
+        release.set()
+        ctx.close()

@@ -116,6 +116,10 @@ class ExtractorTrack:
         self._done = 0
         self.updates = 0
         self.last_merge_step = 0
+        self.fence_merges = False
+        """Official fencing: merges run only in the actor's pre-rollout flush (:meth:`merge`,
+        called by the run), not after each batch."""
+        self._training_now = False
         self.stats: dict[str, float] = {"extractions": 0, "malformed": 0, "ops_applied": 0,
                                         "merges": 0, "dropped_uncredited": 0, "buffer_evicted": 0,
                                         "not_distilled": 0}
@@ -235,7 +239,6 @@ class ExtractorTrack:
                     self._cond.notify_all()
 
     def _process(self, step: int, trajectories: list[Any]) -> None:
-        from crl_bench.extractor.merge import merge_bank
         from crl_bench.extractor.extraction import (build_extraction_messages, parse_operations,
                                                      parse_operations_official, trajectory_to_text)
 
@@ -309,25 +312,35 @@ class ExtractorTrack:
         metrics: dict[str, Any] = {"step": step, "extractor/extract_s": time.perf_counter() - t0,
                                    "extractor/malformed_frac": sum(s.malformed for s in new_samples)
                                    / max(1, len(new_samples))}
-        if self.merge_every and step - self.last_merge_step >= self.merge_every:
-            t1 = time.perf_counter()
-            from crl_bench.extractor.merge import ItemTemplate
-
-            items = self.cfg.merge_format == "items"  # small models: the item template
-            result = merge_bank(self.manager, self.generate, step=step, chunk=self.merge_chunk,
-                                fmt=self.cfg.merge_format,
-                                template=ItemTemplate() if items and self.template else None)
-            self.last_merge_step = step
-            self.stats["merges"] += 1
-            metrics["extractor/merge_s"] = time.perf_counter() - t1
-            metrics.update({f"bank/merge_{k}": v for k, v in _merge_counts(result).items()})
-            if self.cfg.train_merges:
-                self._add_merge_samples(result, step)
+        if not self.fence_merges and self.merge_every and step - self.last_merge_step >= self.merge_every:
+            metrics.update(self.merge(step))
         with self._cond:  # bank writes of this batch are done: a waiting rollout may start
             self._writes_done += 1
             self._cond.notify_all()
         metrics.update(self._maybe_train(step))
         self.log(metrics)
+
+    @property
+    def training(self) -> bool:
+        """An extractor update is running (official ``_has_pending_memory_train``)."""
+        return self._training_now
+
+    def merge(self, step: int) -> dict[str, Any]:
+        """One merge pass over the bank (the extractor's merge calls); returns its metrics."""
+        from crl_bench.extractor.merge import ItemTemplate, merge_bank
+
+        t1 = time.perf_counter()
+        items = self.cfg.merge_format == "items"  # small models: the item template
+        result = merge_bank(self.manager, self.generate, step=step, chunk=self.merge_chunk,
+                            fmt=self.cfg.merge_format,
+                            template=ItemTemplate() if items and self.template else None)
+        self.last_merge_step = step
+        self.stats["merges"] += 1
+        metrics: dict[str, Any] = {"extractor/merge_s": time.perf_counter() - t1}
+        metrics.update({f"bank/merge_{k}": v for k, v in _merge_counts(result).items()})
+        if self.cfg.train_merges:
+            self._add_merge_samples(result, step)
+        return metrics
 
     def _add_merge_samples(self, result: Any, step: int) -> None:
         """Merge calls become extractor samples, credited like adds: by the use of the entries
@@ -380,6 +393,14 @@ class ExtractorTrack:
 
     def _train(self, step: int, ready: list[ExtractorSample], usage: list[list[float]],
                out: dict[str, Any]) -> dict[str, Any]:
+        self._training_now = True
+        try:
+            return self._train_batch(step, ready, usage, out)
+        finally:
+            self._training_now = False
+
+    def _train_batch(self, step: int, ready: list[ExtractorSample], usage: list[list[float]],
+                     out: dict[str, Any]) -> dict[str, Any]:
         import torch
 
         from crl_bench.algorithms.credit import count_aware_weights, extractor_advantages, extractor_rewards

@@ -222,6 +222,11 @@ class ExtractorConfig(OptimConfig):
     """The merge answer: "items" (official: ``<<<KNOWLEDGE_ITEM>>>`` blocks that replace the
     whole window; an entry left out is deleted) or "ops" (merge / rewrite / discard / keep
     decisions as JSON; entries not mentioned are kept). See ``crl_bench.extractor.merge``."""
+    fence: str = "always"
+    """With ``wait_before_rollout``: "always" waits for the pending bank writes before every
+    rollout and merges after a batch's writes; "official" (``async_memory_fencing.py:4-5``,
+    ``multi_agentic_pipeline.py:1237-1261``) skips the wait while an extractor update runs, and
+    merges only inside the wait (every ``experience.merge_every`` steps, skipped with it)."""
     answer_template: str = "free"
     """"free": the extractor writes its JSON operations itself. "content": the answer is
     pre-filled up to the content of one ``add`` and the model writes only that content (for
@@ -445,7 +450,8 @@ def _paper() -> RunConfig:
                                   # yaml :251 temperature 1.0; top-k 50: ROLL's generating-args
                                   # default; count-aware weights not in effect as launched
                                   temperature=1.0, top_k=50, count_reweight=False,
-                                  merge_format="items", extraction_style="official"),
+                                  merge_format="items", extraction_style="official",
+                                  fence="official"),
         experience=ExperienceConfig(embedder="Qwen/Qwen3-Embedding-0.6B", k=1, oversample=16, lam=0.4,
                                     recent_s=300.0, drop_recent_top1_p=0.5, capacity=20_000,
                                     merge_every=5, merge_chunk=5, max_asks=2, ask_k=1,

@@ -307,6 +307,8 @@ class RunContext:
             asynchronous=self.cfg.extractor.asynchronous,
             log=self._log_extractor, run_name=self.run.path.name,
             key_by_episode_start=x.key == "episode_start")
+        self.extractor.fence_merges = (self.cfg.extractor.fence == "official"
+                                       and self.cfg.extractor.wait_before_rollout)
 
     def _log_extractor(self, metrics: dict[str, Any]) -> None:
         with self._extractor_metrics_lock:
@@ -443,8 +445,16 @@ class RunContext:
             return
         from crl_bench.runner.trainer import timed
 
+        fenced = self.cfg.extractor.fence == "official"
+        if fenced and self.extractor.training:  # official: no flush (nor merge) while it trains
+            self.extractor.stats["flush_skipped"] = self.extractor.stats.get("flush_skipped", 0) + 1
+            return
         with timed(self.timings, "timing_s/bank_wait"):
             self.extractor.wait_writes()
+        every = self.cfg.experience.merge_every
+        if fenced and self.extractor.merge_every and every and self.step % every == 0:
+            with timed(self.timings, "timing_s/merge"):  # the merge sits inside the flush
+                self._log_extractor({"step": self.step, **self.extractor.merge(self.step)})
 
     def _engine(self, ask: Any, seed: int) -> Any:
         from crl_bench.llm.rollout import PromptConfig, RolloutEngine

@@ -300,6 +300,7 @@ def validate_config(cfg: "RunConfig") -> None:
                 "answer template")
     _check_name("extractor.extraction_style", cfg.extractor.extraction_style,
                 ("short", "official"), "extraction prompt and parser style")
+    _check_name("extractor.fence", cfg.extractor.fence, ("always", "official"), "bank fencing")
     _check_name("extractor.merge_format", cfg.extractor.merge_format, ("items", "ops"),
                 "merge answer format")
     _check_name("extractor.distill", cfg.extractor.distill, ("all", "with_experience"),
