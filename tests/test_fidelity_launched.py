@@ -390,3 +390,35 @@ def test_official_fence_skips_the_flush_while_training_and_merges_inside_the_flu
     finally:
         release.set()
         ctx.close()
+
+
+# -- max tokens: prompt + generation, as the official sequence_length --------------------------------
+
+def test_sequence_length_counts_prompt_and_generation(tmp_path):
+    """``traj_env_manager.py:318-331``: a turn whose prompt reaches ``sequence_length`` ends
+    the episode; otherwise ``max_new_tokens = min(max_tokens_per_step, sequence_length -
+    prompt length)``."""
+    from _forced_backend import ForcedBackend
+
+    ctx = make_ctx(tmp_path)
+    try:
+        backend = ForcedBackend(ctx.backend, lambda p: "<answer>wait</answer>")
+        import gymnasium
+
+        from crl_bench.llm.rollout import EpisodeSpec, PromptConfig, RolloutEngine
+        from crl_bench.llm.types import SamplingParams
+
+        def run(seq):
+            engine = RolloutEngine(backend, SamplingParams(temperature=1.0, max_new_tokens=24, seed=1),
+                                   PromptConfig(max_turns=6, conversation="full", sequence_length=seq))
+            return engine.run([EpisodeSpec(env=gymnasium.make(TASK), seed=0)])[0]
+
+        free = run(None)
+        first = len(free.turns[0].prompt_ids)
+        capped = run(first + 5)              # the first turn may generate at most 5 tokens
+        assert len(capped.turns[0].completion_ids) <= 5
+        assert capped.truncated and len(capped.turns) == 1
+        assert capped.meta["end_reason"] == "sequence_length"
+        assert len(run(first).turns) == 0    # the first prompt already reaches it
+    finally:
+        ctx.close()

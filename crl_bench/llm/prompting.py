@@ -56,6 +56,10 @@ class PromptConfig:
     env's ``max_steps`` (30 when it has none)."""
     max_episode_tokens: int = 8192
     """Cap on generated tokens per episode; each turn's max_new_tokens shrinks to what is left."""
+    sequence_length: int | None = None
+    """Cap on prompt + generated tokens of a turn (official ``sequence_length``,
+    ``traj_env_manager.py:318-331``): a turn whose prompt reaches it ends the episode, otherwise
+    its max_new_tokens shrinks to what is left. None = no cap."""
     max_prompt_tokens: int | None = None
     """If a prompt is longer, the oldest history turns are dropped; if it still is, the episode
     ends truncated. None = no cap."""

@@ -88,6 +88,9 @@ class RolloutConfig:
     think: bool = False
     """Ask for <think>...</think> before the answer."""
     max_episode_tokens: int = 4096
+    sequence_length: int = 0
+    """Cap on a turn's prompt + generated tokens (official ``sequence_length``: 32,768); 0 = off
+    (``max_episode_tokens`` counts generated tokens only)."""
     format_penalty: float = 0.0
     small_model_prompt: bool = False
     """Prompt settings under which a ~100M model emits valid answers (no thinking, an example
@@ -433,7 +436,7 @@ def _paper() -> RunConfig:
         # the actor sees the whole conversation, 4,096 new tokens per turn, top-k 100
         rollout=RolloutConfig(groups=16, group_size=8, temperature=0.99, top_p=0.99, top_k=100,
                               max_new_tokens=4096, conversation="full", history=-1, think=True,
-                              max_episode_tokens=32768,
+                              max_episode_tokens=32768, sequence_length=32768,
                               env_max_steps={"minihack": 30, "webshop": 15, "alfworld": 30, "swe": 50}),
         # one sequence per trajectory, loss on every assistant turn, seq-mean-token-mean, old
         # log-probs recomputed by the trainer (the official ROLL configs)

@@ -86,6 +86,7 @@ FIELD_RANGES: dict[str, Range] = {
     "rollout.max_new_tokens": Range(1, MAX_TOKENS),
     "rollout.history": Range(-1, 1024, note="-1: the whole episode"),
     "rollout.max_episode_tokens": Range(1, MAX_TOKENS),
+    "rollout.sequence_length": Range(0, MAX_TOKENS, note="0: off"),
     "rollout.format_penalty": Range(0, 100),
     **{f"actor.{k}": v for k, v in _OPTIM_RANGES.items()},
     **{f"extractor.{k}": v for k, v in _OPTIM_RANGES.items()},
