@@ -64,6 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--show", type=int, default=1, help="answers printed per row")
+    p.add_argument("--calls", default="extraction,merge,ask",
+                   help="comma-separated subset of extraction, merge, ask")
     args = p.parse_args(argv)
 
     import torch
@@ -126,6 +128,8 @@ def main(argv: list[str] | None = None) -> int:
     rows += [("merge", f, None, lambda f=f: merge_row(f)) for f in ("ops", "items", "items+template")]
     rows += [("ask", s, None, lambda s=s: ask_row(s)) for s in ("short", "official")]
 
+    calls = set(args.calls.split(","))
+    rows = [r for r in rows if r[0] in calls]
     print(f"# extractor answer formats: model={args.model} samples={args.samples} per row, "
           f"max_new_tokens={args.max_new_tokens}, temperature 0.99, threads={args.threads}")
     print(f"{'call':<11} {'format':<15} {'outcome':<8} {'malformed':>9} {'seconds':>8}")

@@ -111,6 +111,9 @@ def test_item_template_prefills_one_item_and_closes_it(manager):
                      chunk=5, fmt="items", template=t)
     assert cut.n_windows == 0 or cut.n_malformed == cut.n_windows
     assert t.answer("x" * 40, "length") == t.prefill() + "x" * 40
+    # cut by the cap after a complete sentence: the complete sentences are the item
+    assert parse_merge_items(t.answer("Walk toward the stairs when you see them. Then go", "length")) \
+        == [("Walk toward the stairs when you see them.", "Walk toward the stairs when you see them.")]
     with pytest.raises(ValueError, match="items"):
         merge_bank(manager, gen, step=5, chunk=5, fmt="ops", template=t)
 

@@ -233,8 +233,9 @@ class ItemTemplate:
     """The merge answer skeleton for extractors too small to write the format themselves (with
     ``extractor.answer_template=content``): the assistant turn is pre-filled with ``<answer>``
     and the opening of one item; the model writes the merged knowledge, which ends at
-    ``<<<`` / ``</answer>`` or its end-of-sequence token. :meth:`answer` closes the item; a
-    text cut by the token cap stays unparseable (malformed)."""
+    ``<<<`` / ``</answer>`` or its end-of-sequence token. :meth:`answer` closes the item. A text
+    cut by the token cap keeps its complete sentences (the item is what the model finished
+    within its budget); without one it stays unparseable (malformed)."""
 
     stop: tuple[str, ...] = ("<<<", "</answer>")
     prefill_text: str = f"<answer>\n{ITEM_OPEN}\n"
@@ -244,7 +245,10 @@ class ItemTemplate:
 
     def answer(self, text: str, finish_reason: str) -> str:
         if finish_reason == "length":
-            return self.prefill_text + text
+            ends = [m.end() for m in re.finditer(r"[.!?](?=\s|$)", text)]
+            if not ends:
+                return self.prefill_text + text
+            text = text[:ends[-1]]
         return f"{self.prefill_text}{text.strip()}\n{ITEM_CLOSE}\n</answer>"
 
 
