@@ -9,10 +9,6 @@ Episodes are played by the real tiny model whose completion *text* is chosen by 
 
 from __future__ import annotations
 
-import functools
-import importlib.util
-from pathlib import Path
-
 import pytest
 
 pytest.importorskip("torch")
@@ -28,19 +24,10 @@ ASK_OFFERED = "If you need advice instead"
 ADVICE = "Advice for your question"
 
 
-@functools.lru_cache(maxsize=1)
-def _bench():
-    spec = importlib.util.spec_from_file_location(
-        "learning_minihack", Path(__file__).resolve().parents[1] / "benchmarks" / "learning_minihack.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def _right_move(prompt: str) -> str:
-    direction = _bench().stairs_direction(prompt[prompt.rindex("You see:"):])
-    assert direction is not None
-    return direction
+    from tests.test_ask_credit import stairs_direction   # the learning benchmark's own reader
+
+    return stairs_direction(prompt)
 
 
 def make_ctx(tmp_path, **overrides):
@@ -422,3 +409,20 @@ def test_sequence_length_counts_prompt_and_generation(tmp_path):
         assert len(run(first).turns) == 0    # the first prompt already reaches it
     finally:
         ctx.close()
+
+
+def test_official_ask_style_puts_the_long_tool_instruction_in_the_first_prompt():
+    """``search_and_ask_tool.py:29-60``: the tool instruction (when to use it, how to build the
+    query around state / blocker / what was tried / what is needed, the usage limit) is added to
+    the observation at reset (``tool_env_wrapper.py:25-28``); ours: ``ask_style=official``."""
+    from crl_bench.llm.prompting import PromptConfig, build_messages
+
+    def user(style, asks_left):
+        cfg = PromptConfig(max_asks=2, ask_style=style)
+        return build_messages(cfg, family="minihack", goal="g", observation="o", history=[],
+                              admissible_actions=None, asks_left=asks_left)[1]["content"]
+
+    official = user("official", 2)
+    assert "at most 2 times" in official and "What have I tried" in official and "<ask>" in official
+    assert "What have I tried" not in user("short", 2)
+    assert "What have I tried" not in user("official", 0)      # no asks left: not offered

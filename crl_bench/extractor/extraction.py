@@ -337,7 +337,10 @@ def parse_operations_official(text: str, valid_target_ids: set[int]) -> tuple[li
     return ops, False
 
 
-def _split_memory(memory: str) -> tuple[str, str]:
+def split_title_content(memory: str) -> tuple[str, str]:
+    """An official memory text's (title, content): its ``<title>`` / ``<content>`` tags where
+    present; else the whole text is the content and its first sentence (at most 80 characters)
+    the title."""
     title = re.search(r"<title>(.*?)</title>", memory, re.DOTALL)
     content = re.search(r"<content>(.*?)</content>", memory, re.DOTALL)
     body = (content.group(1) if content else re.sub(r"<title>.*?</title>", "", memory,
@@ -366,7 +369,7 @@ def _parse_official_item(item: Any, valid_target_ids: set[int]) -> Operation | N
         memory = params.get("new_memory", params.get("updated_memory"))
         if kind not in ("add", "update") or not isinstance(memory, str):
             return None
-        title, content = _split_memory(memory)
+        title, content = split_title_content(memory)
         targets = params.get("idx", params.get("target_idx", [])) if kind == "update" else []
     else:
         kind = item.get("op")

@@ -31,12 +31,11 @@ from typing import Any, Literal, Sequence
 from crl_bench.experience.bank import ExperienceEntry, StaleEntriesError, render_entry_text
 from crl_bench.experience.manager import ExperienceManager, Generate, generation_text
 from crl_bench.extractor.extraction import (MAX_CONTENT_CHARS, MAX_TITLE_CHARS, answer_json_list,
-                                             extract_answer)
+                                             extract_answer, split_title_content)
 
 MERGE_FORMATS = ("items", "ops")
 ITEM_OPEN, ITEM_CLOSE = "<<<KNOWLEDGE_ITEM>>>", "<<<END_ITEM>>>"
 _ITEM_RE = re.compile(re.escape(ITEM_OPEN) + r"(.*?)" + re.escape(ITEM_CLOSE), re.DOTALL)
-_TAG_RE = {t: re.compile(rf"<{t}>(.*?)</{t}>", re.DOTALL) for t in ("title", "content")}
 # async_memory_manager.py:137-164 ``_is_placeholder``
 _PLACEHOLDERS = [re.compile(p) for p in (
     r"^string\d*$", r"^item\s*\d*$", r"^knowledge\s*\d*$", r"^entry\s*\d*$",
@@ -195,18 +194,6 @@ def _is_placeholder(text: str) -> bool:
     return low in _GENERIC or any(p.match(low) for p in _PLACEHOLDERS)
 
 
-def split_item(text: str) -> tuple[str, str]:
-    """An item's (title, content): its ``<title>`` / ``<content>`` tags where present; else the
-    whole text is the content and its first sentence (at most 80 characters) the title."""
-    title_m, content_m = (_TAG_RE[t].search(text) for t in ("title", "content"))
-    content = (content_m.group(1) if content_m else _TAG_RE["title"].sub("", text)).strip()
-    title = title_m.group(1).strip() if title_m else ""
-    if not title:
-        first = re.split(r"(?<=[.!?])\s", content, maxsplit=1)[0].strip()
-        title = first if len(first) <= 80 else first[:77].rstrip() + "..."
-    return title, content or text.strip()
-
-
 def parse_merge_items(text: str) -> list[tuple[str, str]] | None:
     """``parse_answer_to_list``: the items of the last ``<answer>`` block as (title, content);
     ``[]`` for an explicit ``return`` (plain or ``{"function_name": "return"}``); None when the
@@ -224,7 +211,7 @@ def parse_merge_items(text: str) -> list[tuple[str, str]] | None:
         except json.JSONDecodeError:
             pass
     items = [m.strip() for m in _ITEM_RE.findall(body)]
-    items = [split_item(m) for m in items if len(m) > 30 and not _is_placeholder(m)]
+    items = [split_title_content(m) for m in items if len(m) > 30 and not _is_placeholder(m)]
     return items or None
 
 

@@ -465,6 +465,7 @@ class RunContext:
                                   max_new_tokens=r.max_new_tokens, seed=seed)
         kwargs = dict(history=r.history, think=r.think, max_episode_tokens=r.max_episode_tokens,
                       sequence_length=r.sequence_length or None,
+                      ask_style=self.cfg.experience.ask_style,
                       format_penalty=r.format_penalty, max_asks=self.cfg.experience.max_asks,
                       conversation=r.conversation, observation_last=r.observation_last)
         if r.small_model_prompt:
