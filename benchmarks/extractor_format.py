@@ -125,7 +125,8 @@ def main(argv: list[str] | None = None) -> int:
 
     rows = [("extraction", f, o, lambda f=f, o=o: extraction_row(f, o))
             for f in ("free", "op", "title", "content") for o in (True, False)]
-    rows += [("merge", f, None, lambda f=f: merge_row(f)) for f in ("ops", "items", "items+template")]
+    rows += [("merge", f, None, lambda f=f: merge_row(f))
+             for f in ("ops", "items", "items+template")]
     rows += [("ask", s, None, lambda s=s: ask_row(s)) for s in ("short", "official")]
 
     calls = set(args.calls.split(","))

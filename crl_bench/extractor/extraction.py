@@ -297,7 +297,8 @@ def parse_operations(text: str, valid_target_ids: set[int], max_ops: int = MAX_O
     return ops, False
 
 
-def parse_operations_official(text: str, valid_target_ids: set[int]) -> tuple[list[Operation], bool]:
+def parse_operations_official(text: str, valid_target_ids: set[int]
+                              ) -> tuple[list[Operation], bool]:
     """Parse the extractor's answer as the official parser does
     (``async_memory_manager.py:1172-1312`` ``parse_functional_operations_from_response`` and
     ``:1788-1795`` ``execute_functional_operations``). Returns ``(operations, malformed)``.

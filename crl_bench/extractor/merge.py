@@ -336,7 +336,8 @@ def merge_bank(manager: ExperienceManager, generate: Generate, *, step: int, chu
         else:
             messages = [build_merge_messages(entries, fam) for fam, entries in windows]
         if template is not None:
-            messages = [m + [{"role": "assistant", "content": template.prefill()}] for m in messages]
+            prefill = {"role": "assistant", "content": template.prefill()}
+            messages = [m + [prefill] for m in messages]
             generations = list(generate(messages, stop=template.stop))
         else:
             generations = list(generate(messages))

@@ -312,7 +312,8 @@ class ExtractorTrack:
         metrics: dict[str, Any] = {"step": step, "extractor/extract_s": time.perf_counter() - t0,
                                    "extractor/malformed_frac": sum(s.malformed for s in new_samples)
                                    / max(1, len(new_samples))}
-        if not self.fence_merges and self.merge_every and step - self.last_merge_step >= self.merge_every:
+        due = self.merge_every and step - self.last_merge_step >= self.merge_every
+        if due and not self.fence_merges:
             metrics.update(self.merge(step))
         with self._cond:  # bank writes of this batch are done: a waiting rollout may start
             self._writes_done += 1

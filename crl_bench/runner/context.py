@@ -254,7 +254,8 @@ class RunContext:
         self.actor_sampling = SamplingParams(temperature=r.temperature, top_p=r.top_p,
                                              top_k=r.top_k, max_new_tokens=r.max_new_tokens)
         self.extractor_sampling = SamplingParams(temperature=e.temperature, top_p=e.top_p,
-                                                 top_k=e.top_k, max_new_tokens=e.max_new_tokens, stop=("</answer>",))
+                                                 top_k=e.top_k, max_new_tokens=e.max_new_tokens,
+                                                 stop=("</answer>",))
 
     def build_actor_trainer(self) -> None:
         from crl_bench.runner.trainer import RoleTrainer
@@ -390,7 +391,8 @@ class RunContext:
                     obs, info = None, None
                 if info is not None:
                     goal, first_obs = str(info.get("goal", "")), str(obs)
-                    query = retrieval_query(g.task.family, goal, first_obs, self.cfg.experience.query)
+                    query = retrieval_query(g.task.family, goal, first_obs,
+                                            self.cfg.experience.query)
                     if g.with_experience:
                         retrieved[:g.with_experience] = self.manager.retrieve(
                             [query] * g.with_experience, family=g.task.family)
