@@ -396,6 +396,9 @@ def _cpu() -> RunConfig:
         extractor=ExtractorConfig(lr=1e-4, buffer_size=8, max_new_tokens=48, micro_batch_size=2,
                                   micro_batch_tokens=2048,
                                   max_samples_per_update=8, answer_template="content",
+                                  # merges in the official item format, pre-filled up to one
+                                  # item's text: malformed 5/8 vs 8/8 with the JSON decisions
+                                  # (benchmarks/extractor_format.py --calls merge --samples 8)
                                   merge_format="items",
                                   max_trajectory_chars=1500),
         experience=ExperienceConfig(warmup_steps=1, merge_every=5),
