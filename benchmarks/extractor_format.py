@@ -1,15 +1,21 @@
-"""Can the embedded model write the extractor's answer? Valid-answer rate per answer format.
+"""Can the embedded model write the extractor's answers? Share of malformed outputs per answer
+format, for the three extractor calls: extraction, merge and Search-and-Ask.
 
-For a solved and a failed MiniHack-like episode, samples N extractor answers with the real
-extractor prompt under four formats and counts how many pass the strict parser:
+One run measures every format side by side on the same prompts (N samples per row, the ``cpu``
+preset's 48 new tokens by default):
 
-- ``free``: the model writes ``<answer>[...]</answer>`` itself;
-- ``op``: the assistant turn is pre-filled with ``<answer>[{"op": "``;
-- ``title``: pre-filled up to the title of an ``add`` (``<answer>[{"op": "add", "title": "``);
-- ``content``: :class:`crl_bench.extractor.extraction.ContentTemplate` (op and title fixed, the
-  model writes the content and closes it with a quote) — the ``cpu`` preset's format.
+- extraction (a solved and a failed MiniHack-like episode):
+  ``free`` (the model writes ``<answer>[...]</answer>`` itself), ``op`` (pre-filled
+  ``<answer>[{"op": "``), ``title`` (pre-filled up to an ``add``'s title) and ``content``
+  (:class:`crl_bench.extractor.extraction.ContentTemplate`, the ``cpu`` preset's format);
+- merge (one window of 5 entries): ``ops`` (the JSON decisions, ``extractor.merge_format=ops``,
+  the ``cpu`` preset's format before the official one), ``items`` (the official
+  ``<<<KNOWLEDGE_ITEM>>>`` answer, written freely) and ``items+template``
+  (:class:`crl_bench.extractor.merge.ItemTemplate`, the ``cpu`` preset's merge format now);
+- Search-and-Ask: ``short`` (our short prompt: an answer without ``<answer>`` is malformed) and
+  ``official`` (``experience.ask_style=official``: such an answer is handed on whole).
 
-    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/extractor_format.py --samples 8
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/extractor_format.py --samples 4
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from types import SimpleNamespace
 
 TRAJECTORY = """[step 1]
 You are in a small room. The stairs down are 3 steps to the east and 1 step to the north.
@@ -31,60 +38,123 @@ The stairs down are 2 steps to the east.
 The stairs down are 1 step to the east.
 > east"""
 GOAL = "Reach the stairs down."
+ENTRIES = [
+    ("Reach the stairs down: what worked", "Move toward the stairs down one step at a time, "
+     "reducing the larger distance first."),
+    ("Stairs to the east", "When the stairs are to the east, walk east until they are adjacent, "
+     "then step onto them."),
+    ("Reach the stairs down: what went wrong", "Walking into walls wastes turns; read the "
+     "observation before moving."),
+    ("Blocked path", "If a wall blocks the direct way to the stairs, go around it along the wall."),
+    ("Diagonal moves", "When the stairs are both north and east, a northeast move covers both."),
+]
+
+
+def _entries():
+    return [SimpleNamespace(id=i + 1, title=t, content=c, times_retrieved=1, n_used=0,
+                            mean_outcome=None, render=lambda t=t, c=c: f"{t}: {c}")
+            for i, (t, c) in enumerate(ENTRIES)]
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="smollm2-135m")
-    p.add_argument("--samples", type=int, default=8, help="samples per (format, outcome)")
-    p.add_argument("--max-new-tokens", type=int, default=96)
+    p.add_argument("--samples", type=int, default=4, help="samples per row")
+    p.add_argument("--max-new-tokens", type=int, default=48)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--show", type=int, default=2, help="answers printed per row")
+    p.add_argument("--show", type=int, default=1, help="answers printed per row")
+    p.add_argument("--calls", default="extraction,merge,ask",
+                   help="comma-separated subset of extraction, merge, ask")
     args = p.parse_args(argv)
 
     import torch
 
     from crl_bench.extractor.extraction import (ContentTemplate, build_extraction_messages,
-                                                 parse_operations)
+                                                 extract_answer, parse_operations)
+    from crl_bench.extractor.merge import (ItemTemplate, build_item_merge_messages,
+                                           build_merge_messages, parse_merge_decisions,
+                                           parse_merge_items)
+    from crl_bench.extractor.search_ask import (EpisodeContext, build_official_ask_messages,
+                                                build_search_ask_messages)
     from crl_bench.llm.hf_backend import HFBackend
     from crl_bench.llm.types import LoraSpec, SamplingParams
 
     torch.set_num_threads(args.threads)
     backend = HFBackend(args.model, roles=("extractor",), lora=LoraSpec(r=16, alpha=32),
                         device="cpu", seed=args.seed)
-    template = ContentTemplate()
+    content, item = ContentTemplate(), ItemTemplate()
+    entries = _entries()
+    ids = [e.id for e in entries]
+    ctx = EpisodeContext(goal=GOAL, observation="The stairs down are 2 steps to the east.",
+                         family="minihack")
+    query = "Where are the stairs and how do I get there?"
+
+    def extraction_row(fmt, success):
+        messages = build_extraction_messages(
+            GOAL, TRAJECTORY, {"success": success, "score": float(success), "n_actions": 4}, [])
+        prefill = {"free": "", "op": '<answer>[{"op": "',
+                   "title": '<answer>[{"op": "add", "title": "',
+                   "content": content.prefill(GOAL, success)}[fmt]
+        stop = content.stop if fmt == "content" else ("</answer>",)
+
+        def malformed(g):
+            a = content.answer(prefill, g.text) if fmt == "content" else prefill + g.text
+            return parse_operations(a, set())[1], a
+        return messages, prefill, stop, malformed
+
+    def merge_row(fmt):
+        if fmt == "ops":
+            return (build_merge_messages(entries, "minihack"), "", ("</answer>",),
+                    lambda g: (parse_merge_decisions(g.text, ids)[1], g.text))
+        if fmt == "items":
+            return (build_item_merge_messages(entries), "", ("</answer>",),
+                    lambda g: (parse_merge_items(g.text) is None, g.text))
+
+        def templated(g):
+            a = item.answer(g.text, g.finish_reason)
+            return parse_merge_items(a) is None, a
+        return build_item_merge_messages(entries), item.prefill(), item.stop, templated
+
+    def ask_row(style):
+        if style == "short":
+            return (build_search_ask_messages(query, ctx, entries[:1]), "", ("</answer>",),
+                    lambda g: (not extract_answer(g.text), g.text))
+        return (build_official_ask_messages(query, entries[:1]), "", ("</answer>",),
+                lambda g: (not (extract_answer(g.text) or g.text.strip()), g.text))
+
+    rows = [("extraction", f, o, lambda f=f, o=o: extraction_row(f, o))
+            for f in ("free", "op", "title", "content") for o in (True, False)]
+    rows += [("merge", f, None, lambda f=f: merge_row(f))
+             for f in ("ops", "items", "items+template")]
+    rows += [("ask", s, None, lambda s=s: ask_row(s)) for s in ("short", "official")]
+
+    calls = set(args.calls.split(","))
+    rows = [r for r in rows if r[0] in calls]
     print(f"# extractor answer formats: model={args.model} samples={args.samples} per row, "
-          f"max_new_tokens={args.max_new_tokens}, temperature 0.99")
-    print(f"{'format':<8} {'outcome':<8} {'valid':>7} {'seconds':>8}")
-    totals: dict[str, list[int]] = {}
-    for fmt in ("free", "op", "title", "content"):
-        for success in (True, False):
-            messages = build_extraction_messages(
-                GOAL, TRAJECTORY, {"success": success, "score": float(success), "n_actions": 4}, [])
-            prefill = {"free": "", "op": '<answer>[{"op": "',
-                       "title": '<answer>[{"op": "add", "title": "',
-                       "content": template.prefill(GOAL, success)}[fmt]
-            ids = backend.chat_prompt_ids(messages)
-            if prefill:
-                ids += backend.tokenizer(prefill, add_special_tokens=False)["input_ids"]
-            stop = template.stop if fmt == "content" else ("</answer>",)
-            sampling = SamplingParams(temperature=0.99, top_p=0.99, max_new_tokens=args.max_new_tokens,
-                                      stop=stop, seed=args.seed)
-            t0 = time.perf_counter()
-            gens = backend.generate([ids] * args.samples, sampling, adapter="extractor")
-            seconds = time.perf_counter() - t0
-            answers = [template.answer(prefill, g.text) if fmt == "content" else prefill + g.text
-                       for g in gens]
-            valid = sum(not parse_operations(a, set())[1] for a in answers)
-            tot = totals.setdefault(fmt, [0, 0])
-            tot[0] += valid
-            tot[1] += len(answers)
-            print(f"{fmt:<8} {'solved' if success else 'failed':<8} {valid:>3}/{len(answers):<3} "
-                  f"{seconds:8.1f}")
-            for a in answers[: args.show]:
-                print("    " + json.dumps(a[:160]))
-    print("total valid: " + ", ".join(f"{k} {v[0]}/{v[1]}" for k, v in totals.items()))
+          f"max_new_tokens={args.max_new_tokens}, temperature 0.99, threads={args.threads}")
+    print(f"{'call':<11} {'format':<15} {'outcome':<8} {'malformed':>9} {'seconds':>8}")
+    totals: dict[tuple[str, str], list[int]] = {}
+    for call, fmt, outcome, build in rows:
+        messages, prefill, stop, judge = build()
+        prompt = backend.chat_prompt_ids(messages)
+        if prefill:
+            prompt += backend.tokenizer(prefill, add_special_tokens=False)["input_ids"]
+        sampling = SamplingParams(temperature=0.99, top_p=0.99, max_new_tokens=args.max_new_tokens,
+                                  stop=stop, seed=args.seed)
+        t0 = time.perf_counter()
+        gens = backend.generate([prompt] * args.samples, sampling, adapter="extractor")
+        seconds = time.perf_counter() - t0
+        judged = [judge(g) for g in gens]
+        bad = sum(m for m, _ in judged)
+        tot = totals.setdefault((call, fmt), [0, 0])
+        tot[0] += bad
+        tot[1] += len(judged)
+        label = "-" if outcome is None else ("solved" if outcome else "failed")
+        print(f"{call:<11} {fmt:<15} {label:<8} {bad:>5}/{len(judged):<3} {seconds:8.1f}")
+        for _, a in judged[: args.show]:
+            print("    " + json.dumps(a[:160]))
+    print("malformed share: " + ", ".join(f"{c}/{f} {v[0]}/{v[1]}" for (c, f), v in totals.items()))
     return 0
 
 

@@ -80,6 +80,11 @@ class RetrievalConfig:
     query_cache: int = 4096
     """Query texts whose embeddings are kept (LRU): the K rollouts of a GRPO group, and every
     epoch over the same tasks, ask with the same goal text. 0 = no cache."""
+    usage_per: str = "pick"
+    """"pick": inside one retrieval batch, each pick updates the usage counts the next query's
+    diversification sees (a group's rollouts spread over entries). "batch" (official,
+    ``async_memory_manager.py:907``): usage is recorded after the whole batch, every query of
+    the batch ranks with the counts from before it (a group usually shares one entry)."""
 
     def __post_init__(self) -> None:
         if self.k < 1:
@@ -97,6 +102,28 @@ class RetrievalConfig:
             raise ValueError("batch_size must be >= 1 and batch_wait_ms >= 0")
         if self.query_cache < 0:
             raise ValueError("query_cache must be >= 0")
+        if self.usage_per not in ("pick", "batch"):
+            raise ValueError(f"usage_per must be 'pick' or 'batch', got {self.usage_per!r}")
+
+
+def retrieval_query(family: str, goal: str, observation: str, style: str = "goal_observation"
+                    ) -> str:
+    """The text an episode start retrieves with.
+
+    ``"goal_observation"``: goal + first observation (cut at 2,000 characters) for every family.
+    ``"family"``: the official ``build_memory_query`` (``traj_env_manager.py:127-160``):
+    WebShop ``"Goal: {goal}"``, MiniHack ``"Observation: {obs}"`` (no goal: every MiniHack level
+    shares one goal text), other families ``"Goal: {goal}\nObservation: {obs}"``.
+    """
+    if style == "goal_observation":
+        return f"{goal}\n{observation}"[:2000]
+    if style != "family":
+        raise ValueError(f"query style must be 'goal_observation' or 'family', got {style!r}")
+    if family == "webshop":
+        return f"Goal: {goal}"
+    if family == "minihack":
+        return f"Observation: {observation}"
+    return f"Goal: {goal}\nObservation: {observation}" if goal else f"Observation: {observation}"
 
 
 def diversified_order(candidates: Sequence[tuple[int, float]], times_retrieved: Mapping[int, int],
@@ -312,9 +339,10 @@ class ExperienceManager:
                 times, last = self.bank.usage(ids)
                 for (ri, qi), hits in candidates.items():
                     picked = diversified_order(hits, times, last, now, cfg, self._rng)[:batch[ri].k]
-                    for i in picked:  # later queries of the same batch see these uses
-                        times[i] = times.get(i, 0) + 1
-                        last[i] = now
+                    if cfg.usage_per == "pick":  # later queries of the batch see these uses
+                        for i in picked:
+                            times[i] = times.get(i, 0) + 1
+                            last[i] = now
                     chosen[ri][qi] = picked
             flat = [i for per_req in chosen for per_q in per_req for i in per_q]
             entries = {e.id: e for e in self.bank.get(set(flat))}

@@ -135,9 +135,34 @@ operations between <answer> and </answer>, for example:
 Use only the keys shown. An answer that does not follow this format is discarded."""
 
 
+_DETAILED = """A good library entry is directly usable: it is detailed enough for an agent to \
+succeed with it alone. Its content gives (1) the situation in which it applies, (2) a concrete \
+step-by-step course of action with the specifics that carry over, (3) explicit if-then decision \
+logic with a fallback when the condition does not hold, and (4) what not to do and why. Abstract \
+away coordinates, instances and this one episode, but keep every actionable principle. Prefer \
+updating related entries into one more complete entry over adding a near-duplicate; add only a \
+genuinely new kind of insight."""
+"""What ``FUNCTIONAL_MEMORY_MODEL_SYS_PROMPT_VOTING_251207`` (``memory_prompts.yaml``) asks of
+an entry ("MEMORY CONTENT REQUIREMENTS", "MEMORY CREATION RULES"), in our words."""
+
+EXTRACTION_STYLES = ("short", "official")
+
+
+def _system_prompt(style: str, max_ops: int) -> str:
+    if style == "short":
+        return _SYSTEM.format(max_ops=max_ops)
+    if style != "official":
+        raise ValueError(f"extraction style must be one of {EXTRACTION_STYLES}, got {style!r}")
+    text = _SYSTEM.format(max_ops=max_ops)
+    text = text.replace('a short "title" and a "content" of one to four sentences.',
+                        'a short "title" and a detailed "content" (see below).')
+    head, tail = text.split("Operations you may use:", 1)
+    return head + _DETAILED + "\n\nOperations you may use:" + tail
+
+
 def build_extraction_messages(goal: str, trajectory_text: str, outcome: dict[str, Any],
-                              retrieved: Sequence[ExperienceEntry], *, max_ops: int = MAX_OPS
-                              ) -> list[dict[str, str]]:
+                              retrieved: Sequence[ExperienceEntry], *, max_ops: int = MAX_OPS,
+                              style: str = "short") -> list[dict[str, str]]:
     """Chat messages (system + user) asking the extractor for bank operations on one episode.
 
     Args:
@@ -146,6 +171,9 @@ def build_extraction_messages(goal: str, trajectory_text: str, outcome: dict[str
             ``trajectory_to_text`` / ``strip_experience_block``).
         outcome: ``{"success": bool, "score": float, "n_actions": int}``.
         retrieved: the entries shown to the agent (their ids are the valid update targets).
+        style: "short" (entries of one to four sentences) or "official" (detailed step-by-step
+            entries with situation, actions, if-then logic and what to avoid, as the official
+            extraction prompt asks).
     """
     missing = {"success", "score", "n_actions"} - set(outcome)
     if missing:
@@ -164,7 +192,7 @@ def build_extraction_messages(goal: str, trajectory_text: str, outcome: dict[str
             f"## What the agent did\n{trajectory_text.strip()}\n\n"
             f"## Your task\nDecide how the library should change: at most {max_ops} operations "
             f"(add / update / return) as a JSON list inside <answer></answer>.")
-    return [{"role": "system", "content": _SYSTEM.format(max_ops=max_ops)},
+    return [{"role": "system", "content": _system_prompt(style, max_ops)},
             {"role": "user", "content": user}]
 
 
@@ -267,6 +295,102 @@ def parse_operations(text: str, valid_target_ids: set[int], max_ops: int = MAX_O
     if "return" in kinds and len(ops) > 1:
         return [], True
     return ops, False
+
+
+def parse_operations_official(text: str, valid_target_ids: set[int]
+                              ) -> tuple[list[Operation], bool]:
+    """Parse the extractor's answer as the official parser does
+    (``async_memory_manager.py:1172-1312`` ``parse_functional_operations_from_response`` and
+    ``:1788-1795`` ``execute_functional_operations``). Returns ``(operations, malformed)``.
+
+    Accepted: the last ``<answer>`` block as a JSON list or a single object; items in our keys
+    (``{"op": "add", "title", "content"}``, ``{"op": "update", "target_ids", ...}``,
+    ``{"op": "return"}``) or in the official ones (``{"function_name": "add", "parameters":
+    {"new_memory": "<title>..</title><content>..</content>"}}``, ``update`` with ``idx`` /
+    ``target_idx`` and ``new_memory`` / ``updated_memory``, ``upvote`` / ``downvote``, which
+    change nothing here); extra keys are ignored; no cap on the number of operations or on the
+    length of a text. Operations before a ``return`` apply, those after it do not. Update
+    targets not among ``valid_target_ids`` are dropped (an update left without targets is
+    stored as an add, as the manager does for vanished targets). Malformed: no block, not JSON,
+    not a list or object, an item that is not an object or has an unknown operation or lacks
+    its text. An empty list is a valid answer that changes nothing.
+    """
+    body = extract_answer(text)
+    if body is None:
+        return [], True
+    try:
+        items = json.loads(body)
+    except json.JSONDecodeError:
+        return [], True
+    if isinstance(items, dict):
+        items = [items]
+    if not isinstance(items, list):
+        return [], True
+    ops: list[Operation] = []
+    for item in items:
+        op = _parse_official_item(item, valid_target_ids)
+        if op is None:
+            return [], True
+        if op.kind == "return":
+            break
+        if op.kind in ("add", "update"):
+            ops.append(op)
+    return ops, False
+
+
+def split_title_content(memory: str) -> tuple[str, str]:
+    """An official memory text's (title, content): its ``<title>`` / ``<content>`` tags where
+    present; else the whole text is the content and its first sentence (at most 80 characters)
+    the title."""
+    title = re.search(r"<title>(.*?)</title>", memory, re.DOTALL)
+    content = re.search(r"<content>(.*?)</content>", memory, re.DOTALL)
+    body = (content.group(1) if content else re.sub(r"<title>.*?</title>", "", memory,
+                                                    flags=re.DOTALL)).strip()
+    head = title.group(1).strip() if title else ""
+    if not head:
+        first = re.split(r"(?<=[.!?])\s", body, maxsplit=1)[0].strip()
+        head = first if len(first) <= 80 else first[:77].rstrip() + "..."
+    return head, body
+
+
+def _parse_official_item(item: Any, valid_target_ids: set[int]) -> Operation | None:
+    if not isinstance(item, dict):
+        return None
+    if "function_name" in item:
+        kind = str(item["function_name"])
+        params = item.get("parameters", {})
+        if kind == "return":
+            return Operation("return")
+        if not isinstance(params, dict):
+            return None
+        if kind in ("upvote", "downvote"):
+            idx = params.get("idx")
+            ok = isinstance(idx, list) and idx and all(isinstance(i, int) for i in idx)
+            return Operation("vote") if ok else None
+        memory = params.get("new_memory", params.get("updated_memory"))
+        if kind not in ("add", "update") or not isinstance(memory, str):
+            return None
+        title, content = split_title_content(memory)
+        targets = params.get("idx", params.get("target_idx", [])) if kind == "update" else []
+    else:
+        kind = item.get("op")
+        if kind == "return":
+            return Operation("return")
+        if kind not in ("add", "update"):
+            return None
+        title, content = item.get("title"), item.get("content")
+        if not (isinstance(title, str) and isinstance(content, str)):
+            return None
+        title, content = title.strip(), content.strip()
+        targets = item.get("target_ids", []) if kind == "update" else []
+    if kind == "update" and (not isinstance(targets, list)
+                             or not all(isinstance(t, int) and not isinstance(t, bool)
+                                        for t in targets)):
+        return None
+    if not title or not content:
+        return None
+    targets = [t for t in dict.fromkeys(targets) if t in valid_target_ids]
+    return Operation(kind, title=title, content=content, target_ids=targets)
 
 
 def _parse_item(item: Any, valid_target_ids: set[int]) -> Operation | None:

@@ -1,8 +1,18 @@
-"""The periodic merge: the prompt that shows the extractor a window of bank entries, the strict
-parser of its decisions (merge / rewrite / discard / keep) and :func:`merge_bank`, which walks the
-bank and applies them.
+"""The periodic merge: the prompt that shows the extractor a window of bank entries, the parser
+of its answer and :func:`merge_bank`, which walks the bank and applies it.
 
-Answer format, a JSON list inside ``<answer>...</answer>``; ids not mentioned are kept:
+Two answer formats (``extractor.merge_format``):
+
+``items`` (official, ``async_memory_manager.py:69-135`` ``parse_answer_to_list`` and
+``:2475-2580`` ``_merge_single_task``; prompts ``memory_prompts.yaml`` ``MERGING_PROMPT_*``): the
+answer lists the knowledge items that REPLACE the whole window, each between
+``<<<KNOWLEDGE_ITEM>>>`` and ``<<<END_ITEM>>>`` inside ``<answer>``; ``<answer>return</answer>``
+keeps the window as it is; an answer without a valid item keeps it too (malformed). Items of 30
+characters or fewer and placeholders are dropped, as officially. An entry the answer omits is
+deleted.
+
+``ops`` (this project's earlier format), a JSON list inside ``<answer>...</answer>``; ids not
+mentioned are kept:
 
     [{"op": "merge", "ids": [3, 7], "title": "...", "content": "..."},
      {"op": "rewrite", "ids": [5], "title": "...", "content": "..."},
@@ -12,13 +22,26 @@ Answer format, a JSON list inside ``<answer>...</answer>``; ids not mentioned ar
 
 from __future__ import annotations
 
+import json
+import re
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Literal, Sequence
 
 from crl_bench.experience.bank import ExperienceEntry, StaleEntriesError, render_entry_text
 from crl_bench.experience.manager import ExperienceManager, Generate, generation_text
-from crl_bench.extractor.extraction import MAX_CONTENT_CHARS, MAX_TITLE_CHARS, answer_json_list
+from crl_bench.extractor.extraction import (MAX_CONTENT_CHARS, MAX_TITLE_CHARS, answer_json_list,
+                                             extract_answer, split_title_content)
+
+MERGE_FORMATS = ("items", "ops")
+ITEM_OPEN, ITEM_CLOSE = "<<<KNOWLEDGE_ITEM>>>", "<<<END_ITEM>>>"
+_ITEM_RE = re.compile(re.escape(ITEM_OPEN) + r"(.*?)" + re.escape(ITEM_CLOSE), re.DOTALL)
+# async_memory_manager.py:137-164 ``_is_placeholder``
+_PLACEHOLDERS = [re.compile(p) for p in (
+    r"^string\d*$", r"^item\s*\d*$", r"^knowledge\s*\d*$", r"^entry\s*\d*$",
+    r"^your\s+(comprehensive\s+)?knowledge", r"^\[.*placeholder.*\]$", r"^<.*>$", r"^\.\.\.$",
+    r"^xxx+$", r"^first\s+(merged\s+)?knowledge", r"^second\s+(merged\s+)?knowledge")]
+_GENERIC = {"example", "sample", "test", "placeholder", "todo", "tbd", "na", "none"}
 
 MergeKind = Literal["merge", "rewrite", "discard", "keep"]
 
@@ -115,6 +138,107 @@ def _parse_item(item: Any, allowed: set[int]) -> MergeDecision | None:
     return MergeDecision(kind, list(ids), title, content)
 
 
+_ITEMS_SYSTEM = """You are a knowledge specialist who merges knowledge items distilled from an \
+agent's experiences. Produce fewer, stronger items: merge overlapping ones, drop poor ones, and \
+rewrite over-fitted rules into general decision logic.
+
+Quality bar: every item you output must be accurate, actionable and general enough to help on \
+other tasks of the same family (no coordinates, exact positions or one-run fixes). Prefer \
+conditional language (when / if / consider) over absolutes, tie actions to signals the agent can \
+observe, and give a fallback when the condition does not hold. Give enough detail to be directly \
+useful, typically three sentences or more.
+
+Decide:
+- merge items that share one core principle, without losing their conditions;
+- rewrite an item whose idea is useful but over-fitted or missing conditions or a fallback;
+- discard an item that is wrong, contradictory or specific to a single instance (leave it out);
+- return when the items are already good, distinct and well structured.
+
+The items you output REPLACE all the items you were shown: an item you leave out is deleted.
+Each item has the structure <title>...</title><content>...</content>.
+
+Output format (strict): think in <think></think>, then
+<answer>
+<<<KNOWLEDGE_ITEM>>>
+<title>[merged, principle-focused title]</title>
+<content>[merged knowledge]</content>
+<<<END_ITEM>>>
+[more items the same way]
+</answer>
+or, to keep the items unchanged:
+<answer>
+return
+</answer>"""
+"""``MERGING_PROMPT_SYS_PROMPT_251207`` (``memory_prompts.yaml``), in our words."""
+
+
+def render_item(entry: ExperienceEntry) -> str:
+    """An entry as the official memory value: ``<title>...</title><content>...</content>``."""
+    return f"<title>{entry.title}</title><content>{entry.content}</content>"
+
+
+def build_item_merge_messages(entries: Sequence[ExperienceEntry]) -> list[dict[str, str]]:
+    """``_call_merge_llm`` (``async_memory_manager.py:2644-2660``): the items as ``--- Entry i
+    ---`` blocks in ``MERGING_PROMPT_USE_PROMPT_251201`` (the model sees only their text)."""
+    if not entries:
+        raise ValueError("a merge window needs at least one entry")
+    listing = "\n\n".join(f"--- Entry {i + 1} ---\n{render_item(e)}" for i, e in enumerate(entries))
+    user = (f"Knowledge items to merge:\n\n{listing}\n\nMerge related items and output using "
+            f"this EXACT format:\n<think>[your analysis]</think>\n<answer>\n{ITEM_OPEN}\n"
+            f"[your merged knowledge]\n{ITEM_CLOSE}\n</answer>")
+    return [{"role": "system", "content": _ITEMS_SYSTEM}, {"role": "user", "content": user}]
+
+
+def _is_placeholder(text: str) -> bool:
+    low = text.lower().strip()
+    return low in _GENERIC or any(p.match(low) for p in _PLACEHOLDERS)
+
+
+def parse_merge_items(text: str) -> list[tuple[str, str]] | None:
+    """``parse_answer_to_list``: the items of the last ``<answer>`` block as (title, content);
+    ``[]`` for an explicit ``return`` (plain or ``{"function_name": "return"}``); None when the
+    answer has no block, is empty or holds no valid item (the window is kept)."""
+    body = extract_answer(text)
+    if not body:
+        return None
+    if body.strip().lower() == "return":
+        return []
+    if body.startswith("{") and body.endswith("}"):
+        try:
+            obj = json.loads(body)
+            if isinstance(obj, dict) and str(obj.get("function_name", "")).lower() == "return":
+                return []
+        except json.JSONDecodeError:
+            pass
+    items = [m.strip() for m in _ITEM_RE.findall(body)]
+    items = [split_title_content(m) for m in items if len(m) > 30 and not _is_placeholder(m)]
+    return items or None
+
+
+@dataclass(frozen=True)
+class ItemTemplate:
+    """The merge answer skeleton for extractors too small to write the format themselves (with
+    ``extractor.answer_template=content``): the assistant turn is pre-filled with ``<answer>``
+    and the opening of one item; the model writes the merged knowledge, which ends at
+    ``<<<`` / ``</answer>`` or its end-of-sequence token. :meth:`answer` closes the item. A text
+    cut by the token cap keeps its complete sentences (the item is what the model finished
+    within its budget); without one it stays unparseable (malformed)."""
+
+    stop: tuple[str, ...] = ("<<<", "</answer>")
+    prefill_text: str = f"<answer>\n{ITEM_OPEN}\n"
+
+    def prefill(self) -> str:
+        return self.prefill_text
+
+    def answer(self, text: str, finish_reason: str) -> str:
+        if finish_reason == "length":
+            ends = [m.end() for m in re.finditer(r"[.!?](?=\s|$)", text)]
+            if not ends:
+                return self.prefill_text + text
+            text = text[:ends[-1]]
+        return f"{self.prefill_text}{text.strip()}\n{ITEM_CLOSE}\n</answer>"
+
+
 @dataclass
 class MergeSample:
     """One extractor call of a merge, kept so the loop can train on it."""
@@ -154,7 +278,8 @@ class MergeResult:
 
 
 def merge_bank(manager: ExperienceManager, generate: Generate, *, step: int, chunk: int = 5,
-               families: Sequence[str] | None = None) -> MergeResult:
+               families: Sequence[str] | None = None, fmt: str = "ops",
+               template: ItemTemplate | None = None) -> MergeResult:
     """Walk the bank (per family, oldest first) in windows of ``chunk`` entries and let the
     extractor merge / rewrite / discard / keep them.
 
@@ -170,7 +295,14 @@ def merge_bank(manager: ExperienceManager, generate: Generate, *, step: int, chu
         step: actor step recorded on new entries.
         chunk: window size (>= 2).
         families: only these families (default: all).
+        fmt: the answer format, "items" (official: the returned items replace the window) or
+            "ops" (merge / rewrite / discard / keep decisions; entries not mentioned are kept).
+        template: with "items", pre-fill each answer up to one item (small models).
     """
+    if fmt not in MERGE_FORMATS:
+        raise ValueError(f"merge format must be one of {MERGE_FORMATS}, got {fmt!r}")
+    if template is not None and fmt != "items":
+        raise ValueError("the merge answer template needs the 'items' format")
     if chunk < 2:
         raise ValueError(f"chunk must be >= 2 (a window compares entries), got {chunk}")
     bank = manager.bank
@@ -199,8 +331,16 @@ def merge_bank(manager: ExperienceManager, generate: Generate, *, step: int, chu
             if any(queues.values()):
                 continue
             break
-        messages = [build_merge_messages(entries, fam) for fam, entries in windows]
-        generations = list(generate(messages))
+        if fmt == "items":
+            messages = [build_item_merge_messages(entries) for _, entries in windows]
+        else:
+            messages = [build_merge_messages(entries, fam) for fam, entries in windows]
+        if template is not None:
+            prefill = {"role": "assistant", "content": template.prefill()}
+            messages = [m + [prefill] for m in messages]
+            generations = list(generate(messages, stop=template.stop))
+        else:
+            generations = list(generate(messages))
         if len(generations) != len(messages):
             raise ValueError(f"generate() returned {len(generations)} outputs for "
                              f"{len(messages)} prompts")
@@ -209,17 +349,35 @@ def merge_bank(manager: ExperienceManager, generate: Generate, *, step: int, chu
                                  window_ids=[e.id for e in entries])
             result.samples.append(sample)
             result.n_windows += 1
-            carry[fam] = _apply_window(manager, sample, entries, step, result)
+            carry[fam] = _apply_window(manager, sample, entries, step, result, fmt, template)
     result.size_after = len(bank)
     manager.count_merge(result.n_windows, result.n_malformed)
     return result
 
 
+def _item_decisions(text: str, window_ids: list[int]) -> tuple[list[MergeDecision], bool]:
+    """The "items" answer as decisions: every item replaces the whole window (a window of one
+    item and one entry is a rewrite); ``return`` keeps it; no valid item: malformed."""
+    items = parse_merge_items(text)
+    if items is None:
+        return [], True
+    if not items:
+        return [MergeDecision("keep", list(window_ids))], False
+    kind: MergeKind = "merge" if len(window_ids) > 1 else "rewrite"
+    return [MergeDecision(kind, list(window_ids), t, c) for t, c in items], False
+
+
 def _apply_window(manager: ExperienceManager, sample: MergeSample, entries: list[ExperienceEntry],
-                  step: int, result: MergeResult) -> list[int]:
+                  step: int, result: MergeResult, fmt: str = "ops",
+                  template: ItemTemplate | None = None) -> list[int]:
     """Store one window's decisions; returns the ids to carry into the next window."""
-    decisions, malformed = parse_merge_decisions(generation_text(sample.generation),
-                                                 sample.window_ids)
+    text = generation_text(sample.generation)
+    if template is not None:
+        text = template.answer(text, str(getattr(sample.generation, "finish_reason", "stop")))
+    if fmt == "items":
+        decisions, malformed = _item_decisions(text, sample.window_ids)
+    else:
+        decisions, malformed = parse_merge_decisions(text, sample.window_ids)
     sample.decisions, sample.malformed = decisions, malformed
     if malformed:
         result.n_malformed += 1
@@ -231,7 +389,7 @@ def _apply_window(manager: ExperienceManager, sample: MergeSample, entries: list
     for d in decisions:
         if d.kind == "keep":
             continue
-        deletes.extend(d.ids)
+        deletes.extend(i for i in d.ids if i not in deletes)  # "items": each item, every id
         if d.kind == "discard":
             continue
         parents = [by_id[i] for i in d.ids]
@@ -257,13 +415,16 @@ def _apply_window(manager: ExperienceManager, sample: MergeSample, entries: list
     sample.created_ids, sample.deleted_ids = commit.added_ids, commit.deleted_ids
     result.created_ids += commit.added_ids
     result.deleted_ids += commit.deleted_ids
+    counted: set[int] = set()
     for d in decisions:
+        fresh = [i for i in d.ids if i not in counted]
+        counted.update(fresh)
         if d.kind == "merge":
-            result.merged += len(d.ids)
+            result.merged += len(fresh)
         elif d.kind == "rewrite":
-            result.rewritten += 1
+            result.rewritten += 1 if fresh else 0
         elif d.kind == "discard":
-            result.discarded += len(d.ids)
+            result.discarded += len(fresh)
     return list(commit.added_ids)
 
 

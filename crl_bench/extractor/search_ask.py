@@ -56,6 +56,39 @@ Think first if you want, then put the advice, addressed to the agent, between <a
 </answer>."""
 
 
+_OFFICIAL_SYSTEM = """You are an expert knowledge specialist helping an agent that is stuck or \
+struggling with a task to make progress.
+
+You receive the agent's query and knowledge retrieved from a knowledge base meant to help it.
+1. Analyse the agent's situation: understand its specific challenge from the query.
+2. Judge the relevance: is the retrieved knowledge applicable to its current problem?
+3. Judge the helpfulness: will it genuinely help, or could it confuse the agent?
+
+The retrieved knowledge may be wrong, incomplete or too specific: check it against your own \
+knowledge of the world and supplement it. Give detailed, informative, well-structured knowledge.
+
+In your final answer do NOT mention or critique the retrieved knowledge and do NOT explain why \
+some of it may not apply: give only actionable guidance.
+
+Put your reasoning between <think> and </think> and the knowledge for the agent between \
+<answer> and </answer>; make it actionable and aimed at the agent's challenge."""
+"""``TOOL_USE_SYS_PROMPT_251203`` (``memory_prompts.yaml:712-735``), in our words."""
+
+ASK_STYLES = ("short", "official")
+
+
+def build_official_ask_messages(query: str, entries: Sequence[ExperienceEntry]
+                                ) -> list[dict[str, str]]:
+    """``TOOL_USE_USE_PROMPT_251203`` (``memory_prompts.yaml:737-744``): the query and the
+    retrieved knowledge, nothing else."""
+    listing = "\n".join(e.render() for e in entries)
+    user = (f"**Query:**\n{query.strip()}\n\n**Retrieved Knowledge:**\n{listing}\n\n"
+            "Please analyze the situation and provide the most helpful knowledge to assist the "
+            "agent. Formulate your analysis in the <think>...</think> tags and output the "
+            "knowledge in the <answer>...</answer> tags.")
+    return [{"role": "system", "content": _OFFICIAL_SYSTEM}, {"role": "user", "content": user}]
+
+
 def build_search_ask_messages(query: str, context: EpisodeContext,
                               entries: Sequence[ExperienceEntry], *,
                               max_observation_chars: int = 2000) -> list[dict[str, str]]:
@@ -80,11 +113,20 @@ class SearchAndAsk:
         manager: retrieval goes through it (diversified, usage counted).
         generate: the extractor role: ``generate(list of message lists) -> [obj with .text]``.
         k: entries retrieved per question.
+        style: "short" (at most five sentences, 1,500 characters; an unparseable answer is
+            malformed and the actor gets the entries) or "official"
+            (``async_memory_manager.py:2700-2830``: the long knowledge-specialist prompt, no cap;
+            an answer without ``<answer>`` is the whole response, handed on and trained like any
+            other, :2822-2830).
     """
 
-    def __init__(self, manager: ExperienceManager, generate: Generate, *, k: int = 2) -> None:
+    def __init__(self, manager: ExperienceManager, generate: Generate, *, k: int = 2,
+                 style: str = "short") -> None:
         if k < 1:
             raise ValueError(f"k must be >= 1, got {k}")
+        if style not in ASK_STYLES:
+            raise ValueError(f"style must be one of {ASK_STYLES}, got {style!r}")
+        self.style = style
         self.manager = manager
         self.generate = generate
         self.k = k
@@ -99,18 +141,23 @@ class SearchAndAsk:
         entries = self.manager.retrieve([query], k=self.k, family=context.family)[0]
         if not entries:
             return NO_MATCH
-        messages = build_search_ask_messages(query, context, entries)
+        official = self.style == "official"
+        messages = (build_official_ask_messages(query, entries) if official
+                    else build_search_ask_messages(query, context, entries))
         generation = list(self.generate([messages]))
         if len(generation) != 1:
             raise ValueError(f"generate() returned {len(generation)} outputs for 1 prompt")
         answer = extract_answer(generation_text(generation[0]))
+        if official and not answer:  # the whole response is the answer (and is trained)
+            answer = generation_text(generation[0]).strip()
         malformed = not answer
         if malformed:
             # The actor still gets something useful: the entries themselves.
             guidance = "Related experience:\n" + "\n".join(f"- {e.render()}" for e in entries)
         else:
             guidance = answer
-        guidance = clip_middle(guidance, MAX_GUIDANCE_CHARS)
+        if not official:
+            guidance = clip_middle(guidance, MAX_GUIDANCE_CHARS)
         with self._lock:
             self.samples.append(SearchAskSample(
                 query=query, context=context, messages=messages, generation=generation[0],

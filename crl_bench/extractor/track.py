@@ -116,6 +116,10 @@ class ExtractorTrack:
         self._done = 0
         self.updates = 0
         self.last_merge_step = 0
+        self.fence_merges = False
+        """Official fencing: merges run only in the actor's pre-rollout flush (:meth:`merge`,
+        called by the run), not after each batch."""
+        self._training_now = False
         self.stats: dict[str, float] = {"extractions": 0, "malformed": 0, "ops_applied": 0,
                                         "merges": 0, "dropped_uncredited": 0, "buffer_evicted": 0,
                                         "not_distilled": 0}
@@ -153,10 +157,13 @@ class ExtractorTrack:
         from crl_bench.extractor.gate import gate_credit
 
         for t in trajectories:
-            if t.with_experience and t.experience_ids:
+            # credit_ids: entries dropped by an unparseable gate verdict whose writers are still
+            # credited with the plain score (experience.gate_invalid_credit, official)
+            ids = t.experience_ids or t.meta.get("credit_ids", [])
+            if t.with_experience and ids:
                 value = gate_credit(t.score, t.meta.get("gate"))
-                self.record_usage(t.experience_ids, value)
-                self.manager.record_outcomes(t.experience_ids, value)
+                self.record_usage(ids, value)
+                self.manager.record_outcomes(ids, value)
 
     def record_usage(self, entry_ids: list[int], score: float) -> None:
         """A finished trajectory used these entries and ended with ``score`` (the credit value:
@@ -232,9 +239,8 @@ class ExtractorTrack:
                     self._cond.notify_all()
 
     def _process(self, step: int, trajectories: list[Any]) -> None:
-        from crl_bench.extractor.merge import merge_bank
         from crl_bench.extractor.extraction import (build_extraction_messages, parse_operations,
-                                                     trajectory_to_text)
+                                                     parse_operations_official, trajectory_to_text)
 
         t0 = time.perf_counter()
         messages, metas = [], []
@@ -252,7 +258,8 @@ class ExtractorTrack:
                      for turn in traj.turns]
             text = trajectory_to_text(pairs, max_chars=self.cfg.max_trajectory_chars)
             outcome = {"success": traj.success, "score": traj.score, "n_actions": traj.n_actions}
-            msgs = build_extraction_messages(traj.goal, text, outcome, retrieved)
+            msgs = build_extraction_messages(traj.goal, text, outcome, retrieved,
+                                             style=self.cfg.extraction_style)
             prefill = ""
             if self.template is not None:
                 prefill = self.template.prefill(traj.goal, bool(traj.success))
@@ -271,8 +278,11 @@ class ExtractorTrack:
             new_samples = []
             for gen, (traj, retrieved_ids, prefill) in zip(generations, metas):
                 answer = gen.text if self.template is None else self.template.answer(prefill, gen.text)
-                ops, malformed = parse_operations(answer, valid_target_ids=retrieved_ids,
-                                                  max_ops=self.cfg.max_ops)
+                if self.cfg.extraction_style == "official":  # caps nothing, return ends the list
+                    ops, malformed = parse_operations_official(answer, retrieved_ids)
+                else:
+                    ops, malformed = parse_operations(answer, valid_target_ids=retrieved_ids,
+                                                      max_ops=self.cfg.max_ops)
                 written: list[int] = []
                 if not malformed and ops:
                     key = traj.meta.get("query") if self.key_by_episode_start else None
@@ -302,20 +312,36 @@ class ExtractorTrack:
         metrics: dict[str, Any] = {"step": step, "extractor/extract_s": time.perf_counter() - t0,
                                    "extractor/malformed_frac": sum(s.malformed for s in new_samples)
                                    / max(1, len(new_samples))}
-        if self.merge_every and step - self.last_merge_step >= self.merge_every:
-            t1 = time.perf_counter()
-            result = merge_bank(self.manager, self.generate, step=step, chunk=self.merge_chunk)
-            self.last_merge_step = step
-            self.stats["merges"] += 1
-            metrics["extractor/merge_s"] = time.perf_counter() - t1
-            metrics.update({f"bank/merge_{k}": v for k, v in _merge_counts(result).items()})
-            if self.cfg.train_merges:
-                self._add_merge_samples(result, step)
+        due = self.merge_every and step - self.last_merge_step >= self.merge_every
+        if due and not self.fence_merges:
+            metrics.update(self.merge(step))
         with self._cond:  # bank writes of this batch are done: a waiting rollout may start
             self._writes_done += 1
             self._cond.notify_all()
         metrics.update(self._maybe_train(step))
         self.log(metrics)
+
+    @property
+    def training(self) -> bool:
+        """An extractor update is running (official ``_has_pending_memory_train``)."""
+        return self._training_now
+
+    def merge(self, step: int) -> dict[str, Any]:
+        """One merge pass over the bank (the extractor's merge calls); returns its metrics."""
+        from crl_bench.extractor.merge import ItemTemplate, merge_bank
+
+        t1 = time.perf_counter()
+        items = self.cfg.merge_format == "items"  # small models: the item template
+        result = merge_bank(self.manager, self.generate, step=step, chunk=self.merge_chunk,
+                            fmt=self.cfg.merge_format,
+                            template=ItemTemplate() if items and self.template else None)
+        self.last_merge_step = step
+        self.stats["merges"] += 1
+        metrics: dict[str, Any] = {"extractor/merge_s": time.perf_counter() - t1}
+        metrics.update({f"bank/merge_{k}": v for k, v in _merge_counts(result).items()})
+        if self.cfg.train_merges:
+            self._add_merge_samples(result, step)
+        return metrics
 
     def _add_merge_samples(self, result: Any, step: int) -> None:
         """Merge calls become extractor samples, credited like adds: by the use of the entries
@@ -368,6 +394,14 @@ class ExtractorTrack:
 
     def _train(self, step: int, ready: list[ExtractorSample], usage: list[list[float]],
                out: dict[str, Any]) -> dict[str, Any]:
+        self._training_now = True
+        try:
+            return self._train_batch(step, ready, usage, out)
+        finally:
+            self._training_now = False
+
+    def _train_batch(self, step: int, ready: list[ExtractorSample], usage: list[list[float]],
+                     out: dict[str, Any]) -> dict[str, Any]:
         import torch
 
         from crl_bench.algorithms.credit import count_aware_weights, extractor_advantages, extractor_rewards

@@ -56,6 +56,10 @@ class PromptConfig:
     env's ``max_steps`` (30 when it has none)."""
     max_episode_tokens: int = 8192
     """Cap on generated tokens per episode; each turn's max_new_tokens shrinks to what is left."""
+    sequence_length: int | None = None
+    """Cap on prompt + generated tokens of a turn (official ``sequence_length``,
+    ``traj_env_manager.py:318-331``): a turn whose prompt reaches it ends the episode, otherwise
+    its max_new_tokens shrinks to what is left. None = no cap."""
     max_prompt_tokens: int | None = None
     """If a prompt is longer, the oldest history turns are dropped; if it still is, the episode
     ends truncated. None = no cap."""
@@ -65,6 +69,10 @@ class PromptConfig:
     ask_tag: str = "ask"
     max_asks: int = 2
     """Asks allowed per episode (only offered when the engine has an ask callback)."""
+    ask_style: str = "short"
+    """How Search-and-Ask is offered: "short" (one sentence in the answer-format line) or
+    "official" (also the long tool instruction, :data:`ASK_INSTRUCTION`, in the episode's first
+    prompt, as the official tool wrapper adds it at reset)."""
     stop_at_tags: bool = True
     """Stop generation at ``</answer>`` and ``</ask>`` (the completion keeps the closing tag)."""
     observation_last: bool = False
@@ -108,6 +116,8 @@ class PromptConfig:
                 raise ValueError(f"tag {tag!r} must be a plain word such as 'answer' or 'ask'.")
         if self.answer_tag == self.ask_tag:
             raise ValueError("answer_tag and ask_tag must differ.")
+        if self.ask_style not in ("short", "official"):
+            raise ValueError(f"ask_style must be 'short' or 'official', got {self.ask_style!r}.")
         if "text" not in self.system_prompts:
             raise ValueError("system_prompts needs a 'text' entry: the fallback for families "
                              "without their own prompt.")
@@ -156,6 +166,29 @@ def _cut(text: str, limit: int | None) -> str:
     return f"{text[:half]}\n[... {len(text) - 2 * half} characters cut ...]\n{text[-half:]}"
 
 
+ASK_INSTRUCTION = """You can consult a knowledge base that gives critical information when you \
+are uncertain or stuck. Its answer is only as good as your question: write a detailed, \
+self-contained query that shows your whole situation.
+
+When to use it: you are unsure about the rules, mechanics or goal of the environment; several \
+approaches keep failing; you need to check your understanding of an object, an entity or your \
+own state; you suspect a hidden mechanic or a required sequence of actions.
+
+How to write the query, around four questions:
+1. What is my current state? What is around me, which objects or entities are present, in what \
+state and where; my own status; the apparent immediate goal.
+2. What exactly blocks me? What stops my progress, what confuses me.
+3. What have I tried, and with what result? (so that the advice does not repeat it)
+4. What exactly do I need to know? One clear, direct question.
+
+Limits: you can use it at most {n} times in this episode; after that you must rely on your own \
+reasoning. Use it strategically, for the most important blocking points first.
+
+Wrap the whole query in <{q}>...</{q}>."""
+"""The Search-and-Ask tool instruction (``experience.ask_style=official``): what the official
+``search_and_ask_tool.py:29-60`` ``tool_instruction`` says, in our words."""
+
+
 def build_messages(config: PromptConfig, *, family: str, goal: str, observation: str,
                    history: list[HistoryItem], admissible_actions: list[str] | None,
                    experience_text: str = "", asks_left: int = 0, turn_index: int = 0,
@@ -184,6 +217,8 @@ def build_messages(config: PromptConfig, *, family: str, goal: str, observation:
         parts.append(current)
     if config.show_admissible and admissible_actions:
         parts.append("Admissible actions: " + ", ".join(admissible_actions))
+    if asks_left > 0 and config.ask_style == "official":
+        parts.append(ASK_INSTRUCTION.format(q=config.ask_tag, n=config.max_asks))
     parts.append(_format_line(config, admissible_actions, asks_left,
                               example_action(config, admissible_actions, example_seed, turn_index)))
     if config.observation_last:

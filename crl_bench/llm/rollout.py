@@ -358,6 +358,13 @@ class RolloutEngine:
                     if bar is not None:
                         bar.update(1)
                     continue
+                if self.prompt.sequence_length is not None:  # official: prompt + generation
+                    if len(prompt_ids) >= self.prompt.sequence_length:
+                        self._finish(ep, truncated=True, reason="sequence_length")
+                        if bar is not None:
+                            bar.update(1)
+                        continue
+                    budget = min(budget, self.prompt.sequence_length - len(prompt_ids))
                 batch.append((ep, prompt_ids, budget))
             if not batch:
                 break

@@ -88,6 +88,9 @@ class RolloutConfig:
     think: bool = False
     """Ask for <think>...</think> before the answer."""
     max_episode_tokens: int = 4096
+    sequence_length: int = 0
+    """Cap on a turn's prompt + generated tokens (official ``sequence_length``: 32,768); 0 = off
+    (``max_episode_tokens`` counts generated tokens only)."""
     format_penalty: float = 0.0
     small_model_prompt: bool = False
     """Prompt settings under which a ~100M model emits valid answers (no thinking, an example
@@ -168,10 +171,16 @@ class ExtractorConfig(OptimConfig):
     """Train the extractor whenever this many credited samples are waiting (paper: 64)."""
     temperature: float = 0.99
     top_p: float = 0.99
+    top_k: int = 0
+    """Extractor sampling top-k (0: off; official 50, ROLL's generating-args default)."""
     max_new_tokens: int = 192
     max_ops: int = 3
     count_power: float = 0.5
     cooldown: int = 1
+    count_reweight: bool = True
+    """Count-aware reweighting of extractor samples in effect (the paper's description). False:
+    every weight is 1, as in the official pipeline as launched (its usage look-up finds no
+    training record, ``multi_agentic_pipeline.py:889``)."""
     max_reuse: int = 3
     """A credited sample is trained at most this many times (count-aware weights shrink it)."""
     credit_horizon: int = 4
@@ -207,6 +216,20 @@ class ExtractorConfig(OptimConfig):
     wait_before_rollout: bool = False
     """Pending bank writes (distillation and merge of submitted steps) finish before each rollout
     (official flush); the wait is logged as ``timing_s/bank_wait``. False: never wait."""
+    extraction_style: str = "short"
+    """The extraction prompt and parser: "short" (entries of one to four sentences, at most
+    ``max_ops`` operations, texts capped, ``return`` alone) or "official" (detailed step-by-step
+    entries; the parser caps nothing, accepts the official operation keys too, and applies the
+    operations before a ``return``). See ``crl_bench.extractor.extraction``."""
+    merge_format: str = "ops"
+    """The merge answer: "items" (official: ``<<<KNOWLEDGE_ITEM>>>`` blocks that replace the
+    whole window; an entry left out is deleted) or "ops" (merge / rewrite / discard / keep
+    decisions as JSON; entries not mentioned are kept). See ``crl_bench.extractor.merge``."""
+    fence: str = "always"
+    """With ``wait_before_rollout``: "always" waits for the pending bank writes before every
+    rollout and merges after a batch's writes; "official" (``async_memory_fencing.py:4-5``,
+    ``multi_agentic_pipeline.py:1237-1261``) skips the wait while an extractor update runs, and
+    merges only inside the wait (every ``experience.merge_every`` steps, skipped with it)."""
     answer_template: str = "free"
     """"free": the extractor writes its JSON operations itself. "content": the answer is
     pre-filled up to the content of one ``add`` and the model writes only that content (for
@@ -234,6 +257,26 @@ class ExperienceConfig:
     gate: bool = False
     """Agents that retrieve with the accept / refine / reject gate by default (an agent option
     ``method.gate`` overrides it; official: on)."""
+    ask_offer: str = "with_experience"
+    """Which episodes are offered Search-and-Ask: "with_experience" or "all" (official: the tool
+    wrapper is on every env, both halves and evaluation; only the asks of with-experience
+    training episodes are trained)."""
+    ask_style: str = "short"
+    """The extractor's Search-and-Ask answer: "short" (at most five sentences / 1,500
+    characters; unparseable: the actor gets the entries, the call is malformed) or "official"
+    (the long knowledge-specialist prompt, no cap; an answer without ``<answer>`` is the whole
+    response, handed on and trained). See ``crl_bench.extractor.search_ask``."""
+    gate_invalid_credit: bool = False
+    """An unparseable gate verdict still credits the entry's writer with the plain episode score
+    (official: only the shown knowledge is dropped). False: no credit."""
+    query: str = "goal_observation"
+    """The retrieval query: "goal_observation" (goal + first observation, every family) or
+    "family" (official ``build_memory_query``: MiniHack ``Observation: ...`` without the goal,
+    WebShop ``Goal: ...``, others goal + observation)."""
+    usage_per: str = "pick"
+    """When retrieval usage counts are updated inside one retrieval batch: "pick" (each pick is
+    seen by the next query of the batch) or "batch" (official: after the whole batch, so a
+    group's with-experience rollouts usually share one entry)."""
     warmup_steps: int = 1
     """First steps only fill the bank; the actor is not trained (paper text: 5; official code: 6,
     see ``_paper``)."""
@@ -246,6 +289,9 @@ class EvalConfig:
     episodes_per_task: int = 8
     """Held-out episodes per task, each played with and without experience."""
     at_start: bool = True
+    modes: str = "both"
+    """Evaluation modes: "both" (without and with experience) or "with_experience" (official:
+    ``eval_memory_split`` off, every evaluation episode with memory)."""
 
 
 @dataclass
@@ -350,6 +396,10 @@ def _cpu() -> RunConfig:
         extractor=ExtractorConfig(lr=1e-4, buffer_size=8, max_new_tokens=48, micro_batch_size=2,
                                   micro_batch_tokens=2048,
                                   max_samples_per_update=8, answer_template="content",
+                                  # merges in the official item format, pre-filled up to one
+                                  # item's text: malformed 5/8 vs 8/8 with the JSON decisions
+                                  # (benchmarks/extractor_format.py --calls merge --samples 8)
+                                  merge_format="items",
                                   max_trajectory_chars=1500),
         experience=ExperienceConfig(warmup_steps=1, merge_every=5),
         eval=EvalConfig(every=5, episodes_per_task=8),
@@ -389,7 +439,7 @@ def _paper() -> RunConfig:
         # the actor sees the whole conversation, 4,096 new tokens per turn, top-k 100
         rollout=RolloutConfig(groups=16, group_size=8, temperature=0.99, top_p=0.99, top_k=100,
                               max_new_tokens=4096, conversation="full", history=-1, think=True,
-                              max_episode_tokens=32768,
+                              max_episode_tokens=32768, sequence_length=32768,
                               env_max_steps={"minihack": 30, "webshop": 15, "alfworld": 30, "swe": 50}),
         # one sequence per trajectory, loss on every assistant turn, seq-mean-token-mean, old
         # log-probs recomputed by the trainer (the official ROLL configs)
@@ -402,12 +452,20 @@ def _paper() -> RunConfig:
                                   max_trajectory_chars=0, keep_reasoning=True,
                                   distill="with_experience", sample_policy="buffer",
                                   train_malformed=False, update_mode="replace", train_merges=True,
-                                  wait_before_rollout=True),
+                                  wait_before_rollout=True,
+                                  # yaml :251 temperature 1.0; top-k 50: ROLL's generating-args
+                                  # default; count-aware weights not in effect as launched
+                                  temperature=1.0, top_k=50, count_reweight=False,
+                                  merge_format="items", extraction_style="official",
+                                  fence="official"),
         experience=ExperienceConfig(embedder="Qwen/Qwen3-Embedding-0.6B", k=1, oversample=16, lam=0.4,
                                     recent_s=300.0, drop_recent_top1_p=0.5, capacity=20_000,
                                     merge_every=5, merge_chunk=5, max_asks=2, ask_k=1,
-                                    key="episode_start", gate=True, warmup_steps=6),
-        eval=EvalConfig(every=32, episodes_per_task=128),
+                                    key="episode_start", gate=True, warmup_steps=6,
+                                    ask_offer="all", ask_style="official",
+                                    gate_invalid_credit=True, query="family", usage_per="batch"),
+        # yaml eval_steps: 1, val_batch_size: 128, eval_memory_split off
+        eval=EvalConfig(every=1, episodes_per_task=128, modes="with_experience"),
     )
 
 

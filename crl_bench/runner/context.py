@@ -254,7 +254,8 @@ class RunContext:
         self.actor_sampling = SamplingParams(temperature=r.temperature, top_p=r.top_p,
                                              top_k=r.top_k, max_new_tokens=r.max_new_tokens)
         self.extractor_sampling = SamplingParams(temperature=e.temperature, top_p=e.top_p,
-                                                 max_new_tokens=e.max_new_tokens, stop=("</answer>",))
+                                                 top_k=e.top_k, max_new_tokens=e.max_new_tokens,
+                                                 stop=("</answer>",))
 
     def build_actor_trainer(self) -> None:
         from crl_bench.runner.trainer import RoleTrainer
@@ -277,7 +278,7 @@ class RunContext:
                               embedder_name=embedder.name)
         retrieval = RetrievalConfig(k=x.k, oversample=x.oversample, diversify=diversify, lam=x.lam,
                                     recent_s=x.recent_s, drop_recent_top1_p=x.drop_recent_top1_p,
-                                    seed=self.cfg.seed)
+                                    seed=self.cfg.seed, usage_per=x.usage_per)
         # recency on the run's logical clock (steps, see RetrievalConfig.step_s), not wall time:
         # a resumed run must take the uninterrupted run's decisions
         clock = step_clock(lambda: self.step, retrieval.step_s,
@@ -303,9 +304,12 @@ class RunContext:
             self.manager, self.extractor_generate, self.extractor_trainer, self.cfg.extractor,
             temperature=self.extractor_sampling.logprob_temperature,
             merge_every=x.merge_every if merge else 0, merge_chunk=x.merge_chunk,
-            count_reweight=count_reweight, asynchronous=self.cfg.extractor.asynchronous,
+            count_reweight=count_reweight and self.cfg.extractor.count_reweight,
+            asynchronous=self.cfg.extractor.asynchronous,
             log=self._log_extractor, run_name=self.run.path.name,
             key_by_episode_start=x.key == "episode_start")
+        self.extractor.fence_merges = (self.cfg.extractor.fence == "official"
+                                       and self.cfg.extractor.wait_before_rollout)
 
     def _log_extractor(self, metrics: dict[str, Any]) -> None:
         with self._extractor_metrics_lock:
@@ -366,6 +370,7 @@ class RunContext:
 
     def _episode_specs(self, phase: str, step: int, plan: list[GroupPlan]) -> list[Any]:
         """All K episodes of a group share the seed, i.e. the same task instance."""
+        from crl_bench.experience.manager import retrieval_query
         from crl_bench.llm.rollout import EpisodeSpec
 
         specs = []
@@ -386,7 +391,8 @@ class RunContext:
                     obs, info = None, None
                 if info is not None:
                     goal, first_obs = str(info.get("goal", "")), str(obs)
-                    query = f"{goal}\n{first_obs}"[:2000]
+                    query = retrieval_query(g.task.family, goal, first_obs,
+                                            self.cfg.experience.query)
                     if g.with_experience:
                         retrieved[:g.with_experience] = self.manager.retrieve(
                             [query] * g.with_experience, family=g.task.family)
@@ -429,7 +435,9 @@ class RunContext:
                 self.extractor.stats[key] = self.extractor.stats.get(key, 0) + 1
             spec.meta["gate"] = decision.verdict
             spec.experience_text = decision.knowledge
-            if decision.verdict is None:  # official: memory_uids = [] -> no credit
+            if decision.verdict is None:  # official: memory_uids = [] (nothing shown)
+                if self.cfg.experience.gate_invalid_credit:  # writers still credited (score)
+                    spec.meta["credit_ids"] = list(spec.experience_ids)
                 spec.experience_ids = []
 
     def wait_for_bank(self) -> None:
@@ -439,8 +447,16 @@ class RunContext:
             return
         from crl_bench.runner.trainer import timed
 
+        fenced = self.cfg.extractor.fence == "official"
+        if fenced and self.extractor.training:  # official: no flush (nor merge) while it trains
+            self.extractor.stats["flush_skipped"] = self.extractor.stats.get("flush_skipped", 0) + 1
+            return
         with timed(self.timings, "timing_s/bank_wait"):
             self.extractor.wait_writes()
+        every = self.cfg.experience.merge_every
+        if fenced and self.extractor.merge_every and every and self.step % every == 0:
+            with timed(self.timings, "timing_s/merge"):  # the merge sits inside the flush
+                self._log_extractor({"step": self.step, **self.extractor.merge(self.step)})
 
     def _engine(self, ask: Any, seed: int) -> Any:
         from crl_bench.llm.rollout import PromptConfig, RolloutEngine
@@ -450,6 +466,8 @@ class RunContext:
         sampling = SamplingParams(temperature=r.temperature, top_p=r.top_p, top_k=r.top_k,
                                   max_new_tokens=r.max_new_tokens, seed=seed)
         kwargs = dict(history=r.history, think=r.think, max_episode_tokens=r.max_episode_tokens,
+                      sequence_length=r.sequence_length or None,
+                      ask_style=self.cfg.experience.ask_style,
                       format_penalty=r.format_penalty, max_asks=self.cfg.experience.max_asks,
                       conversation=r.conversation, observation_last=r.observation_last)
         if r.small_model_prompt:
@@ -457,11 +475,11 @@ class RunContext:
             prompt = PromptConfig.for_small_model(example_pick=r.example_pick, **kwargs)
         else:
             prompt = PromptConfig(**kwargs)
-        # ask_requires_experience: Search-and-Ask is not even offered to without-experience
-        # episodes (issue 16.11: offering it and then refusing wasted their turns)
+        # experience.ask_offer="with_experience": Search-and-Ask is not even offered to
+        # without-experience episodes; "all": offered to every episode (official tool wrapper)
         return RolloutEngine(self.backend, sampling, prompt, adapter="actor", ask_callback=ask,
                              progress=False, on_progress=self.progress.on_play_progress,
-                             ask_requires_experience=True)
+                             ask_requires_experience=self.cfg.experience.ask_offer != "all")
 
     def play(self, phase: str, step: int, plan: list[GroupPlan], *, sampling_seed: int) -> list[Any]:
         """Play every episode of ``plan`` concurrently (one batched model call per turn).
@@ -496,17 +514,18 @@ class RunContext:
         from crl_bench.extractor.search_ask import SearchAndAsk
         from crl_bench.extractor.track import ExtractorSample
 
-        saa = SearchAndAsk(self.manager, self.extractor_generate, k=self.cfg.experience.ask_k)
+        saa = SearchAndAsk(self.manager, self.extractor_generate, k=self.cfg.experience.ask_k,
+                           style=self.cfg.experience.ask_style)
         by_episode: dict[int, list[ExtractorSample]] = {}
 
         def ask(query: str, spec: Any, context: dict[str, Any]) -> str:
-            if not spec.with_experience:  # "without experience" must stay without it
+            if not spec.with_experience and self.cfg.experience.ask_offer != "all":
                 return "Searching the experience library is not available in this episode."
             before = len(saa.samples)
             answer = saa(query, {"goal": context.get("goal", ""),
                                  "observation": context.get("observation", ""),
                                  "family": spec.meta.get("family"), "task_id": str(spec.seed)})
-            if record:
+            if record and spec.with_experience:  # only with-memory asks are trained (official)
                 for rec in saa.samples[before:]:
                     gen = rec.generation
                     by_episode.setdefault(id(spec), []).append(ExtractorSample(

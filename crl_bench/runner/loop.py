@@ -145,6 +145,8 @@ class Trainer:
     def evaluate(self, step: int) -> dict[str, Any]:
         ctx = self.ctx
         modes = [False] + ([True] if ctx.manager is not None else [])
+        if ctx.manager is not None and ctx.cfg.eval.modes == "with_experience":
+            modes = [True]  # official: eval_memory_split off, every episode with memory
         records, summaries = [], []
         out: dict[str, Any] = {}
         for with_exp in modes:

@@ -86,12 +86,14 @@ FIELD_RANGES: dict[str, Range] = {
     "rollout.max_new_tokens": Range(1, MAX_TOKENS),
     "rollout.history": Range(-1, 1024, note="-1: the whole episode"),
     "rollout.max_episode_tokens": Range(1, MAX_TOKENS),
+    "rollout.sequence_length": Range(0, MAX_TOKENS, note="0: off"),
     "rollout.format_penalty": Range(0, 100),
     **{f"actor.{k}": v for k, v in _OPTIM_RANGES.items()},
     **{f"extractor.{k}": v for k, v in _OPTIM_RANGES.items()},
     "extractor.buffer_size": Range(1, 1 << 20),
     "extractor.temperature": Range(0, 10, lo_open=True),
     "extractor.top_p": Range(0, 1, lo_open=True),
+    "extractor.top_k": Range(0, 1 << 20, note="0: off"),
     "extractor.max_new_tokens": Range(1, MAX_TOKENS),
     "extractor.max_ops": Range(1, 64),
     "extractor.count_power": Range(0, 10),
@@ -297,6 +299,11 @@ def validate_config(cfg: "RunConfig") -> None:
     _check_name("actor.advantage", cfg.actor.advantage, ADVANTAGES.names(), "advantage estimator")
     _check_name("extractor.answer_template", cfg.extractor.answer_template, ANSWER_TEMPLATES,
                 "answer template")
+    _check_name("extractor.extraction_style", cfg.extractor.extraction_style,
+                ("short", "official"), "extraction prompt and parser style")
+    _check_name("extractor.fence", cfg.extractor.fence, ("always", "official"), "bank fencing")
+    _check_name("extractor.merge_format", cfg.extractor.merge_format, ("items", "ops"),
+                "merge answer format")
     _check_name("extractor.distill", cfg.extractor.distill, ("all", "with_experience"),
                 "distillation set")
     _check_name("extractor.sample_policy", cfg.extractor.sample_policy, ("pool", "buffer"),
@@ -304,6 +311,15 @@ def validate_config(cfg: "RunConfig") -> None:
     _check_name("extractor.update_mode", cfg.extractor.update_mode, ("in_place", "replace"),
                 "update mode")
     _check_name("experience.key", cfg.experience.key, ("entry", "episode_start"), "retrieval key")
+    _check_name("experience.ask_offer", cfg.experience.ask_offer, ("with_experience", "all"),
+                "Search-and-Ask offer")
+    _check_name("experience.ask_style", cfg.experience.ask_style, ("short", "official"),
+                "Search-and-Ask answer style")
+    _check_name("experience.query", cfg.experience.query, ("goal_observation", "family"),
+                "retrieval query")
+    _check_name("experience.usage_per", cfg.experience.usage_per, ("pick", "batch"),
+                "retrieval usage update")
+    _check_name("eval.modes", cfg.eval.modes, ("both", "with_experience"), "evaluation modes")
     if cfg.model.lora_r == 0 and cfg.model.backend == "vllm":
         raise ConfigError("model.lora_r=0 (full fine-tuning) needs the hf backend: the vllm "
                           "backend serves LoRA adapters only. Use --set model.backend=hf or a "
@@ -313,7 +329,7 @@ def validate_config(cfg: "RunConfig") -> None:
         # ratio needs the untruncated ones (what the hf backend records), so the trainer must
         # recompute them (docs/vllm.md)
         for role, top_k, top_p in (("actor", cfg.rollout.top_k, cfg.rollout.top_p),
-                                   ("extractor", 0, cfg.extractor.top_p)):
+                                   ("extractor", cfg.extractor.top_k, cfg.extractor.top_p)):
             if (top_k > 0 or top_p < 1.0) and not getattr(cfg, role).recompute_old_logprobs:
                 raise ConfigError(
                     f"model.backend=vllm with {role} sampling truncated (top_k={top_k}, "
