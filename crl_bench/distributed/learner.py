@@ -117,19 +117,21 @@ class LearnerRankImpl:
         self.backend = HFBackend(**self.backend_spec)
         self.trainer = RoleTrainer(self.backend, self.role, self.optim,
                                    total_steps=self.total_steps, seed=self.seed)
-        with torch.no_grad():
-            for p in self.trainer.params:
+        with torch.no_grad():  # the full-precision weights (fp32 masters of a bf16 model)
+            for p in self.trainer.precision.optimized:
                 dist.broadcast(p.data, src=0)
+        self.trainer.precision.write_back()
         return os.getpid()
 
     def pid(self) -> int:
         return os.getpid()
 
     def load_weights(self, weights: Sequence[Any]) -> None:
-        load_role_weights(self.backend, self.role, weights)
+        self.trainer.load_weights(weights)
 
     def weights(self) -> list[Any]:
-        return role_weights(self.backend, self.role)
+        """The trained weights at full precision (fp32 masters of a bf16 model)."""
+        return self.trainer.weights()
 
     def state_dict(self) -> dict[str, Any]:
         return self.trainer.state_dict()
@@ -161,34 +163,33 @@ class LearnerRankImpl:
                                                              temperature=temperature,
                                                              score_mask=cmask[:, 1:] > 0)
                     recomputed.append(lp.float().detach() * cmask[:, 1:].to(lp.device))
-        tr.optimizer.zero_grad(set_to_none=True)
         stats = getattr(self.backend, "train_stats", None)
         encoded_before = stats["model_tokens"] if stats else 0
-        for ci, chunk in enumerate(chunks):
-            ids, attn, lp_old, adv, cmask = collated[ci]
-            logprobs = self.backend.forward_token_logprobs(self.role, ids, attn,
-                                                           temperature=temperature,
-                                                           score_mask=cmask[:, 1:] > 0)
-            logprobs = logprobs.float()
-            dev = logprobs.device
-            lp = logprobs * cmask[:, 1:].to(dev)
-            old = recomputed[ci] if recomputed else lp_old[:, 1:].to(dev)
-            out, m = loss_fn(lp, old, adv[:, 1:].to(dev), cmask[:, 1:].to(dev),
-                             agg=agg, **loss_kwargs)
-            chunk_tokens = sum(s.n_tokens for s in chunk)
-            share = (chunk_tokens / totals["tokens"] if agg == "token-mean"
-                     else len(chunk) / totals["seqs"])
-            (out * share).backward()
-            total_loss += float(out.detach()) * share
-            m_share = chunk_tokens / totals["active_tokens"]
-            for k, v in m.items():
-                sums[k] = sums.get(k, 0.0) + float(v) * m_share
+        with tr.begin_step():
+            for ci, chunk in enumerate(chunks):
+                ids, attn, lp_old, adv, cmask = collated[ci]
+                logprobs = self.backend.forward_token_logprobs(self.role, ids, attn,
+                                                               temperature=temperature,
+                                                               score_mask=cmask[:, 1:] > 0)
+                logprobs = logprobs.float()
+                dev = logprobs.device
+                lp = logprobs * cmask[:, 1:].to(dev)
+                old = recomputed[ci] if recomputed else lp_old[:, 1:].to(dev)
+                out, m = loss_fn(lp, old, adv[:, 1:].to(dev), cmask[:, 1:].to(dev),
+                                 agg=agg, **loss_kwargs)
+                chunk_tokens = sum(s.n_tokens for s in chunk)
+                share = (chunk_tokens / totals["tokens"] if agg == "token-mean"
+                         else len(chunk) / totals["seqs"])
+                (out * share).backward()
+                total_loss += float(out.detach()) * share
+                m_share = chunk_tokens / totals["active_tokens"]
+                for k, v in m.items():
+                    sums[k] = sums.get(k, 0.0) + float(v) * m_share
         # RoleTrainer's token counts, summed over the ranks with the sums above
         sums.update(token_counts([s for chunk in chunks for s in chunk], stats, encoded_before))
         # gradients of the whole batch on every rank: one flat buffer, summed
-        params = tr.params
-        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-        flat = torch.cat([g.reshape(-1).float() for g in grads])
+        params = tr.precision.optimized  # fp32 masters of a bf16 model: reduced in fp32
+        flat = torch.cat([g.reshape(-1).float() for g in tr.gradients()])
         dist.all_reduce(flat, op=dist.ReduceOp.SUM)
         offset = 0
         for p in params:
@@ -199,14 +200,14 @@ class LearnerRankImpl:
         keys = sorted(set().union(*[set(x) for x in self._all_gather_keys(sorted(sums))]))
         scal = torch.tensor([total_loss] + [sums.get(k, 0.0) for k in keys], dtype=torch.float64)
         dist.all_reduce(scal, op=dist.ReduceOp.SUM)
-        grad_norm = torch.nn.utils.clip_grad_norm_(params, tr.cfg.max_grad_norm)
-        if self.keep_grads:
-            self.last_grads = [p.grad.detach().to("cpu").clone() for p in params]
+        if self.keep_grads:  # clipped as the step sees them (the clip scales in place)
+            def keep(*_: Any, **__: Any) -> None:
+                self.last_grads = [p.grad.detach().to("cpu").clone() for p in params]
+            handle = tr.optimizer.register_step_pre_hook(keep)
         factor = _schedule_factor(tr.updates, tr.cfg, tr.total_steps)
-        for group in tr.optimizer.param_groups:
-            group["lr"] = tr.cfg.lr * factor
-        tr.optimizer.step()
-        tr.optimizer.zero_grad(set_to_none=True)
+        grad_norm = tr.finish_step(tr.cfg.lr * factor)
+        if self.keep_grads:
+            handle.remove()
         tr.updates += 1
         self.backend.after_update(self.role)
         metrics = {k: float(v) for k, v in zip(keys, scal[1:].tolist())}
