@@ -2,6 +2,7 @@
 
     torchrun --nproc_per_node N tests/_fsdp_worker.py OUT --updates K [--save-at S CKPT]
         [--resume CKPT] [--checkpointing] [--compute float32|bfloat16]
+    torchrun --nproc_per_node N tests/_fsdp_worker.py OUT --precision-check
 
 Trains the tiny random model with :class:`~crl_bench.distributed.fsdp.ShardedLearner` on the
 batches of :func:`batch` (update ``i`` trains on ``batch(i)``), optionally saves a sharded
@@ -52,13 +53,17 @@ def main() -> None:
     ap.add_argument("--resume", default=None)
     ap.add_argument("--checkpointing", action="store_true")
     ap.add_argument("--compute", default="float32")
+    ap.add_argument("--precision-check", action="store_true")
     args = ap.parse_args()
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     try:
-        learner = ShardedLearner(SPEC, "actor", OptimConfig(**CFG), total_steps=10, seed=0,
-                                 compute_dtype=args.compute,
-                                 activation_checkpointing=args.checkpointing)
+        if args.precision_check:
+            precision_check(args.out)
+            return
+        cfg = OptimConfig(**CFG, activation_checkpointing=args.checkpointing)
+        learner = ShardedLearner(dict(SPEC, dtype=args.compute), "actor", cfg, total_steps=10,
+                                 seed=0)
         if args.resume:
             learner.load(args.resume)
         metrics = []
@@ -74,6 +79,34 @@ def main() -> None:
                         "pid": os.getpid()}, args.out)
     finally:
         dist.destroy_process_group()
+
+
+def precision_check(out: str) -> None:
+    """One update at lr 1e-6 of an fp32-compute and of a bf16-compute learner: the shards'
+    dtypes, the weights before and after and the gradient each optimiser step used."""
+    import torch
+
+    from crl_bench.distributed.fsdp import ShardedLearner
+    from crl_bench.runner.config import OptimConfig
+
+    cfg = OptimConfig(**dict(CFG, lr=1e-6, max_grad_norm=1e9))
+    result = {}
+    for dtype in ("float32", "bfloat16"):
+        learner = ShardedLearner(dict(SPEC, dtype=dtype), "actor", cfg, total_steps=1)
+        before = learner.full_weights()
+        step = learner.trainer.optimizer.step
+        grads = []
+
+        def capture(*a, step=step, grads=grads, learner=learner, **k):
+            grads.append([p.grad.full_tensor().clone() for p in learner.trainer.params])
+            return step(*a, **k)
+
+        learner.trainer.optimizer.step = capture
+        learner.update(batch(0), **KW)
+        result[dtype] = {"dtypes": [str(p.dtype) for p in learner.trainer.params],
+                         "before": before, "after": learner.full_weights(), "grads": grads[0]}
+    if torch.distributed.get_rank() == 0:
+        torch.save(result, out)
 
 
 if __name__ == "__main__":

@@ -84,20 +84,35 @@ def test_a_sharded_checkpoint_resumes_exactly(runs):
             assert torch.equal(torch.as_tensor(got[name][key]), torch.as_tensor(want[name][key])), (name, key)
 
 
-def test_lora_is_refused_by_the_sharded_learner():
-    """LoRA keeps the replicated learner; asking the sharded one names that (no group needed:
-    the check comes after the group check, so run it in a 1-rank gloo group)."""
-    import torch.distributed as dist
+def test_bf16_compute_keeps_fp32_shards_that_take_the_whole_small_step(tmp_path):
+    """bf16 ``dtype``: FSDP2 computes in bf16 (the gradient differs from the fp32 one, within
+    2%) while the shards, the optimiser's weights, stay fp32: a step at lr 1e-6 is the fp32
+    AdamW step from that gradient (the bounds of tests/test_mixed_precision.py). One rank."""
+    got = torchrun(tmp_path / "precision.pt", "--precision-check", nproc=1)
+    for dtype in ("float32", "bfloat16"):
+        assert set(got[dtype]["dtypes"]) == {"torch.float32"}
+    flat16 = torch.cat([g.flatten() for g in got["bfloat16"]["grads"]])
+    flat32 = torch.cat([g.flatten() for g in got["float32"]["grads"]])
+    rel = float((flat16 - flat32).norm() / flat32.norm())
+    assert 0 < rel <= 2e-2, rel
+    before, after = got["bfloat16"]["before"], got["bfloat16"]["after"]
+    ref = [torch.nn.Parameter(w.clone()) for w in before]
+    for w, g in zip(ref, got["bfloat16"]["grads"]):
+        w.grad = g.clone()
+    torch.optim.AdamW(ref, lr=1e-6, weight_decay=CFG["weight_decay"]).step()
+    delta = torch.cat([(a - b).flatten().double() for a, b in zip(after, before)])
+    want = torch.cat([(r.detach() - b).flatten().double() for r, b in zip(ref, before)])
+    assert float((delta - want).norm() / want.norm()) <= 1e-2
+    assert float((delta[want != 0] != 0).double().mean()) >= 0.99
 
+
+def test_lora_and_a_missing_process_group_are_refused_by_name():
+    """LoRA keeps the replicated learner; outside torchrun the learner says how to launch."""
     from crl_bench.distributed.fsdp import ShardedLearner
     from crl_bench.llm.types import LoraSpec
     from crl_bench.runner.config import ConfigError, OptimConfig
 
+    with pytest.raises(ConfigError, match="full fine-tuning"):
+        ShardedLearner(dict(SPEC, lora=LoraSpec()), "actor", OptimConfig(), total_steps=1)
     with pytest.raises(RuntimeError, match="torchrun"):
         ShardedLearner(SPEC, "actor", OptimConfig(), total_steps=1)
-    dist.init_process_group("gloo", init_method="tcp://127.0.0.1:0", rank=0, world_size=1)
-    try:
-        with pytest.raises(ConfigError, match="full fine-tuning"):
-            ShardedLearner(dict(SPEC, lora=LoraSpec()), "actor", OptimConfig(), total_steps=1)
-    finally:
-        dist.destroy_process_group()

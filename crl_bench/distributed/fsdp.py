@@ -7,8 +7,8 @@ decoder layer, then to the root (embeddings, final norm, the tied head), so each
 1/N of the fp32 parameters, their gradients and the optimiser state, and gathers one layer's
 weights at a time for its forward and backward.
 
-* Precision: the sharded parameters are fp32 (they are the masters); with
-  ``compute_dtype="bfloat16"`` FSDP2's ``MixedPrecisionPolicy(param_dtype=bf16,
+* Precision: the sharded parameters are fp32 (they are the masters); with a bf16 ``dtype``
+  FSDP2's ``MixedPrecisionPolicy(param_dtype=bf16,
   reduce_dtype=fp32)`` casts each gathered layer to bf16 for compute and reduce-scatters the
   gradients in fp32. Per rank: (4 weight + 4 gradient + 8 AdamW) x P / N bytes, plus one layer's
   gathered bf16 weights and gradients in flight.
@@ -20,7 +20,8 @@ weights at a time for its forward and backward.
   AdamW step on the shards. Every rank runs the same number of micro-batches (the short ones
   pad with a zero-advantage sample): each forward and backward gathers weights from all ranks.
 * Long trajectories: ``micro_batch_tokens`` bounds a micro-batch's padded tokens, and
-  ``activation_checkpointing`` recomputes each decoder layer's activations in the backward
+  ``activation_checkpointing`` (both :class:`~crl_bench.runner.config.OptimConfig` fields)
+  recomputes each decoder layer's activations in the backward
   instead of keeping them (transformers' gradient checkpointing, non-reentrant).
 * Checkpoints: :meth:`ShardedLearner.save` writes a sharded checkpoint with
   ``torch.distributed.checkpoint`` (each rank its own shards of the weights and AdamW's state;
@@ -58,30 +59,27 @@ class ShardedLearner:
 
     Args:
         backend_spec: :class:`~crl_bench.llm.hf_backend.HFBackend` keyword arguments
-            (``model_name``, ``device``, ``seed``...); ``lora`` must be None. The model is loaded
-            in fp32 whatever ``dtype`` says (the shards are the fp32 masters).
+            (``model_name``, ``device``, ``seed``...); ``lora`` must be None. ``dtype`` is the
+            compute dtype (``"auto"``: bf16 on capable CUDA, fp32 on CPU): the model is loaded
+            in fp32 (the shards are the masters) and a 16-bit ``dtype`` becomes FSDP2's
+            ``param_dtype``, with gradients reduced in fp32.
         role: the role to train.
-        optim: its :class:`~crl_bench.runner.config.OptimConfig` (``mini_batches`` must be 1).
+        optim: its :class:`~crl_bench.runner.config.OptimConfig` (``mini_batches`` must be 1;
+            ``activation_checkpointing`` and ``micro_batch_tokens`` for long trajectories).
         total_steps, seed: as for ``RoleTrainer``.
-        compute_dtype: ``"bfloat16"`` (gathered weights cast for compute, gradients reduced in
-            fp32) or ``"float32"``.
-        activation_checkpointing: recompute decoder-layer activations in the backward.
     """
 
     def __init__(self, backend_spec: dict[str, Any], role: str, optim: Any, *, total_steps: int,
-                 seed: int = 0, compute_dtype: str = "bfloat16",
-                 activation_checkpointing: bool = False) -> None:
+                 seed: int = 0) -> None:
         import torch
         import torch.distributed as dist
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
         from crl_bench.llm.hf_backend import HFBackend
+        from crl_bench.llm.models import pick_device, pick_dtype
         from crl_bench.runner.config import ConfigError
-        from crl_bench.runner.trainer import RoleTrainer
+        from crl_bench.runner.trainer import RoleTrainer, enable_checkpointing
 
-        if not dist.is_initialized():
-            raise RuntimeError("ShardedLearner needs an initialised torch.distributed process "
-                               "group: launch with torchrun (gloo on CPU, nccl on GPU)")
         if backend_spec.get("lora") is not None:
             raise ConfigError("the sharded learner is for full fine-tuning (lora_r=0); LoRA "
                               "trains with the replicated data-parallel learner")
@@ -89,9 +87,11 @@ class ShardedLearner:
             raise ConfigError(f"{role}.mini_batches={optim.mini_batches}: the sharded learner "
                               f"takes one optimiser step per update; use --set "
                               f"{role}.mini_batches=1")
-        dtypes = {"bfloat16": torch.bfloat16, "float32": torch.float32}
-        if compute_dtype not in dtypes:
-            raise ConfigError(f"compute_dtype={compute_dtype!r}: use bfloat16 or float32")
+        if not dist.is_initialized():
+            raise RuntimeError("ShardedLearner needs an initialised torch.distributed process "
+                               "group: launch with torchrun (gloo on CPU, nccl on GPU)")
+        compute = pick_dtype(str(backend_spec.get("dtype", "auto")),
+                             pick_device(str(backend_spec.get("device", "auto"))))
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
         self.role, self.cfg = role, optim
         spec = dict(backend_spec, roles=(role,), lora=None, dtype="float32",
@@ -100,13 +100,11 @@ class ShardedLearner:
         # the frozen base copy serves generation with adapter=None; a learner never generates
         self.backend._models.pop("base", None)
         self.model = model = self.backend.trainable_model(role)
-        if activation_checkpointing:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-            model.train()  # transformers checkpoints in training mode only (Llama: no dropout)
+        if getattr(optim, "activation_checkpointing", False):
+            enable_checkpointing(model)  # before sharding; RoleTrainer.begin_step uses it
         policy = None
-        if compute_dtype != "float32":
-            policy = MixedPrecisionPolicy(param_dtype=dtypes[compute_dtype],
-                                          reduce_dtype=torch.float32)
+        if compute != torch.float32:
+            policy = MixedPrecisionPolicy(param_dtype=compute, reduce_dtype=torch.float32)
         kwargs = {"mp_policy": policy} if policy is not None else {}
         self.units = [fully_shard(layer, **kwargs) for layer in decoder_layers(model)]
         self.units.append(fully_shard(model, **kwargs))

@@ -21,7 +21,8 @@ process, split over ranks:
 4. loss and diagnostics are summed across ranks the same way.
 
 Transport: gloo on CPU (tested), NCCL on GPU (``device="cuda"``: one GPU per rank from the
-placement group; not run here). Models too large to replicate want FSDP; see docs/scaling.md.
+placement group; not run here). Full fine-tuning of models too large to replicate: the sharded
+learner, :mod:`crl_bench.distributed.fsdp`.
 Ranks are placed with a PACK placement group (one bundle per rank), so that a multi-GPU learner
 lands on as few nodes as possible.
 """
@@ -43,15 +44,9 @@ def role_weights(backend: Any, role: str) -> list[Any]:
 
 def load_role_weights(backend: Any, role: str, weights: Sequence[Any]) -> None:
     """Copy ``weights`` (from :func:`role_weights` of a backend built the same way) into ``role``."""
-    import torch
+    from crl_bench.runner.precision import copy_weights
 
-    params = backend.trainable_parameters(role)
-    if len(params) != len(weights):
-        raise ValueError(f"{len(weights)} tensors for {len(params)} parameters of role {role!r}: "
-                         "the backends were not built the same way")
-    with torch.no_grad():
-        for p, w in zip(params, weights):
-            p.copy_(w.to(device=p.device, dtype=p.dtype))
+    copy_weights(backend.trainable_parameters(role), weights, f"parameters of role {role!r}")
 
 
 def _free_port() -> int:

@@ -88,27 +88,27 @@ class MixedPrecision:
 
     def load(self, weights: Sequence[Any]) -> None:
         """Set every trained weight (aligned with :attr:`params`) at full precision."""
-        import torch
-
-        if len(weights) != len(self.optimized):
-            raise ValueError(f"{len(weights)} tensors for {len(self.optimized)} trained weights: "
-                             "they come from a differently built model")
-        with torch.no_grad():
-            for o, w in zip(self.optimized, weights):
-                o.copy_(w.to(device=o.device, dtype=o.dtype))
-        self.write_back()
+        self._set(self.optimized, weights, "trained weights")
 
     def load_masters(self, masters: Sequence[Any] | None) -> None:
         """Set the fp32 masters (as saved from :attr:`masters`) and the module from them;
         ``None``: from the module's current 16-bit weights (a checkpoint without masters)."""
-        import torch
-
         if masters is None:
             masters = [p for p, _ in self._pairs]
-        if len(masters) != len(self.masters):
-            raise ValueError(f"{len(masters)} saved masters for {len(self.masters)} 16-bit "
-                             "parameters: the checkpoint is of a differently built model")
-        with torch.no_grad():
-            for m, w in zip(self.masters, masters):
-                m.copy_(w.to(device=m.device, dtype=m.dtype))
+        self._set(self.masters, masters, "fp32 masters")
+
+    def _set(self, targets: list[Any], values: Sequence[Any], what: str) -> None:
+        copy_weights(targets, values, what)
         self.write_back()
+
+
+def copy_weights(targets: Sequence[Any], values: Sequence[Any], what: str) -> None:
+    """``targets[i] := values[i]`` in place, cast to each target's dtype and device."""
+    import torch
+
+    if len(values) != len(targets):
+        raise ValueError(f"{len(values)} tensors for {len(targets)} {what}: they come from a "
+                         "differently built model")
+    with torch.no_grad():
+        for t, v in zip(targets, values):
+            t.copy_(v.to(device=t.device, dtype=t.dtype))

@@ -184,7 +184,15 @@ class RoleTrainer:
         self.optimizer.zero_grad(set_to_none=True)
         for p in self.params:
             p.grad = None
-        return self.precision.accumulating()
+        stack = contextlib.ExitStack()
+        stack.enter_context(self.precision.accumulating())
+        if getattr(self.cfg, "activation_checkpointing", False):
+            stack.enter_context(checkpointing(self.backend.trainable_model(self.adapter)))
+            if getattr(self.backend, "share_prompt_prefix", False):
+                # a shared prompt prefix is passed as KV cache, which transformers drops inside
+                # checkpointed layers: every row encodes its whole sequence instead
+                stack.enter_context(_attribute(self.backend, "share_prompt_prefix", False))
+        return stack
 
     def finish_step(self, lr: float) -> Any:
         """Clip the accumulated gradient, one AdamW step at ``lr``, the module's weights
@@ -423,6 +431,39 @@ def micro_batches(samples: Sequence[TrainSample], size: int, max_tokens: int = 0
     if current:
         chunks.append(current)
     return chunks
+
+
+@contextlib.contextmanager
+def _attribute(obj: Any, name: str, value: Any):
+    old = getattr(obj, name)
+    setattr(obj, name, value)
+    try:
+        yield
+    finally:
+        setattr(obj, name, old)
+
+
+def enable_checkpointing(model: Any) -> None:
+    """Turn on transformers' (non-reentrant) gradient checkpointing of ``model``'s decoder
+    layers; it acts in training mode only."""
+    on = getattr(model, "is_activation_checkpointing", None)
+    if on is None:
+        on = getattr(model, "is_gradient_checkpointing", False)
+    if not on:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+
+@contextlib.contextmanager
+def checkpointing(model: Any):
+    """Inside: ``model`` recomputes its decoder layers' activations in the backward (training
+    mode: no dropout in the supported models, so the forward is unchanged); its mode after."""
+    enable_checkpointing(model)
+    was_training = model.training
+    model.train()
+    try:
+        yield
+    finally:
+        model.train(was_training)
 
 
 @contextlib.contextmanager
