@@ -151,3 +151,18 @@ def test_lora_on_a_bf16_base_steps_its_fp32_adapters_directly(samples):
     before = [p.detach().clone() for p in trainer.params]
     trainer.update(samples, **KW)
     assert any(not torch.equal(p, b) for p, b in zip(trainer.params, before))
+
+
+def test_reloading_the_modules_own_bf16_weights_keeps_the_masters(samples):
+    """A driver that sends the module's bf16 weights back (a resume through the replicated
+    learner) must not replace the masters by their rounding; other weights do replace them."""
+    trainer = RoleTrainer(bf16_backend(), "actor", OptimConfig(**CFG), total_steps=1)
+    trainer.update(samples, **KW)
+    masters = [m.detach().clone() for m in stepped(trainer)]
+    trainer.load_weights([p.detach().clone() for p in trainer.params])
+    for m, w in zip(stepped(trainer), masters):
+        assert torch.equal(m, w)
+    other = [(p.detach().float() + 0.5).to(torch.bfloat16) for p in trainer.params]
+    trainer.load_weights(other)
+    for m, p, o in zip(stepped(trainer), trainer.params, other):
+        assert torch.equal(m, o.float()) and torch.equal(p.detach(), o)

@@ -87,7 +87,15 @@ class MixedPrecision:
                 p.copy_(m)
 
     def load(self, weights: Sequence[Any]) -> None:
-        """Set every trained weight (aligned with :attr:`params`) at full precision."""
+        """Set every trained weight (aligned with :attr:`params`) at full precision. A 16-bit
+        tensor that is exactly its master rounded (the module's own weights, sent back) leaves
+        the master as it is: reloading the module must not drop the masters' extra bits."""
+        import torch
+
+        if len(weights) == len(self.optimized):
+            weights = [o if o is not p and is_low_precision(w)
+                       and torch.equal(o.detach().to(w.dtype), w.to(o.device)) else w
+                       for p, o, w in zip(self.params, self.optimized, weights)]
         self._set(self.optimized, weights, "trained weights")
 
     def load_masters(self, masters: Sequence[Any] | None) -> None:
