@@ -18,7 +18,7 @@ import random
 
 SPEC = dict(model_name="tiny-random", seed=0, device="cpu")
 CFG = dict(lr=1e-3, weight_decay=0.01, max_grad_norm=1.0, micro_batch_size=2,
-           micro_batch_tokens=48)
+           micro_batch_tokens=32)
 KW = dict(loss="ppo_clip", loss_kwargs={"clip_eps": 0.2}, agg="token-mean", temperature=1.0)
 
 
