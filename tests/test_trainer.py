@@ -436,3 +436,40 @@ def test_mini_batches_take_one_step_each_against_the_playing_policy(fresh, gens)
     one = RoleTrainer(backend, "actor", OptimConfig(lr=0.0, mini_batches=1), total_steps=1, seed=5)
     m1 = one.update(samples, loss="ppo_clip", loss_kwargs={"clip_eps": 0.2}, temperature=TEMPERATURE)
     assert "optimizer_steps" not in m1 and m1["samples"] == 6
+
+
+def checkpointed_update(backend, samples, on):
+    """(gradient, calls of a decoder layer's MLP) of one update."""
+    cfg = OptimConfig(lr=0.0, max_grad_norm=1e9, micro_batch_size=2, activation_checkpointing=on)
+    trainer = RoleTrainer(backend, "actor", cfg, total_steps=1)
+    captured, calls = [], []
+    step = trainer.optimizer.step
+    trainer.optimizer.step = lambda *a, **k: (captured.append(
+        [p.grad.detach().clone() for p in trainer.params]), step(*a, **k))
+    mlp = backend.trainable_model("actor").model.layers[0].mlp
+    forward = mlp.forward
+    mlp.forward = lambda *a, **k: (calls.append(1), forward(*a, **k))[1]
+    try:
+        trainer.update(samples, loss="ppo_clip", loss_kwargs={"clip_eps": 0.2},
+                       temperature=TEMPERATURE)
+    finally:
+        del mlp.forward
+    return captured[0], len(calls)
+
+
+def test_activation_checkpointing_recomputes_the_layers_for_the_same_gradient(backend, gens):
+    """``activation_checkpointing``: each decoder layer runs again in the backward (instead of
+    keeping its activations from the forward), the accumulated gradient is the one without it,
+    and the model is back in eval mode (generation) afterwards."""
+    samples = samples_from(gens, ADV, WEIGHTS, shift=off_policy)
+    plain, _ = checkpointed_update(backend, samples, False)  # prompt prefixes shared
+    got, calls = checkpointed_update(backend, samples, True)  # not (see RoleTrainer.begin_step)
+    assert backend.share_prompt_prefix
+    backend.share_prompt_prefix = False
+    try:
+        _, calls_plain = checkpointed_update(backend, samples, False)
+    finally:
+        backend.share_prompt_prefix = True
+    assert calls_plain > 0 and calls == 2 * calls_plain
+    assert not backend.trainable_model("actor").training
+    assert_grads_close(got, plain, rtol=1e-5)

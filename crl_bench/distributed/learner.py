@@ -21,7 +21,8 @@ process, split over ranks:
 4. loss and diagnostics are summed across ranks the same way.
 
 Transport: gloo on CPU (tested), NCCL on GPU (``device="cuda"``: one GPU per rank from the
-placement group; not run here). Models too large to replicate want FSDP; see docs/scaling.md.
+placement group; not run here). Full fine-tuning of models too large to replicate: the sharded
+learner, :mod:`crl_bench.distributed.fsdp`.
 Ranks are placed with a PACK placement group (one bundle per rank), so that a multi-GPU learner
 lands on as few nodes as possible.
 """
@@ -43,15 +44,9 @@ def role_weights(backend: Any, role: str) -> list[Any]:
 
 def load_role_weights(backend: Any, role: str, weights: Sequence[Any]) -> None:
     """Copy ``weights`` (from :func:`role_weights` of a backend built the same way) into ``role``."""
-    import torch
+    from crl_bench.runner.precision import copy_weights
 
-    params = backend.trainable_parameters(role)
-    if len(params) != len(weights):
-        raise ValueError(f"{len(weights)} tensors for {len(params)} parameters of role {role!r}: "
-                         "the backends were not built the same way")
-    with torch.no_grad():
-        for p, w in zip(params, weights):
-            p.copy_(w.to(device=p.device, dtype=p.dtype))
+    copy_weights(backend.trainable_parameters(role), weights, f"parameters of role {role!r}")
 
 
 def _free_port() -> int:
@@ -117,19 +112,21 @@ class LearnerRankImpl:
         self.backend = HFBackend(**self.backend_spec)
         self.trainer = RoleTrainer(self.backend, self.role, self.optim,
                                    total_steps=self.total_steps, seed=self.seed)
-        with torch.no_grad():
-            for p in self.trainer.params:
+        with torch.no_grad():  # the full-precision weights (fp32 masters of a bf16 model)
+            for p in self.trainer.precision.optimized:
                 dist.broadcast(p.data, src=0)
+        self.trainer.precision.write_back()
         return os.getpid()
 
     def pid(self) -> int:
         return os.getpid()
 
     def load_weights(self, weights: Sequence[Any]) -> None:
-        load_role_weights(self.backend, self.role, weights)
+        self.trainer.load_weights(weights)
 
     def weights(self) -> list[Any]:
-        return role_weights(self.backend, self.role)
+        """The trained weights at full precision (fp32 masters of a bf16 model)."""
+        return self.trainer.weights()
 
     def state_dict(self) -> dict[str, Any]:
         return self.trainer.state_dict()
@@ -144,37 +141,88 @@ class LearnerRankImpl:
         import torch
         import torch.distributed as dist
 
-        from crl_bench.runner.trainer import _schedule_factor, token_counts
+        from crl_bench.runner.trainer import _schedule_factor
 
         tr = self.trainer
-        loss_fn = tr._loss_fn(loss)
-        sums: dict[str, float] = {}
-        total_loss = 0.0
-        collated = [tr._collate(chunk) for chunk in chunks]
-        recomputed: list[Any] = []
-        if getattr(tr.cfg, "recompute_old_logprobs", False):
-            # "old" = the weights before this update, on this rank's own micro-batches (as
-            # RoleTrainer does on one process: same padding, same shapes)
-            with torch.no_grad():
-                for ids, attn, _, _, cmask in collated:
-                    lp = self.backend.forward_token_logprobs(self.role, ids, attn,
-                                                             temperature=temperature,
-                                                             score_mask=cmask[:, 1:] > 0)
-                    recomputed.append(lp.float().detach() * cmask[:, 1:].to(lp.device))
-        tr.optimizer.zero_grad(set_to_none=True)
-        stats = getattr(self.backend, "train_stats", None)
-        encoded_before = stats["model_tokens"] if stats else 0
-        for ci, chunk in enumerate(chunks):
+        total_loss, sums = run_micro_batches(tr, self.backend, self.role, chunks, totals, loss=loss,
+                                             loss_kwargs=loss_kwargs, agg=agg,
+                                             temperature=temperature)
+        # gradients of the whole batch on every rank: one flat buffer, summed
+        params = tr.precision.optimized  # fp32 masters of a bf16 model: reduced in fp32
+        flat = torch.cat([g.reshape(-1).float() for g in tr.gradients()])
+        dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+        offset = 0
+        for p in params:
+            n = p.numel()
+            p.grad = flat[offset:offset + n].view_as(p).to(p.dtype).clone()
+            offset += n
+        metrics = sum_over_ranks(total_loss, sums)  # the same sums as on one process
+        if self.keep_grads:  # clipped as the step sees them (the clip scales in place)
+            def keep(*_: Any, **__: Any) -> None:
+                self.last_grads = [p.grad.detach().to("cpu").clone() for p in params]
+            handle = tr.optimizer.register_step_pre_hook(keep)
+        factor = _schedule_factor(tr.updates, tr.cfg, tr.total_steps)
+        grad_norm = tr.finish_step(tr.cfg.lr * factor)
+        if self.keep_grads:
+            handle.remove()
+        tr.updates += 1
+        self.backend.after_update(self.role)
+        metrics.update(grad_norm=float(grad_norm), lr=tr.cfg.lr * factor)
+        return metrics
+
+    def shutdown(self) -> None:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def run_micro_batches(trainer: Any, backend: Any, role: str, chunks: list[list[Any]],
+                      totals: dict[str, float], *, loss: str, loss_kwargs: dict[str, Any],
+                      agg: str, temperature: float, pad_to: int = 0
+                      ) -> tuple[float, dict[str, float]]:
+    """This rank's part of one update: forward and backward of its micro-batches, each loss
+    scaled by its share of the *whole* batch's tokens (or sequences), exactly as
+    ``RoleTrainer._step`` scales it on one process; gradients accumulate (through
+    ``trainer.begin_step``). Returns this rank's share of the loss and of the diagnostics sums
+    (the token counts included), to be summed over the ranks.
+
+    ``pad_to``: run zero-weighted micro-batches until this many have run (sharded models need
+    every rank to run the same number of forwards and backwards: each one gathers weights).
+    """
+    import torch
+
+    from crl_bench.runner.trainer import token_counts
+
+    loss_fn = trainer._loss_fn(loss)
+    sums: dict[str, float] = {}
+    total_loss = 0.0
+    runs = list(chunks) + [[idle_sample()]] * max(0, pad_to - len(chunks))
+    collated = [trainer._collate(chunk) for chunk in runs]
+    recomputed: list[Any] = []
+    if getattr(trainer.cfg, "recompute_old_logprobs", False):
+        # "old" = the weights before this update, on this rank's own micro-batches (as
+        # RoleTrainer does on one process: same padding, same shapes)
+        with torch.no_grad():
+            for ids, attn, _, _, cmask in collated:
+                lp = backend.forward_token_logprobs(role, ids, attn, temperature=temperature,
+                                                    score_mask=cmask[:, 1:] > 0)
+                recomputed.append(lp.float().detach() * cmask[:, 1:].to(lp.device))
+    stats = getattr(backend, "train_stats", None)
+    encoded_before = stats["model_tokens"] if stats else 0
+    with trainer.begin_step():
+        for ci, chunk in enumerate(runs):
             ids, attn, lp_old, adv, cmask = collated[ci]
-            logprobs = self.backend.forward_token_logprobs(self.role, ids, attn,
-                                                           temperature=temperature,
-                                                           score_mask=cmask[:, 1:] > 0)
-            logprobs = logprobs.float()
+            logprobs = backend.forward_token_logprobs(role, ids, attn, temperature=temperature,
+                                                      score_mask=cmask[:, 1:] > 0).float()
             dev = logprobs.device
             lp = logprobs * cmask[:, 1:].to(dev)
             old = recomputed[ci] if recomputed else lp_old[:, 1:].to(dev)
-            out, m = loss_fn(lp, old, adv[:, 1:].to(dev), cmask[:, 1:].to(dev),
-                             agg=agg, **loss_kwargs)
+            out, m = loss_fn(lp, old, adv[:, 1:].to(dev), cmask[:, 1:].to(dev), agg=agg,
+                             **loss_kwargs)
+            if ci >= len(chunks):  # padding: a backward through the graph, a zero gradient
+                (out * 0.0).backward()
+                continue
             chunk_tokens = sum(s.n_tokens for s in chunk)
             share = (chunk_tokens / totals["tokens"] if agg == "token-mean"
                      else len(chunk) / totals["seqs"])
@@ -183,49 +231,54 @@ class LearnerRankImpl:
             m_share = chunk_tokens / totals["active_tokens"]
             for k, v in m.items():
                 sums[k] = sums.get(k, 0.0) + float(v) * m_share
-        # RoleTrainer's token counts, summed over the ranks with the sums above
-        sums.update(token_counts([s for chunk in chunks for s in chunk], stats, encoded_before))
-        # gradients of the whole batch on every rank: one flat buffer, summed
-        params = tr.params
-        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-        flat = torch.cat([g.reshape(-1).float() for g in grads])
-        dist.all_reduce(flat, op=dist.ReduceOp.SUM)
-        offset = 0
-        for p in params:
-            n = p.numel()
-            p.grad = flat[offset:offset + n].view_as(p).to(p.dtype).clone()
-            offset += n
-        # loss and diagnostics: the same sums as on one process
-        keys = sorted(set().union(*[set(x) for x in self._all_gather_keys(sorted(sums))]))
-        scal = torch.tensor([total_loss] + [sums.get(k, 0.0) for k in keys], dtype=torch.float64)
-        dist.all_reduce(scal, op=dist.ReduceOp.SUM)
-        grad_norm = torch.nn.utils.clip_grad_norm_(params, tr.cfg.max_grad_norm)
-        if self.keep_grads:
-            self.last_grads = [p.grad.detach().to("cpu").clone() for p in params]
-        factor = _schedule_factor(tr.updates, tr.cfg, tr.total_steps)
-        for group in tr.optimizer.param_groups:
-            group["lr"] = tr.cfg.lr * factor
-        tr.optimizer.step()
-        tr.optimizer.zero_grad(set_to_none=True)
-        tr.updates += 1
-        self.backend.after_update(self.role)
-        metrics = {k: float(v) for k, v in zip(keys, scal[1:].tolist())}
-        metrics.update(loss=float(scal[0]), grad_norm=float(grad_norm), lr=tr.cfg.lr * factor)
-        return metrics
+    # RoleTrainer's token counts, summed over the ranks with the sums above
+    sums.update(token_counts([s for chunk in chunks for s in chunk], stats, encoded_before))
+    return total_loss, sums
 
-    @staticmethod
-    def _all_gather_keys(keys: list[str]) -> list[list[str]]:
-        import torch.distributed as dist
 
-        out: list[Any] = [None] * dist.get_world_size()
-        dist.all_gather_object(out, keys)
-        return out
+def sum_over_ranks(total_loss: float, sums: dict[str, float]) -> dict[str, float]:
+    """``loss`` and every diagnostics sum added over the process group's ranks (a rank may lack
+    a key another has)."""
+    import torch
+    import torch.distributed as dist
 
-    def shutdown(self) -> None:
-        import torch.distributed as dist
+    gathered: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, sorted(sums))
+    keys = sorted(set().union(*[set(x) for x in gathered]))
+    scal = torch.tensor([total_loss] + [sums.get(k, 0.0) for k in keys], dtype=torch.float64)
+    dist.all_reduce(scal, op=dist.ReduceOp.SUM)
+    metrics = {k: float(v) for k, v in zip(keys, scal[1:].tolist())}
+    metrics["loss"] = float(scal[0])
+    return metrics
 
-        if dist.is_initialized():
-            dist.destroy_process_group()
+
+def idle_sample() -> Any:
+    """A two-token sample with advantage 0 (no gradient): a rank's padding micro-batch."""
+    from crl_bench.runner.trainer import TrainSample
+
+    return TrainSample([0], [0], [0.0], 0.0)
+
+
+def plan_update(samples: Sequence[Any], cfg: Any, rng: random.Random, *, by_prompt: bool,
+                n_ranks: int) -> tuple[list[list[list[Any]]], dict[str, float], dict[str, float]]:
+    """(micro-batches per rank, whole-batch totals, metrics so far): the first half of
+    ``RoleTrainer.update`` (the same filter, ``max_samples_per_update`` draw from ``rng``, order
+    and cut), the micro-batches dealt to ``n_ranks`` ranks. No active sample: ``[]``."""
+    from crl_bench.runner.trainer import micro_batches, order_for_micro_batches
+
+    samples = [s for s in samples if s.n_tokens > 0]
+    if cfg.max_samples_per_update and len(samples) > cfg.max_samples_per_update:
+        samples = rng.sample(samples, cfg.max_samples_per_update)
+    active = [s for s in samples if s.weight != 0.0 and s.advantage != 0.0]
+    metrics = {"samples": float(len(samples)), "active_samples": float(len(active))}
+    if not active:
+        return [], {}, metrics
+    totals = {"tokens": float(sum(s.n_tokens for s in samples)),
+              "seqs": float(len(samples)),
+              "active_tokens": float(sum(s.n_tokens for s in active))}
+    chunks = micro_batches(order_for_micro_batches(active, by_prompt=by_prompt),
+                           cfg.micro_batch_size, cfg.micro_batch_tokens)
+    return deal_chunks(chunks, n_ranks), totals, metrics
 
 
 def learner_rank_class() -> Any:
@@ -293,21 +346,8 @@ class DataParallelLearner:
     def plan_chunks(self, samples: Sequence[Any]) -> tuple[list[list[list[Any]]], dict[str, float],
                                                             dict[str, float]]:
         """(chunks per rank, totals, metrics so far): the first half of ``RoleTrainer.update``."""
-        from crl_bench.runner.trainer import micro_batches, order_for_micro_batches
-
-        samples = [s for s in samples if s.n_tokens > 0]
-        if self.cfg.max_samples_per_update and len(samples) > self.cfg.max_samples_per_update:
-            samples = self._rng.sample(samples, self.cfg.max_samples_per_update)
-        active = [s for s in samples if s.weight != 0.0 and s.advantage != 0.0]
-        metrics = {"samples": float(len(samples)), "active_samples": float(len(active))}
-        if not active:
-            return [], {}, metrics
-        totals = {"tokens": float(sum(s.n_tokens for s in samples)),
-                  "seqs": float(len(samples)),
-                  "active_tokens": float(sum(s.n_tokens for s in active))}
-        chunks = micro_batches(order_for_micro_batches(active, by_prompt=self._by_prompt),
-                               self.cfg.micro_batch_size, self.cfg.micro_batch_tokens)
-        return deal_chunks(chunks, self.n_ranks), totals, metrics
+        return plan_update(samples, self.cfg, self._rng, by_prompt=self._by_prompt,
+                           n_ranks=self.n_ranks)
 
     def update(self, samples: Sequence[Any], *, loss: str, loss_kwargs: dict[str, Any],
                agg: str = "token-mean", temperature: float = 1.0) -> dict[str, float]:

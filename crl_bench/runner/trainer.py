@@ -17,6 +17,12 @@ the update on the same micro-batches (the ratio is then exactly 1 at the first m
 A sample may be a whole multi-turn episode (:class:`TrainSample` with a ``completion_mask``):
 the shared prefix is encoded once and the loss is taken on every assistant turn. There is
 no KL term and no entropy bonus (the official configuration has neither).
+
+Mixed precision: when the trainable parameters are 16-bit (a bf16 model with full
+fine-tuning), forward and backward run in bf16 while gradients accumulate, clipping and AdamW run
+on fp32 master weights, cast back into the module after every step so that generation sees the
+update (:mod:`crl_bench.runner.precision`; 18 bytes per parameter). fp32 parameters (fp32
+models, and LoRA adapters, which PEFT keeps in fp32 on a bf16 base) are stepped directly.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from crl_bench.runner.config import OptimConfig
+from crl_bench.runner.precision import MixedPrecision
 
 
 @dataclass
@@ -140,19 +147,72 @@ class RoleTrainer:
         self.params = [p for p in backend.trainable_parameters(adapter) if p.requires_grad]
         if not self.params:
             raise RuntimeError(f"adapter {adapter!r} has no trainable parameters")
-        self.optimizer = torch.optim.AdamW(self.params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+        self.precision = MixedPrecision(self.params)
+        self.optimizer = torch.optim.AdamW(self.precision.optimized, lr=cfg.lr,
+                                           weight_decay=cfg.weight_decay)
         self.updates = 0
         self._rng = random.Random(seed)
 
     # -- state for checkpoints -----------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        return {"optimizer": self.optimizer.state_dict(), "updates": self.updates,
-                "rng": self._rng.getstate()}
+        state = {"optimizer": self.optimizer.state_dict(), "updates": self.updates,
+                 "rng": self._rng.getstate()}
+        if self.precision.masters:  # the bf16 weights saved with the model are a rounding
+            state["masters"] = [m.detach().clone() for m in self.precision.masters]
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.optimizer.load_state_dict(state["optimizer"])
         self.updates = int(state["updates"])
         self._rng.setstate(state["rng"])
+        if self.precision.masters:
+            # without saved masters (an older checkpoint), the module's loaded weights are them
+            self.precision.load_masters(state.get("masters"))
+
+    def weights(self) -> list[Any]:
+        """CPU copies of the trained weights at full precision (the fp32 masters when there are)."""
+        return [p.detach().to("cpu").clone() for p in self.precision.optimized]
+
+    def load_weights(self, weights: Sequence[Any]) -> None:
+        """Set the trained weights (masters and module) from :meth:`weights` of a like trainer."""
+        self.precision.load(weights)
+
+    # -- one optimiser step, shared with the distributed learner -------------------------------
+    def begin_step(self) -> contextlib.AbstractContextManager:
+        """Zero the gradients; inside the context, backward passes accumulate the gradient
+        (into fp32 master gradients under mixed precision)."""
+        self.optimizer.zero_grad(set_to_none=True)
+        for p in self.params:
+            p.grad = None
+        stack = contextlib.ExitStack()
+        stack.enter_context(self.precision.accumulating())
+        if getattr(self.cfg, "activation_checkpointing", False):
+            stack.enter_context(checkpointing(self.backend.trainable_model(self.adapter)))
+            if getattr(self.backend, "share_prompt_prefix", False):
+                # a shared prompt prefix is passed as KV cache, which transformers drops inside
+                # checkpointed layers: every row encodes its whole sequence instead
+                stack.enter_context(_attribute(self.backend, "share_prompt_prefix", False))
+        return stack
+
+    def finish_step(self, lr: float) -> Any:
+        """Clip the accumulated gradient, one AdamW step at ``lr``, the module's weights
+        refreshed from the masters; returns the gradient norm before clipping."""
+        import torch
+
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.precision.optimized, self.cfg.max_grad_norm)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.precision.write_back()
+        return grad_norm
+
+    def gradients(self) -> list[Any]:
+        """The accumulated gradient of each trained weight (zeros where none arrived)."""
+        import torch
+
+        return [p.grad if p.grad is not None else torch.zeros_like(p)
+                for p in self.precision.optimized]
 
     # -- the update ----------------------------------------------------------------------------
     def _loss_fn(self, loss_name: str) -> Any:
@@ -261,36 +321,32 @@ class RoleTrainer:
         clock = {"time_recompute_s": recompute_s, "time_forward_s": 0.0, "time_backward_s": 0.0}
         stats = getattr(self.backend, "train_stats", None)
         encoded_before = stats["model_tokens"] if stats else 0
-        self.optimizer.zero_grad(set_to_none=True)
-        for ci, chunk in enumerate(chunks):
-            ids, attn, lp_old, adv, cmask = prepared["collated"][ci]
-            t_fwd = time.perf_counter()
-            # only the completion positions go through the vocabulary projection
-            logprobs = self.backend.forward_token_logprobs(self.adapter, ids, attn,
-                                                           temperature=temperature,
-                                                           score_mask=cmask[:, 1:] > 0)
-            logprobs = logprobs.float()
-            # align: token t (t >= 1) is predicted at position t-1 of the log-prob tensor
-            lp = logprobs * cmask[:, 1:]
-            old = old_lps[ci] if old_lps else lp_old[:, 1:]
-            out, m = loss_fn(lp, old, adv[:, 1:], cmask[:, 1:], agg=agg, **loss_kwargs)
-            chunk_tokens = sum(s.n_tokens for s in chunk)
-            share = (chunk_tokens / total_tokens if agg == "token-mean"
-                     else len(chunk) / total_seqs)
-            t_bwd = time.perf_counter()
-            clock["time_forward_s"] += t_bwd - t_fwd
-            (out * share).backward()
-            clock["time_backward_s"] += time.perf_counter() - t_bwd
-            total_loss += float(out.detach()) * share
-            # diagnostics (clip fractions, ratios) are means over the active tokens
-            m_share = chunk_tokens / active_tokens
-            for k, v in m.items():
-                sums[k] = sums.get(k, 0.0) + float(v) * m_share
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.cfg.max_grad_norm)
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
+        with self.begin_step():
+            for ci, chunk in enumerate(chunks):
+                ids, attn, lp_old, adv, cmask = prepared["collated"][ci]
+                t_fwd = time.perf_counter()
+                # only the completion positions go through the vocabulary projection
+                logprobs = self.backend.forward_token_logprobs(self.adapter, ids, attn,
+                                                               temperature=temperature,
+                                                               score_mask=cmask[:, 1:] > 0)
+                logprobs = logprobs.float()
+                # align: token t (t >= 1) is predicted at position t-1 of the log-prob tensor
+                lp = logprobs * cmask[:, 1:]
+                old = old_lps[ci] if old_lps else lp_old[:, 1:]
+                out, m = loss_fn(lp, old, adv[:, 1:], cmask[:, 1:], agg=agg, **loss_kwargs)
+                chunk_tokens = sum(s.n_tokens for s in chunk)
+                share = (chunk_tokens / total_tokens if agg == "token-mean"
+                         else len(chunk) / total_seqs)
+                t_bwd = time.perf_counter()
+                clock["time_forward_s"] += t_bwd - t_fwd
+                (out * share).backward()
+                clock["time_backward_s"] += time.perf_counter() - t_bwd
+                total_loss += float(out.detach()) * share
+                # diagnostics (clip fractions, ratios) are means over the active tokens
+                m_share = chunk_tokens / active_tokens
+                for k, v in m.items():
+                    sums[k] = sums.get(k, 0.0) + float(v) * m_share
+        grad_norm = self.finish_step(lr)
         metrics.update(sums)
         metrics.update(clock)
         metrics.update(token_counts(active, stats, encoded_before))
@@ -375,6 +431,39 @@ def micro_batches(samples: Sequence[TrainSample], size: int, max_tokens: int = 0
     if current:
         chunks.append(current)
     return chunks
+
+
+@contextlib.contextmanager
+def _attribute(obj: Any, name: str, value: Any):
+    old = getattr(obj, name)
+    setattr(obj, name, value)
+    try:
+        yield
+    finally:
+        setattr(obj, name, old)
+
+
+def enable_checkpointing(model: Any) -> None:
+    """Turn on transformers' (non-reentrant) gradient checkpointing of ``model``'s decoder
+    layers; it acts in training mode only."""
+    on = getattr(model, "is_activation_checkpointing", None)
+    if on is None:
+        on = getattr(model, "is_gradient_checkpointing", False)
+    if not on:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+
+@contextlib.contextmanager
+def checkpointing(model: Any):
+    """Inside: ``model`` recomputes its decoder layers' activations in the backward (training
+    mode: no dropout in the supported models, so the forward is unchanged); its mode after."""
+    enable_checkpointing(model)
+    was_training = model.training
+    model.train()
+    try:
+        yield
+    finally:
+        model.train(was_training)
 
 
 @contextlib.contextmanager

@@ -1,0 +1,205 @@
+"""A sharded learner for full fine-tuning: torch FSDP2 (``fully_shard``), one rank per process.
+
+The data-parallel learner (:mod:`crl_bench.distributed.learner`) replicates the model, its
+gradients and AdamW's state on every rank: ~16 bytes per parameter per rank, 120 GB for a 7B
+actor. :class:`ShardedLearner` shards them instead (ZeRO-3): ``fully_shard`` is applied to every
+decoder layer, then to the root (embeddings, final norm, the tied head), so each rank keeps
+1/N of the fp32 parameters, their gradients and the optimiser state, and gathers one layer's
+weights at a time for its forward and backward.
+
+* Precision: the sharded parameters are fp32 (they are the masters); with a bf16 ``dtype``
+  FSDP2's ``MixedPrecisionPolicy(param_dtype=bf16,
+  reduce_dtype=fp32)`` casts each gathered layer to bf16 for compute and reduce-scatters the
+  gradients in fp32. Per rank: (4 weight + 4 gradient + 8 AdamW) x P / N bytes, plus one layer's
+  gathered bf16 weights and gradients in flight.
+* The loss is ``RoleTrainer``'s: the batch is filtered, sampled, ordered and cut into
+  micro-batches exactly as on one process (:func:`~crl_bench.distributed.learner.plan_update`),
+  micro-batches are dealt to ranks, and each micro-batch's loss is scaled by its share of the
+  *whole* batch's tokens (or sequences) (:func:`~crl_bench.distributed.learner.
+  run_micro_batches`); gradients are summed over ranks (divide factor 1), then one clip and one
+  AdamW step on the shards. Every rank runs the same number of micro-batches (the short ones
+  pad with a zero-advantage sample): each forward and backward gathers weights from all ranks.
+* Long trajectories: ``micro_batch_tokens`` bounds a micro-batch's padded tokens, and
+  ``activation_checkpointing`` (both :class:`~crl_bench.runner.config.OptimConfig` fields)
+  recomputes each decoder layer's activations in the backward
+  instead of keeping them (transformers' gradient checkpointing, non-reentrant).
+* Checkpoints: :meth:`ShardedLearner.save` writes a sharded checkpoint with
+  ``torch.distributed.checkpoint`` (each rank its own shards of the weights and AdamW's state;
+  loadable at another world size), :meth:`ShardedLearner.load` resumes it exactly.
+* Prefix sharing (a GRPO group's prompt encoded once) is off here: it runs the model twice per
+  micro-batch for some micro-batches only, and all ranks must gather in step.
+
+SPMD: every rank of an initialised ``torch.distributed`` process group (``torchrun``; gloo on
+CPU, NCCL on GPU) builds a ``ShardedLearner`` with the same arguments and calls
+:meth:`ShardedLearner.update` with the same samples. LoRA keeps the replicated data-parallel
+learner: its adapters are small, and the frozen base needs no optimiser state.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any, Sequence
+
+EXTRA_STATE = "learner_state.pt"
+
+
+def decoder_layers(model: Any) -> list[Any]:
+    """The decoder layers of a Hugging Face causal LM (``model.model.layers``)."""
+    inner = getattr(model, "model", None)
+    layers = getattr(inner, "layers", None)
+    if layers is None:
+        raise ValueError(f"{type(model).__name__} has no model.layers: the sharded learner "
+                         "shards decoder-only transformers (Llama, Qwen2, ...)")
+    return list(layers)
+
+
+class ShardedLearner:
+    """One rank of an FSDP2 learner for one role (full fine-tuning).
+
+    Args:
+        backend_spec: :class:`~crl_bench.llm.hf_backend.HFBackend` keyword arguments
+            (``model_name``, ``device``, ``seed``...); ``lora`` must be None. ``dtype`` is the
+            compute dtype (``"auto"``: bf16 on capable CUDA, fp32 on CPU): the model is loaded
+            in fp32 (the shards are the masters) and a 16-bit ``dtype`` becomes FSDP2's
+            ``param_dtype``, with gradients reduced in fp32.
+        role: the role to train.
+        optim: its :class:`~crl_bench.runner.config.OptimConfig` (``mini_batches`` must be 1;
+            ``activation_checkpointing`` and ``micro_batch_tokens`` for long trajectories).
+        total_steps, seed: as for ``RoleTrainer``.
+    """
+
+    def __init__(self, backend_spec: dict[str, Any], role: str, optim: Any, *, total_steps: int,
+                 seed: int = 0) -> None:
+        import torch
+        import torch.distributed as dist
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+        from crl_bench.llm.hf_backend import HFBackend
+        from crl_bench.llm.models import pick_device, pick_dtype
+        from crl_bench.runner.config import ConfigError
+        from crl_bench.runner.trainer import RoleTrainer, enable_checkpointing
+
+        if backend_spec.get("lora") is not None:
+            raise ConfigError("the sharded learner is for full fine-tuning (lora_r=0); LoRA "
+                              "trains with the replicated data-parallel learner")
+        if getattr(optim, "mini_batches", 1) != 1:
+            raise ConfigError(f"{role}.mini_batches={optim.mini_batches}: the sharded learner "
+                              f"takes one optimiser step per update; use --set "
+                              f"{role}.mini_batches=1")
+        if not dist.is_initialized():
+            raise RuntimeError("ShardedLearner needs an initialised torch.distributed process "
+                               "group: launch with torchrun (gloo on CPU, nccl on GPU)")
+        compute = pick_dtype(str(backend_spec.get("dtype", "auto")),
+                             pick_device(str(backend_spec.get("device", "auto"))))
+        self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
+        self.role, self.cfg = role, optim
+        spec = dict(backend_spec, roles=(role,), lora=None, dtype="float32",
+                    share_prompt_prefix=False)
+        self.backend = HFBackend(**spec)
+        # the frozen base copy serves generation with adapter=None; a learner never generates
+        self.backend._models.pop("base", None)
+        self.model = model = self.backend.trainable_model(role)
+        if getattr(optim, "activation_checkpointing", False):
+            enable_checkpointing(model)  # before sharding; RoleTrainer.begin_step uses it
+        policy = None
+        if compute != torch.float32:
+            policy = MixedPrecisionPolicy(param_dtype=compute, reduce_dtype=torch.float32)
+        kwargs = {"mp_policy": policy} if policy is not None else {}
+        self.units = [fully_shard(layer, **kwargs) for layer in decoder_layers(model)]
+        self.units.append(fully_shard(model, **kwargs))
+        for unit in self.units:  # the shares already divide by the batch: sum over ranks
+            unit.set_gradient_divide_factor(1.0)
+            unit.set_force_sum_reduction_for_comms(True)  # plain SUM (gloo has no PREMUL_SUM)
+        self.trainer = RoleTrainer(self.backend, role, optim, total_steps=total_steps, seed=seed)
+        self._rng = random.Random(seed)  # RoleTrainer's max_samples_per_update draws
+
+    @property
+    def updates(self) -> int:
+        return self.trainer.updates
+
+    def update(self, samples: Sequence[Any], *, loss: str, loss_kwargs: dict[str, Any],
+               agg: str = "token-mean", temperature: float = 1.0) -> dict[str, float]:
+        """One optimiser step on ``samples`` (the same on every rank); ``RoleTrainer.update``'s
+        metrics, summed over the ranks."""
+        from crl_bench.distributed.learner import plan_update, run_micro_batches, sum_over_ranks
+        from crl_bench.runner.trainer import _schedule_factor
+
+        tr = self.trainer
+        per_rank, totals, metrics = plan_update(samples, self.cfg, self._rng, by_prompt=False,
+                                                n_ranks=self.world_size)
+        if not per_rank:
+            metrics.update(loss=0.0, grad_norm=0.0, skipped=1.0)
+            return metrics
+        total_loss, sums = run_micro_batches(
+            tr, self.backend, self.role, per_rank[self.rank], totals, loss=loss,
+            loss_kwargs=loss_kwargs, agg=agg, temperature=temperature,
+            pad_to=max(len(c) for c in per_rank))
+        metrics.update(sum_over_ranks(total_loss, sums))
+        lr = self.cfg.lr * _schedule_factor(tr.updates, self.cfg, tr.total_steps)
+        grad_norm = tr.finish_step(lr)
+        if hasattr(grad_norm, "full_tensor"):
+            grad_norm = grad_norm.full_tensor()
+        tr.updates += 1
+        self.backend.after_update(self.role)
+        metrics.update(grad_norm=float(grad_norm), lr=lr, tokens=totals["tokens"], skipped=0.0)
+        return metrics
+
+    # -- weights ---------------------------------------------------------------------------------
+    def full_weights(self) -> list[Any]:
+        """Every trained weight gathered in full, fp32 on CPU, in ``RoleTrainer.params`` order
+        (a collective: every rank calls it)."""
+        out = []
+        for p in self.trainer.params:
+            full = p.full_tensor() if hasattr(p, "full_tensor") else p
+            out.append(full.detach().to("cpu").clone())
+        return out
+
+    def full_optimizer_state(self) -> dict[str, Any]:
+        """AdamW's state gathered in full on CPU, keyed by parameter name (a collective)."""
+        from torch.distributed.checkpoint.state_dict import (StateDictOptions,
+                                                             get_optimizer_state_dict)
+
+        return get_optimizer_state_dict(self.model, self.trainer.optimizer,
+                                        options=StateDictOptions(full_state_dict=True,
+                                                                 cpu_offload=True))
+
+    # -- sharded checkpoints -----------------------------------------------------------------------
+    def _states(self) -> dict[str, Any]:
+        from torch.distributed.checkpoint.state_dict import get_state_dict
+
+        model_state, optim_state = get_state_dict(self.model, self.trainer.optimizer)
+        return {"model": model_state, "optim": optim_state}
+
+    def save(self, path: str | Path) -> None:
+        """Write a sharded checkpoint into the folder ``path`` (a collective): the weights and
+        AdamW's state with ``torch.distributed.checkpoint``, and the update counter and sample
+        RNG from rank 0."""
+        import torch
+        import torch.distributed as dist
+        import torch.distributed.checkpoint as dcp
+
+        path = Path(path)
+        dcp.save(self._states(), checkpoint_id=str(path))
+        if self.rank == 0:
+            torch.save({"updates": self.trainer.updates, "rng": self._rng.getstate(),
+                        "world_size": self.world_size}, path / EXTRA_STATE)
+        dist.barrier()
+
+    def load(self, path: str | Path) -> None:
+        """Resume from :meth:`save`'s folder (a collective; any world size)."""
+        import torch
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import set_state_dict
+
+        path = Path(path)
+        if not (path / EXTRA_STATE).is_file():
+            raise FileNotFoundError(f"{path} is not a sharded learner checkpoint (no "
+                                    f"{EXTRA_STATE}); save one with ShardedLearner.save")
+        states = self._states()
+        dcp.load(states, checkpoint_id=str(path))
+        set_state_dict(self.model, self.trainer.optimizer, model_state_dict=states["model"],
+                       optim_state_dict=states["optim"])
+        extra = torch.load(path / EXTRA_STATE, weights_only=False)
+        self.trainer.updates = int(extra["updates"])
+        self._rng.setstate(extra["rng"])
