@@ -274,8 +274,12 @@ class RoleTrainer:
         chunks = micro_batches(order_for_micro_batches(
             active, by_prompt=getattr(self.backend, "share_prompt_prefix", False)),
             self.cfg.micro_batch_size, self.cfg.micro_batch_tokens)
-        return {"samples": samples, "active": active, "chunks": chunks,
-                "collated": [self._collate(chunk) for chunk in chunks]}
+        # the masks and advantages meet the model's log-probs: on the model's device (CUDA)
+        device = getattr(self.backend, "device", None)
+        collated = [self._collate(chunk) for chunk in chunks]
+        if device is not None and str(device) != "cpu":
+            collated = [tuple(t.to(device) for t in c) for c in collated]
+        return {"samples": samples, "active": active, "chunks": chunks, "collated": collated}
 
     def _recompute(self, prepared: dict[str, Any], temperature: float) -> tuple[list[Any], float]:
         """This trainer's log-probs of the mini-batch before the update (official: the ratio is
