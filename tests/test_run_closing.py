@@ -40,3 +40,15 @@ def test_a_cpu_run_gets_the_bank_sample_without_the_quick_advice(tmp_path):
 
 def test_no_config_no_lines(tmp_path):
     assert closing_lines(tmp_path) == []
+
+
+def test_summary_of_a_single_evaluation_has_no_arrow():
+    from crl_bench.runner.cli import summary_lines
+
+    evals = [{"step": 2, "task": "WebShop", "with_experience": m, "n": 2, "success_rate": 0.5}
+             for m in (False, True)]
+    lines = summary_lines(evals)
+    assert lines[0] == "success rate, evaluation at step 2:"
+    assert "->" not in lines[2] and lines[2].split() == ["WebShop", "0.50", "(n=2)", "0.50", "(n=2)"]
+    both = summary_lines(evals + [dict(e, step=0, success_rate=0.0) for e in evals])
+    assert both[0] == "success rate, evaluation at step 0 -> step 2:" and "0.00 -> 0.50 (n=2)" in both[2]

@@ -117,13 +117,14 @@ def summary_lines(evals: list[dict]) -> list[str]:
     tasks = list(dict.fromkeys(e["task"] for e in evals))
     modes = [m for m in (False, True) if any(k[1] == m for k in cells)]
     head = f"  {'task':<22}" + "".join(f"{'without exp' if not m else 'with exp':>22}" for m in modes)
-    lines = [f"success rate, evaluation at step {first} -> step {last}:", head]
+    when = f"step {first} -> step {last}" if first != last else f"step {last}"
+    lines = [f"success rate, evaluation at {when}:", head]
     for task in tasks:
         row = f"  {task:<22}"
         for m in modes:
             a, b = cells.get((task, m, first)), cells.get((task, m, last))
-            text = (f"{a['success_rate']:.2f} -> {b['success_rate']:.2f} (n={b['n']})" if a and b
-                    else "-")
+            text = ("-" if not (a and b) else f"{b['success_rate']:.2f} (n={b['n']})" if first == last
+                    else f"{a['success_rate']:.2f} -> {b['success_rate']:.2f} (n={b['n']})")
             row += f"{text:>22}"
         lines.append(row)
     return lines
