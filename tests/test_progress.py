@@ -95,6 +95,10 @@ def test_run_ends_with_summary_and_report_path(tiny_run: dict) -> None:
     assert path == tiny_run["out"] / "report" / "report.md"
     assert path.is_file() and "MiniHack" in path.read_text()
     assert list((tiny_run["out"] / "report" / "plots").glob("*.png"))
+    # then what the run was and what to run next for a result
+    assert any(line.startswith("This was the `tiny` preset: 3 step(s) of grpo on minihack")
+               for line in tail), tail
+    assert "  crl-bench run --agent comp_rl --tasks minihack --preset cpu --seed 0 1 2" in tail
 
 
 @pytest.mark.skipif(not HAS_WANDB, reason="wandb is not installed (pip install 'crl-bench[wandb]')")

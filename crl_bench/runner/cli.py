@@ -13,7 +13,7 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="task set: a mix (`crl-bench list mixes`: minihack, webshop, alfworld, swe, 3mix, "
                         "6mix) or comma-separated env ids; default 3mix (with --resume: the stored run's)")
     p.add_argument("--preset", choices=["tiny", "quick", "cpu", "paper"], default=None,
-                   help="tiny (tests), quick (embedded SmolLM2, sized to end in about 30 min on 2 "
+                   help="tiny (tests), quick (embedded SmolLM2, sized to end in under 15 min on 2 "
                         "cores: a look at the whole pipeline), cpu (embedded SmolLM2, longer runs; "
                         "minutes per step), paper (GPUs); default: quick without a GPU, paper with one")
     p.add_argument("--seed", type=int, nargs="+", default=None,
@@ -90,6 +90,8 @@ def run_command(args: argparse.Namespace) -> int:
         _print_summary(path)
         if not getattr(args, "no_report", False):
             _write_run_report(path)
+        for line in closing_lines(path):
+            print(line)
     return 0
 
 
@@ -115,13 +117,14 @@ def summary_lines(evals: list[dict]) -> list[str]:
     tasks = list(dict.fromkeys(e["task"] for e in evals))
     modes = [m for m in (False, True) if any(k[1] == m for k in cells)]
     head = f"  {'task':<22}" + "".join(f"{'without exp' if not m else 'with exp':>22}" for m in modes)
-    lines = [f"success rate, evaluation at step {first} -> step {last}:", head]
+    when = f"step {first} -> step {last}" if first != last else f"step {last}"
+    lines = [f"success rate, evaluation at {when}:", head]
     for task in tasks:
         row = f"  {task:<22}"
         for m in modes:
             a, b = cells.get((task, m, first)), cells.get((task, m, last))
-            text = (f"{a['success_rate']:.2f} -> {b['success_rate']:.2f} (n={b['n']})" if a and b
-                    else "-")
+            text = ("-" if not (a and b) else f"{b['success_rate']:.2f} (n={b['n']})" if first == last
+                    else f"{a['success_rate']:.2f} -> {b['success_rate']:.2f} (n={b['n']})")
             row += f"{text:>22}"
         lines.append(row)
     return lines
@@ -134,3 +137,41 @@ def _print_summary(path) -> None:
     print(f"\nrun directory: {path}")
     for line in summary_lines(evals):
         print(line)
+
+
+def closing_lines(path, sample: int = 3) -> list[str]:
+    """The end of ``run``: what the run was, a sample of what the extractor wrote, what to run
+    next. Never fails: the run is done and recorded whatever this can read."""
+    import json
+
+    try:
+        cfg = json.loads((path / "config.json").read_text())
+    except (OSError, ValueError):
+        return []
+    preset, agent, tasks = cfg.get("preset"), cfg.get("agent"), cfg.get("tasks")
+    lines = [""]
+    if preset in ("quick", "tiny"):
+        lines.append(f"This was the `{preset}` preset: {cfg.get('steps')} step(s) of {agent} on {tasks}, "
+                     f"{cfg.get('eval', {}).get('episodes_per_task')} held-out episodes per cell - a "
+                     "look at the whole pipeline, not a result (a small model this briefly trained "
+                     "scores ~0 here).")
+    bank = path / "bank.sqlite"
+    if bank.is_file():
+        try:
+            from crl_bench.experience.bank import ExperienceBank
+
+            with ExperienceBank.open(bank, read_only=True, build_index=False) as b:
+                n, entries = len(b), b.list_entries(order="recent", limit=sample)
+            lines.append(f"What the extractor wrote ({len(entries)} of {n} bank entries; all: "
+                         f"crl-bench bank show {bank}):" if n else
+                         "The experience bank is empty: the extractor wrote no well-formed entry.")
+            lines += [f"  [{e.family}] {e.title}: {' '.join(e.content.split())[:150]}" for e in entries]
+        except Exception as exc:  # noqa: BLE001 - a look at the bank, never the run's outcome
+            lines.append(f"bank: not read ({type(exc).__name__}: {exc}); try `crl-bench bank show {bank}`")
+    if preset in ("quick", "tiny"):
+        lines += ["Next, for a result: train grpo and comp_rl on one family over seeds, then compare:",
+                  "  crl-bench run --agent grpo --tasks minihack --preset cpu --seed 0 1 2",
+                  "  crl-bench run --agent comp_rl --tasks minihack --preset cpu --seed 0 1 2",
+                  "  crl-bench report runs/minihack__* --out results/mine",
+                  "  (about 70 min per run on 2 CPU cores; on GPUs --preset paper; docs/usage.md)"]
+    return lines

@@ -7,8 +7,8 @@ configurations:
   by a few hundred supervised steps when first built); for tests and CI (a run takes
   well under a minute or two on 2 CPU cores). Numbers from it mean nothing.
 * ``quick`` — ``cpu`` cut down so that the main command (``crl-bench run --agent comp_rl --tasks
-  3mix``) ends in about 30 minutes on 2 CPU cores (3 steps, 2 held-out episodes per task and
-  mode); the default without a GPU. A look at the pipeline, not a result.
+  3mix``) ends in under 15 minutes on 2 idle CPU cores (2 steps, 2 held-out episodes per task
+  and mode at the end); the default without a GPU. A look at the pipeline, not a result.
 * ``cpu`` — the embedded SmolLM2-135M-Instruct and MiniLM embedder, small groups and short
   episodes. Measured on 2 CPU cores, two runs side by side with one thread each: 10 MiniHack
   steps plus 3 evaluations took 68 min for ``grpo``; a ``comp_rl`` step takes about 7 min (the
@@ -475,18 +475,20 @@ def _paper() -> RunConfig:
 
 def _quick() -> RunConfig:
     """``cpu``, sized so that the main command (``crl-bench run --agent comp_rl --tasks 3mix``)
-    ends in about 30 minutes on 2 CPU cores: a look at the whole pipeline (play, update,
-    extract, evaluate, report), not a result. Sizing from the recorded ``cpu`` runs
-    (results/cpu: a comp_rl step of 8 episodes with its update and extraction took 7-16 min per
-    family with two runs sharing the cores): 3 steps (the first only fills the bank) of one
-    group of 4 per family, 12-turn-or-less episodes, at most 16 turns per actor update, and 2
-    held-out episodes per task and mode at steps 0 and 3 only. Measured time: README."""
+    ends in under 15 minutes on 2 idle CPU cores: a look at the whole pipeline (play, update,
+    extract, evaluate, report), not a result. On CPU the cost is prompt tokens times turns
+    (results/quick_start.md): 2 steps (the first fills the bank, the second trains the actor
+    with experience) of one group of 4 per family, 5-6 actions per episode, no previous turn in
+    the prompt (history 0: ~20% shorter prompts), at most 16 turns per actor update, and one
+    evaluation at the end only, 2 held-out episodes per task and mode (at step 0 the bank is
+    empty, so "with experience" there would replay "without")."""
     cfg = _cpu()
-    cfg.preset, cfg.steps = "quick", 3
+    cfg.preset, cfg.steps = "quick", 2
     cfg.rollout.groups, cfg.rollout.group_size = 3, 4
-    cfg.rollout.env_max_steps = {"minihack": 8, "webshop": 6, "alfworld": 10, "swe": 6}
+    cfg.rollout.history = 0
+    cfg.rollout.env_max_steps = {"minihack": 6, "webshop": 5, "alfworld": 6, "swe": 6}
     cfg.actor.max_samples_per_update = 16
-    cfg.eval = EvalConfig(every=0, episodes_per_task=2)
+    cfg.eval = EvalConfig(every=0, episodes_per_task=2, at_start=False)
     return cfg
 
 
