@@ -32,10 +32,10 @@ run the test command. Here too, plus what the harness leaves open:
    wrapper saw it return and pytest's call report says passed (:func:`status_from_events`): a
    replaced runner (``Function.runtest``), a hook that answers for the test, or a report
    rewritten by a plugin (whatever its ``__module__`` or ``__file__`` claims) leave the wrapper
-   silent or saying ``raised``, and the test fails. ``XFAIL`` counts only for a test carrying an ``xfail`` marker
-   at collection (and never for a FAIL_TO_PASS test, see :mod:`..grading`); an imperative
-   ``pytest.xfail()`` reached during the call is ``XFAIL-CALL``, a failure. Items that are not
-   Python functions (doctests) are judged by their reports alone.
+   silent or saying ``raised``, and the test fails. ``XFAIL`` counts only for a test carrying
+   an ``xfail`` marker at collection (and never for a FAIL_TO_PASS test, see :mod:`..grading`);
+   an imperative ``pytest.xfail()`` reached during the call is ``XFAIL-CALL``, a failure. Items
+   that are not Python functions (doctests) are judged by their reports alone.
 
 Residual threat (documented, not solved): the repository's code runs inside the child, so code
 written against this driver specifically can still forge its events (find the pipe and write
