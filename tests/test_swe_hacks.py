@@ -354,3 +354,46 @@ NAMESPACES = namespaces_available()[0]
 
 def test_sandbox_error_is_importable_for_callers():
     assert issubclass(SandboxError, RuntimeError)
+
+
+DRIVER_TESTS = '''import pytest, unittest
+def test_ok():
+    assert 1
+def test_bad():
+    assert 0
+@pytest.mark.xfail
+def test_marked():
+    assert 0
+def test_imperative():
+    pytest.xfail("from inside the call")
+@pytest.mark.parametrize("x", [1, 2])
+def test_param(x):
+    assert x == 1
+class TestK:
+    def test_method(self):
+        assert self.__class__.__name__ == "TestK"
+class T(unittest.TestCase):
+    def test_ok(self):
+        pass
+    def test_bad(self):
+        self.assertEqual(1, 2)
+    @unittest.expectedFailure
+    def test_xf(self):
+        self.assertEqual(1, 2)
+'''
+
+
+def test_the_driver_judges_each_kind_of_test_by_what_its_function_did(tmp_path):
+    from crl_bench.envs.swe.evaluation import DRIVER
+
+    (tmp_path / "test_d.py").write_text(DRIVER_TESTS)
+    proc = subprocess.run([sys.executable, "-c", DRIVER, "-q", "-p", "no:cacheprovider",
+                           "test_d.py"], input="n1\n", capture_output=True, text=True,
+                          cwd=tmp_path, timeout=120)
+    statuses, problem = read_driver_output(proc.stdout, "n1")
+    assert problem == "" and statuses == {
+        "test_d.py::test_ok": "PASSED", "test_d.py::test_bad": "FAILED",
+        "test_d.py::test_marked": "XFAIL", "test_d.py::test_imperative": "XFAIL-CALL",
+        "test_d.py::test_param[1]": "PASSED", "test_d.py::test_param[2]": "FAILED",
+        "test_d.py::TestK::test_method": "PASSED", "test_d.py::T::test_ok": "PASSED",
+        "test_d.py::T::test_bad": "FAILED", "test_d.py::T::test_xf": "XFAIL"}, proc.stdout

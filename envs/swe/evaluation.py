@@ -149,7 +149,9 @@ def _child(wfd, w, leave):
                 raise
             send("C", nodeid, "returned")
             return result
-        for k in ("__name__", "__qualname__", "__doc__", "__module__"):
+        for k in ("__name__", "__qualname__", "__doc__", "__module__",
+                  "__unittest_expecting_failure__", "__unittest_skip__",
+                  "__unittest_skip_why__"):
             try:
                 setattr(watched, k, getattr(func, k))
             except (AttributeError, TypeError):
@@ -176,21 +178,15 @@ def _child(wfd, w, leave):
                 pyfuncitem.obj = func
         @hookimpl(hookwrapper=True, tryfirst=True)
         def pytest_runtest_call(self, item):
-            tc = None
-            if isinstance(item, TestCaseFunction):
-                tc = getattr(item, "_testcase", None) or getattr(item, "instance", None)
-            name = getattr(item, "name", "")
-            func = getattr(tc, name, None) if tc is not None else None
+            # unittest: pytest puts item.obj on the TestCase instance before running it
+            func = item.obj if isinstance(item, TestCaseFunction) else None
             if func is not None:
-                setattr(tc, name, watch(item, func))
+                item.obj = watch(item, func)
             try:
                 yield
             finally:
                 if func is not None:
-                    try:
-                        delattr(tc, name)
-                    except AttributeError:
-                        pass
+                    item.obj = func
         def pytest_runtest_logreport(self, report):
             own = vars(report)  # the values the report holds, not what its class computes
             fields = [own[k] if k in own else getattr(report, k, None)
