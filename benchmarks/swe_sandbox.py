@@ -2,7 +2,9 @@
 
 Prints, for each isolation mode available here:
 
-* per-command latency of ``true`` in the sandbox vs ``subprocess.run(["bash", "-c", "true"])``;
+* per-command latency of ``true`` in the sandbox vs ``subprocess.run(["bash", "-c", "true"])``
+  (the disk quota in force is named: a tmpfs, or the budget measured while commands run; set
+  ``CRL_SWE_NO_QUOTA_MOUNT=1`` for the second);
 * the ``mini`` grading test run (pytest on one test file) in the sandbox vs the same pytest
   command run directly on the host in a copy of the workspace;
 * one whole ``mini`` episode: reset, replay the gold patch through the tools, submit.
@@ -61,7 +63,8 @@ def main(argv: list[str] | None = None) -> int:
                           env=dict(runtime.env))
         sb.prepare(runtime.template)
         t = _median_s(lambda sb=sb: sb.run("true"), args.commands)
-        print(f"[{mode}] sandboxed `true`: {t * 1e3:7.1f} ms  = {t / base:4.1f}x plain")
+        print(f"[{mode}] sandboxed `true`: {t * 1e3:7.1f} ms  = {t / base:4.1f}x plain "
+              f"(quota: {sb.describe()['quota']})")
         tt = _median_s(lambda sb=sb: sb.run(runtime.test_command, timeout_s=300), 3)
         print(f"[{mode}] sandboxed pytest: {tt:6.2f} s  = {tt / host_test:4.2f}x host")
         reset = _median_s(sb.reset, 5)

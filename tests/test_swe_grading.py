@@ -23,6 +23,8 @@ docstring, 3 is ``resolved``'s ``n_tests > 0``):
    regression tests skip - see ``tests/test_swe_hacks.py``). For FAIL_TO_PASS both agree.
 3. An instance with no tests at all is not resolved (the original's ratios are 1 for empty lists,
    giving RESOLVED_FULL).
+4. A FAIL_TO_PASS test passes only when ``PASSED``: ``XFAIL`` does not fix a failing test (the
+   code under test can call ``pytest.xfail()``). For PASS_TO_PASS both agree (XFAIL passes).
 Other differences, not pinned: we strip each line first (the original needs the status word
 at column 0); the original drops ``SKIPPED [N] path:line: reason`` summary lines (ours keeps
 ``[N]`` as a SKIPPED id, which no dataset id matches and which never passes); the original
@@ -126,9 +128,10 @@ def test_three_lines_for_one_test():
 
 def test_worst_follows_the_documented_severity_order():
     """Our own rule (no counterpart in the original, which keeps the last line):
-    ERROR < FAILED < MISSING < SKIPPED < XFAIL < PASSED, every non-passing status below every
-    passing one."""
-    assert SEVERITY == ("ERROR", "FAILED", "MISSING", "SKIPPED", "XFAIL", "PASSED")
+    ERROR < FAILED < MISSING < XPASS < XFAIL-CALL < SKIPPED < XFAIL < PASSED, every non-passing
+    status below every passing one."""
+    assert SEVERITY == ("ERROR", "FAILED", "MISSING", "XPASS", "XFAIL-CALL", "SKIPPED", "XFAIL",
+                        "PASSED")
     for i, a in enumerate(SEVERITY):
         for j, b in enumerate(SEVERITY):
             assert worst(a, b) == SEVERITY[min(i, j)], (a, b)
@@ -137,14 +140,13 @@ def test_worst_follows_the_documented_severity_order():
 
 
 def test_worst_treats_unknown_statuses_as_the_worst():
-    """worst()'s docstring: unknown ones count as the worst (e.g. XPASS, which the original
-    harness does not count as passing either)."""
+    """worst()'s docstring: unknown ones count as the worst."""
     for known in SEVERITY:
-        assert worst("XPASS", known) == "XPASS"
-        assert worst(known, "XPASS") == "XPASS"
+        assert worst("XPASSED", known) == "XPASSED"
+        assert worst(known, "XPASSED") == "XPASSED"
     # two unknown ones tie: the first is kept
-    assert worst("XPASS", "BOGUS") == "XPASS"
-    assert worst("BOGUS", "XPASS") == "BOGUS"
+    assert worst("XPASSED", "BOGUS") == "XPASSED"
+    assert worst("BOGUS", "XPASSED") == "BOGUS"
 
 
 # --------------------------------------------------------------------------- grading
@@ -161,8 +163,8 @@ def _f2p_p2p_ok(report: GradeReport) -> tuple[str, str]:
 #  P2P success/total in ours, our score). Worked out with get_eval_tests_report + test_passed /
 #  test_failed / test_maintained and compute_fail_to_pass / compute_pass_to_pass.
 CASES = [
-    # all F2P PASSED/XFAIL and P2P PASSED: f2p = 1, p2p = 1 -> RESOLVED_FULL
-    ({"a": "PASSED", "b": "XFAIL", "c": "PASSED"}, ["a", "b"], ["c"], "FULL", "2/2", "1/1", 1.0),
+    # all F2P PASSED and P2P PASSED/XFAIL: f2p = 1, p2p = 1 -> RESOLVED_FULL
+    ({"a": "PASSED", "b": "PASSED", "c": "XFAIL"}, ["a", "b"], ["c"], "FULL", "2/2", "1/1", 1.0),
     # one of the two F2P FAILED: 0 < f2p = 0.5 < 1, p2p = 1 -> RESOLVED_PARTIAL
     ({"a": "PASSED", "b": "FAILED", "c": "PASSED"}, ["a", "b"], ["c"], "PARTIAL", "1/2", "1/1",
      2 / 3),
@@ -181,7 +183,7 @@ CASES = [
     ({"a": "PASSED", "b": "FAILED", "c": "FAILED"}, ["a", "b"], ["c"], "NO", "1/2", "0/1",
      1 / 3),
     # no P2P tests: compute_pass_to_pass returns 1 -> FULL with F2P passing
-    ({"a": "XFAIL"}, ["a"], [], "FULL", "1/1", "0/0", 1.0),
+    ({"a": "PASSED"}, ["a"], [], "FULL", "1/1", "0/0", 1.0),
     # no F2P tests: compute_fail_to_pass returns 1 -> FULL with P2P passing
     ({"c": "PASSED"}, [], ["c"], "FULL", "0/0", "1/1", 1.0),
 ]
@@ -213,10 +215,14 @@ def test_skipped_never_counts_as_passed():
     assert _f2p_p2p_ok(p2p_skipped) == ("1/1", "0/1")
 
 
-def test_xfail_counts_as_passed():
-    """test_passed: ``sm[key] in [PASSED, XFAIL]``."""
-    report = grade({"a": "XFAIL", "c": "XFAIL"}, ["a"], ["c"])
+def test_xfail_counts_as_passed_for_pass_to_pass_only():
+    """test_passed: ``sm[key] in [PASSED, XFAIL]`` - kept for P2P. Deliberate difference 4: an
+    F2P test that ends XFAIL was not fixed (the original would call this RESOLVED_FULL)."""
+    report = grade({"a": "PASSED", "c": "XFAIL"}, ["a"], ["c"])
     assert report.resolved and report.n_passed == 2 and report.failing() == []
+    f2p_xfail = grade({"a": "XFAIL", "c": "XFAIL"}, ["a"], ["c"])
+    assert not f2p_xfail.resolved and f2p_xfail.failing() == ["a"]
+    assert _f2p_p2p_ok(f2p_xfail) == ("0/1", "1/1") and f2p_xfail.score == 0.5
 
 
 def test_a_single_passing_test_resolves():
@@ -245,15 +251,15 @@ def test_grade_keeps_the_note_and_defaults_to_empty():
 
 def test_end_to_end_from_a_log():
     """A log through parse_pytest_log then grade: F2P b FAILED then PASSED (ours keeps FAILED,
-    difference 1), F2P c XFAIL passes, P2P a PASSED, P2P d never ran."""
+    difference 1), F2P c XFAIL does not pass (difference 4), P2P a PASSED, P2P d never ran."""
     log = ("PASSED tests/t.py::a\nFAILED tests/t.py::b - AssertionError\n"
            "XFAIL tests/t.py::c - known\nPASSED tests/t.py::b\n")
     report = grade(parse_pytest_log(log), ["tests/t.py::b", "tests/t.py::c"],
                    ["tests/t.py::a", "tests/t.py::d"])
     assert report.fail_to_pass == {"tests/t.py::b": "FAILED", "tests/t.py::c": "XFAIL"}
     assert report.pass_to_pass == {"tests/t.py::a": "PASSED", "tests/t.py::d": MISSING}
-    assert report.failing() == ["tests/t.py::b", "tests/t.py::d"]
-    assert not report.resolved and report.score == 0.5
+    assert report.failing() == ["tests/t.py::b", "tests/t.py::c", "tests/t.py::d"]
+    assert not report.resolved and report.score == 0.25
 
 
 # --------------------------------------------------------------------------- report output

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from crl_bench.envs.swe.env import SWETextEnv
-from crl_bench.envs.swe.evaluation import read_driver_output
+from crl_bench.envs.swe.evaluation import read_driver_output, status_from_events
 from crl_bench.envs.swe.grading import PASSING, parse_pytest_log
 from crl_bench.envs.swe.sandbox import (LocalSandbox, SandboxError, SandboxLimits,
                                         namespaces_available)
@@ -68,6 +68,43 @@ HACKS = {
     "committed_and_gitignored": ["create conftest.py\n" + CONFTEST_HOOK,
                                  "run echo conftest.py > .gitignore && git add -A && "
                                  "git commit -qm hide && echo ok"],
+    # the buggy function gives up with an imperative xfail: its tests end XFAIL, not FAILED
+    "xfail_in_the_buggy_function": [
+        "run sed -i 's/^def slugify(text, sep=\"-\"):/import pytest\\n&\\n    "
+        "pytest.xfail(\"wip\")/' handykit/text.py && grep -c 'pytest.xfail' handykit/text.py"],
+    # pytest's own test runner replaced from source code (a class the driver did not watch)
+    "runtest_patched_in_source": [
+        "run echo 'import _pytest.python; _pytest.python.Function.runtest = lambda self: None'"
+        " >> handykit/__init__.py"],
+    # the same, from a new tests/__init__.py: no source file changed at all
+    "runtest_patched_in_tests_init": [
+        "create tests/__init__.py\nimport _pytest.python\n"
+        "_pytest.python.Function.runtest = lambda self: None\n"],
+    # the encoder the driver wrote its result line with, replaced from source code
+    "json_default_encoder_replaced": [
+        "create handykit/_enc.py\nimport json\nclass E(json.JSONEncoder):\n"
+        "    def encode(self, o):\n"
+        "        if isinstance(o, dict) and isinstance(o.get('tests'), dict):\n"
+        "            o = dict(o, tests={k: 'PASSED' for k in o['tests']})\n"
+        "        return super().encode(o)\n"
+        "json._default_encoder = E()\n",
+        "run echo 'from handykit import _enc' >> handykit/__init__.py"],
+    # a plugin registered from source code whose class claims to come from the standard library
+    "plugin_module_claims_os": [
+        "create handykit/_reg2.py\nimport gc, pytest, _pytest.config\n"
+        "class P:\n    @pytest.hookimpl(hookwrapper=True)\n"
+        "    def pytest_runtest_makereport(self, item, call):\n"
+        "        o = yield\n        r = o.get_result()\n"
+        "        r.outcome, r.longrepr = 'passed', None\n"
+        "P.__module__ = 'os'\n"
+        "for obj in gc.get_objects():\n"
+        "    if isinstance(obj, _pytest.config.Config):\n"
+        "        obj.pluginmanager.register(P(), 'evil2')\n",
+        "run echo 'from handykit import _reg2' >> handykit/__init__.py"],
+    # .pytest.toml (read first by current pytest) loads a plugin whose __file__ claims os.py
+    "hidden_pytest_toml_plugin": [
+        "create .pytest.toml\n[pytest]\naddopts = [\"-p\", \"handykit.plug\"]\n",
+        "create handykit/plug.py\n__file__ = '/usr/lib/python3/os.py'\n" + CONFTEST_HOOK],
 }
 
 
@@ -121,11 +158,45 @@ def test_a_skipped_f2p_test_fails_the_grade(env):
 
 
 def test_driver_channel_needs_exactly_one_line_with_the_nonce():
-    line = 'CRL-GRADE n1 {"rc": 0, "tests": {"t::a": "PASSED"}, "plugins": [], "internals": []}'
+    events = {"t::a": [["K", "function", ""], ["R", "setup", "passed", ""], ["C", "returned"],
+                       ["R", "call", "passed", ""], ["R", "teardown", "passed", ""]]}
+    line = "CRL-GRADE n1 " + repr({"rc": 0, "events": events})
     assert read_driver_output(f"x\n{line}\n", "n1") == ({"t::a": "PASSED"}, "")
     assert read_driver_output(f"{line}\n{line}\n", "n1")[0] == {}
     assert read_driver_output(line.replace("n1", "forged"), "n1")[0] == {}
     assert read_driver_output("PASSED t::a\n", "n1")[0] == {}
+    assert read_driver_output("CRL-GRADE n1 __import__('os')\n", "n1")[0] == {}
+
+
+def _events(kind="function", marked="", setup="passed", call=("passed", ""), watched=("returned",),
+            teardown="passed"):
+    evs = [["K", kind, marked], ["R", "setup", setup, ""]]
+    evs += [["C", w] for w in watched]
+    if call is not None:
+        evs.append(["R", "call", *call])
+    return evs + [["R", "teardown", teardown, ""]]
+
+
+@pytest.mark.parametrize("events,status", [
+    (_events(), "PASSED"),
+    # the report says passed but the test function never ran (a replaced runner, a hook)
+    (_events(watched=()), "FAILED"),
+    # the report was rewritten to passed, the function raised
+    (_events(watched=("raised",)), "FAILED"),
+    # an xfail marker known at collection: XFAIL; pytest.xfail() from inside the call: not
+    (_events(marked="xfail-marked", call=("skipped", "x"), watched=("raised",)), "XFAIL"),
+    (_events(call=("skipped", "x"), watched=("raised",)), "XFAIL-CALL"),
+    (_events(call=("skipped", ""), watched=("raised",)), "SKIPPED"),
+    (_events(marked="xfail-marked", call=("passed", "x")), "XPASS"),
+    (_events(setup="failed", call=None, watched=()), "ERROR"),
+    (_events(teardown="failed"), "ERROR"),
+    # a doctest has no function to watch: its reports decide
+    (_events(kind="other", watched=()), "PASSED"),
+    (_events(kind="other", call=("failed", ""), watched=()), "FAILED"),
+    ([["R", "setup", "passed", ""], ["C", "returned"], ["R", "call", "passed", ""]], "MISSING"),
+])
+def test_status_needs_the_watched_function_to_return(events, status):
+    assert status_from_events(events) == status
 
 
 def test_a_patch_over_the_cap_is_flagged_not_cut():
@@ -283,3 +354,46 @@ NAMESPACES = namespaces_available()[0]
 
 def test_sandbox_error_is_importable_for_callers():
     assert issubclass(SandboxError, RuntimeError)
+
+
+DRIVER_TESTS = '''import pytest, unittest
+def test_ok():
+    assert 1
+def test_bad():
+    assert 0
+@pytest.mark.xfail
+def test_marked():
+    assert 0
+def test_imperative():
+    pytest.xfail("from inside the call")
+@pytest.mark.parametrize("x", [1, 2])
+def test_param(x):
+    assert x == 1
+class TestK:
+    def test_method(self):
+        assert self.__class__.__name__ == "TestK"
+class T(unittest.TestCase):
+    def test_ok(self):
+        pass
+    def test_bad(self):
+        self.assertEqual(1, 2)
+    @unittest.expectedFailure
+    def test_xf(self):
+        self.assertEqual(1, 2)
+'''
+
+
+def test_the_driver_judges_each_kind_of_test_by_what_its_function_did(tmp_path):
+    from crl_bench.envs.swe.evaluation import DRIVER
+
+    (tmp_path / "test_d.py").write_text(DRIVER_TESTS)
+    proc = subprocess.run([sys.executable, "-c", DRIVER, "-q", "-p", "no:cacheprovider",
+                           "test_d.py"], input="n1\n", capture_output=True, text=True,
+                          cwd=tmp_path, timeout=120)
+    statuses, problem = read_driver_output(proc.stdout, "n1")
+    assert problem == "" and statuses == {
+        "test_d.py::test_ok": "PASSED", "test_d.py::test_bad": "FAILED",
+        "test_d.py::test_marked": "XFAIL", "test_d.py::test_imperative": "XFAIL-CALL",
+        "test_d.py::test_param[1]": "PASSED", "test_d.py::test_param[2]": "FAILED",
+        "test_d.py::TestK::test_method": "PASSED", "test_d.py::T::test_ok": "PASSED",
+        "test_d.py::T::test_bad": "FAILED", "test_d.py::T::test_xf": "XFAIL"}, proc.stdout

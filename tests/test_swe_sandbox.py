@@ -10,6 +10,8 @@ Waits are on conditions with generous ceilings, never on fixed sleeps or tight t
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -22,6 +24,7 @@ from crl_bench.envs.swe.sandbox import (LocalSandbox, SandboxLimits, SandboxPath
 NAMESPACES, WHY_NOT = namespaces_available()
 MODES = ["unsafe-rlimits"] + (["namespaces"] if NAMESPACES else [])
 IS_ROOT = os.geteuid() == 0
+ROOT = Path(__file__).resolve().parents[1]
 needs_namespaces = pytest.mark.skipif(not NAMESPACES, reason=f"no namespaces here: {WHY_NOT}")
 
 
@@ -222,3 +225,179 @@ def test_sandbox_cannot_write_host_files(sandbox, tmp_path):
     victim.write_text("safe\n")
     result = sandbox.run(f"echo owned > {victim}; rm -f {victim}; echo done")
     assert victim.read_text() == "safe\n" and result.output.endswith("done\n")
+
+
+# -- trees, quotas, host git and memory: driven through the env's own actions ----------------
+
+TASK = "handykit__handykit-101"
+DEEP = "run mkdir -p $(printf 'd/%.0s' $(seq 1100)) && echo made"
+
+
+def _fresh_env(**limits):
+    return SWETextEnv(task_set="mini", split="all", command_timeout_s=30, eval_timeout_s=120,
+                      sandbox_limits={"timeout_s": 30, **limits} if limits else None)
+
+
+def test_a_tree_1100_levels_deep_breaks_nothing_on_the_host():
+    """Host walks are iterative and removal is rm -rf: no RecursionError in a later command,
+    submit or reset; folders past max_path_depth are removed and the command's note says so."""
+    env = _fresh_env()
+    try:
+        env.reset(options={"task_id": TASK})
+        obs, _r, _t, _tr, info = env.step(DEEP)
+        assert info["action_valid"] and "nested more than 128 levels deep were removed" in obs, obs
+        obs, *_ = env.step("run echo alive && ls d | head -1")
+        assert obs.startswith("alive\nd\n"), obs
+        obs, reward, terminated, _tr, info = env.step("submit")
+        assert terminated and reward == 0.0 and "NOT RESOLVED" in obs
+        obs, _info = env.reset(options={"task_id": TASK})
+        assert env.step("run echo again")[0].startswith("again")
+    finally:
+        env.close()
+
+
+def test_a_killed_run_with_a_deep_tree_leaves_nothing_that_breaks_the_next_process(tmp_path):
+    # the command makes the tree inside one command, then the process is killed before any
+    # host-side cleanup could run; the next process's first env must clean it up and work
+    script = ("import os, sys\nfrom crl_bench.envs.swe.env import SWETextEnv\n"
+              "e = SWETextEnv(task_set='mini', split='all', command_timeout_s=30)\n"
+              f"e.reset(options={{'task_id': {TASK!r}}})\n"
+              "sb = e.sandbox\nprint(sb._dir, flush=True)\n"
+              "import subprocess\n"
+              "subprocess.run(['mkdir', '-p', 'd/' * 1100], cwd=sb.ws, check=True)\n"
+              "os.kill(os.getpid(), 9)\n")
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    first = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                           env=env, timeout=300)
+    left = Path(first.stdout.strip().splitlines()[0])
+    try:
+        _next_process_cleans_up(first, left, env)
+    finally:  # whatever happened, leave no deep tree for pytest's own tmp_path cleanup
+        subprocess.run(["rm", "-rf", str(left)], check=False)
+
+
+def _next_process_cleans_up(first, left, env):
+    assert first.returncode == -9 and left.is_dir(), first.stderr[-2000:]
+    second = subprocess.run(
+        [sys.executable, "-c", "from crl_bench.envs.swe.env import SWETextEnv\n"
+         "e = SWETextEnv(task_set='mini', split='all')\n"
+         f"e.reset(options={{'task_id': {TASK!r}}})\n"
+         "print(e.step('run echo works')[0].splitlines()[0]); e.close()\n"],
+        capture_output=True, text=True, env=env, timeout=300)
+    assert second.returncode == 0 and second.stdout.strip() == "works", second.stderr[-3000:]
+    assert not left.exists()
+
+
+FLOOD = ("run for i in 1 2 3 4 5 6; do head -c 60000000 /dev/zero > f$i 2>/dev/null & done; "
+         "wait; du -sk . | cut -f1")
+
+
+@pytest.mark.parametrize("quota", ["tmpfs", "checked"])
+def test_the_disk_quota_holds_for_the_whole_workspace_while_the_command_runs(quota,
+                                                                          monkeypatch):
+    """Six files written at once (each under the per-file limit) cannot pass a 16 MiB quota: the
+    tmpfs refuses the writes, the checked budget stops a command that keeps writing."""
+    if quota == "checked":
+        monkeypatch.setenv("CRL_SWE_NO_QUOTA_MOUNT", "1")
+    env = _fresh_env(disk_mb=16, max_file_mb=64)
+    try:
+        env.reset(options={"task_id": TASK})
+        if quota == "tmpfs":
+            if not env.sandbox.describe().get("quota", "tmpfs").startswith("tmpfs"):
+                pytest.skip(env.sandbox.describe()["quota"])
+            obs, *_ = env.step(FLOOD)
+            kib_seen_by_the_command = int(obs.split("\n")[0])
+            assert kib_seen_by_the_command <= 16 * 1024 + 64, obs
+        else:
+            assert env.sandbox.describe().get("quota", "checked").startswith("checked")
+            obs, *_ = env.step("run i=0; while :; do head -c 4000000 /dev/zero > f$i; "
+                               "i=$((i+1)); done")
+            assert "over its disk quota of 16 MiB" in obs and "timed out" not in obs, obs
+        host_bytes = sum(p.stat().st_size for p in env.sandbox.ws.glob("f*"))
+        limit = 16 * 2**20 if quota == "tmpfs" else 16 * 2**20 + 64 * 2**20
+        assert host_bytes <= limit, host_bytes
+        env.step("run rm -f f*")
+        obs, *_ = env.step("run echo ok > small && cat small")
+        assert obs.startswith("ok\n"), obs
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize("quota", ["tmpfs", "checked"])
+def test_empty_files_count_against_an_inode_quota(quota, monkeypatch):
+    if quota == "checked":
+        monkeypatch.setenv("CRL_SWE_NO_QUOTA_MOUNT", "1")
+    env = _fresh_env(max_inodes=2000)
+    try:
+        env.reset(options={"task_id": TASK})
+        obs, *_ = env.step("run mkdir e; for i in $(seq 60000); do : > e/$i || break; done; "
+                           "ls e | wc -l")
+        made = len(os.listdir(env.sandbox.ws / "e"))
+        if quota == "tmpfs":
+            assert made < 2000 and "2,000" in obs, (made, obs)
+        else:  # stopped at the next measurement: a bounded overshoot
+            assert made < 20000 and "over its quota of 2,000" in obs, (made, obs)
+    finally:
+        env.close()
+
+
+def test_host_git_never_follows_a_nested_git_file(tmp_path):
+    """A workspace ``.git`` file pointing at a repository on the host: the patch must not carry
+    that repository's commit (host git never reads it); the grade says why it failed."""
+    proj = tmp_path / "project"
+    proj.mkdir()
+    (proj / "f").write_text("x\n")
+    git_env = {**os.environ, "GIT_AUTHOR_NAME": "a", "GIT_AUTHOR_EMAIL": "a@b",
+               "GIT_COMMITTER_NAME": "a", "GIT_COMMITTER_EMAIL": "a@b"}
+    for args in (["init", "-q"], ["add", "f"], ["commit", "-qm", "secret"]):
+        subprocess.run(["git", *args], cwd=proj, env=git_env, check=True, capture_output=True)
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=proj, capture_output=True,
+                          text=True, check=True).stdout.strip()
+    env = _fresh_env()
+    try:
+        env.reset(options={"task_id": TASK})
+        for action in env.reference_actions()[:-1]:
+            env.step(action)
+        obs, *_ = env.step(f"run mkdir sub && echo 'gitdir: {proj}/.git' > sub/.git && echo ok")
+        assert obs.startswith("ok"), obs
+        obs, reward, terminated, _tr, info = env.step("submit")
+        assert terminated and head not in info["patch"] and "Subproject" not in info["patch"]
+        assert reward == 0.0 and "nested .git (sub/.git)" in obs, obs
+    finally:
+        env.close()
+
+
+def test_the_top_level_git_replaced_by_a_gitfile_is_not_followed_either(tmp_path):
+    env = _fresh_env()
+    try:
+        env.reset(options={"task_id": TASK})
+        for action in env.reference_actions()[:-1]:
+            env.step(action)
+        env.step(f"run rm -rf .git && echo 'gitdir: {ROOT}/.git' > .git && echo ok")
+        obs, reward, _t, _tr, info = env.step("submit")
+        assert reward == 1.0 and "Subproject" not in info["patch"], obs
+        assert "+++ b/.git" not in info["patch"]
+    finally:
+        env.close()
+
+
+def _mem_total_mib() -> int:
+    with open("/proc/meminfo") as fh:
+        return next(int(line.split()[1]) for line in fh if line.startswith("MemTotal:")) // 1024
+
+
+def test_the_sandbox_memory_default_is_sized_from_the_host(tmp_path):
+    env = _fresh_env()
+    try:
+        env.reset(options={"task_id": TASK})
+        mb = env.sandbox.limits.sandbox_memory_mb
+        assert mb <= 16384 and mb <= max(1024, _mem_total_mib() // 4), mb
+        assert f"{mb} MiB" in env.sandbox.describe()["memory"]
+    finally:
+        env.close()
+    from crl_bench.envs.swe.sandbox_base import default_sandbox_memory_mb
+
+    for kib, expected in ((24_683_664, 24_683_664 // 1024 // 4), (512 * 2**20, 16384),
+                          (2 * 2**20, 1024)):
+        (tmp_path / "meminfo").write_text(f"MemTotal:       {kib} kB\nMemFree: 1 kB\n")
+        assert default_sandbox_memory_mb(str(tmp_path / "meminfo")) == expected

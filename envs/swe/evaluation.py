@@ -19,25 +19,36 @@ run the test command. Here too, plus what the harness leaves open:
 4. **A fresh process**: the tests run with an explicit environment (no inherited variables,
    ``PYTEST_DISABLE_PLUGIN_AUTOLOAD=1``, ``PYTHONNOUSERSITE=1``, a private byte-code cache
    prefix, ``PYTHONPATH`` only the repository's source folders).
-5. **Results not from the log**: a small driver (``python -c``) imports pytest before any code
-   of the repository, runs ``pytest.main`` with a collector plugin that records each test's
-   setup/call/teardown outcomes (the worst wins; ``SKIPPED`` never passes), then writes one line
-   ``CRL-GRADE <nonce> <json>`` straight to fd 1 and leaves with ``os._exit`` (no ``atexit``
-   handler of the agent runs after it). The nonce comes on stdin, is never in ``argv`` or the
-   environment, and exactly one line must carry it. The driver also reports pytest plugins
-   registered from files the patch changed, and pytest internals (report classes, the runner)
-   that were replaced during the run; either makes the grade fail.
+5. **Results reported by a process that never imports the repository**: a small driver
+   (``python -c``) reads a nonce from stdin (never in ``argv`` or the environment), then forks.
+   The child zeroes its copy of the nonce and runs ``pytest.main`` with a collector plugin; the
+   parent imports nothing of the repository, receives the child's events through a pipe, and
+   writes the one line ``CRL-GRADE <nonce> <repr>`` itself (no ``json``: its output cannot be
+   re-encoded by the code under test); the host needs exactly one line with the nonce and parses
+   it with ``ast.literal_eval``.
+6. **A pass needs the test function to have run**: for each Python test function (and
+   ``unittest`` method) the child wraps the function itself for the duration of its call and
+   sends ``returned`` or ``raised`` from inside the wrapper. A test is ``PASSED`` only when the
+   wrapper saw it return and pytest's call report says passed (:func:`status_from_events`): a
+   replaced runner (``Function.runtest``), a hook that answers for the test, or a report
+   rewritten by a plugin (whatever its ``__module__`` or ``__file__`` claims) leave the wrapper
+   silent or saying ``raised``, and the test fails. ``XFAIL`` counts only for a test carrying
+   an ``xfail`` marker at collection (and never for a FAIL_TO_PASS test, see :mod:`..grading`);
+   an imperative ``pytest.xfail()`` reached during the call is ``XFAIL-CALL``, a failure. Items
+   that are not Python functions (doctests) are judged by their reports alone.
 
-Residual threat (documented, not solved): the repository's code runs inside the test process.
-Code written to target this driver specifically (finding the nonce in memory, patching pytest
-in ways the checks above do not see, or a repository that *is* pytest) can still forge a pass.
+Residual threat (documented, not solved): the repository's code runs inside the child, so code
+written against this driver specifically can still forge its events (find the pipe and write
+the event format), rename items so that another test's result lands on a required id, rewrite a
+test module on import (an import hook), or use native code. Everything a generic hack of pytest
+can reach (hooks, plugins, pytest's classes, the encoder, the log) no longer decides the grade.
 The harness of SWE-bench has the same exposure, without the checks above.
 """
 
 from __future__ import annotations
 
+import ast
 import codecs
-import json
 import re
 import secrets
 import shlex
@@ -47,11 +58,12 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any, Iterable
 
-from crl_bench.envs.swe.grading import GradeReport, grade, parse_pytest_log
+from crl_bench.envs.swe.grading import MISSING, GradeReport, grade, parse_pytest_log
 from crl_bench.envs.swe.sandbox import MiB, Sandbox, SandboxError
 
-HOOK_FILES = frozenset({"conftest.py", "pytest.ini", ".pytest.ini", "tox.ini", "setup.cfg",
-                        "pyproject.toml"})
+# every file name pytest reads configuration from (``_pytest/config/findpaths.py``), and conftest
+HOOK_FILES = frozenset({"conftest.py", "pytest.toml", ".pytest.toml", "pytest.ini", ".pytest.ini",
+                        "pyproject.toml", "tox.ini", "setup.cfg"})
 CACHE_PARTS = frozenset({"__pycache__", ".pytest_cache"})
 SHADOWED = frozenset({"pytest", "_pytest", "py", "pluggy", "iniconfig", "packaging",
                       "exceptiongroup", "tomli", "colorama", "attr", "attrs", "six",
@@ -61,70 +73,134 @@ SHADOWED = frozenset({"pytest", "_pytest", "py", "pluggy", "iniconfig", "packagi
 DEFAULT_MAX_PATCH_BYTES = 16 * MiB
 
 DRIVER = r'''
-import os, sys, json
+import os, sys
 def _driver():
-    w, leave, dumps = os.write, os._exit, json.dumps
-    nonce = sys.stdin.readline().strip()
-    changed = set(json.loads(sys.stdin.readline() or "[]"))
-    import pytest, _pytest.runner, _pytest.reports, _pytest.skipping, _pytest.main
-    main = pytest.main
-    watch = [_pytest.runner, _pytest.reports, _pytest.skipping, _pytest.main,
-             _pytest.reports.TestReport, _pytest.reports.BaseReport, _pytest.runner.CallInfo]
-    skip = ("__dict__", "__weakref__", "__doc__", "__builtins__", "__warningregistry__",
-            "__cached__", "__loader__", "__spec__", "__abstractmethods__", "_abc_impl")
-    def snap():
-        return {(getattr(o, "__name__", "?"), k, type(o) is type(os)): id(v) for o in watch
-                for k, v in list(vars(o).items()) if k not in skip}
-    before = snap()
-    rank = {"ERROR": 0, "FAILED": 1, "XPASS": 1, "SKIPPED": 2, "XFAIL": 3, "PASSED": 4}
-    tests, plugins = {}, []
-    class Collector:
-        def pytest_runtest_logreport(self, report):
-            own = vars(report)
-            xfail = "wasxfail" in own
-            outcome, when = own.get("outcome"), own.get("when")
-            if when == "call":
-                if outcome == "passed":
-                    st = "XPASS" if xfail else "PASSED"
-                elif outcome == "skipped":
-                    st = "XFAIL" if xfail else "SKIPPED"
-                else:
-                    st = "FAILED"
-            elif outcome == "passed":
-                return
-            else:
-                st = "SKIPPED" if outcome == "skipped" else "ERROR"
-            prev = tests.get(report.nodeid)
-            if prev is None or rank.get(st, -1) < rank.get(prev, -1):
-                tests[report.nodeid] = st
-        def pytest_sessionfinish(self, session):
-            root = os.path.realpath(os.getcwd())
-            for name, p in session.config.pluginmanager.list_name_plugin():
-                if p is None or p is self:
-                    continue
-                mod = p if type(p) is type(os) else sys.modules.get(type(p).__module__)
-                f = getattr(mod, "__file__", None) or ""
-                if not f or os.path.basename(f) == "conftest.py":
-                    continue
-                rel = os.path.relpath(os.path.realpath(f), root)
-                if rel in changed or rel.replace(".pyc", ".py") in changed:
-                    plugins.append(rel)
+    w, leave, fork, rd, close = os.write, os._exit, os.fork, os.read, os.close
+    nonce = bytearray()
+    while not nonce.endswith(b"\n"):
+        b = rd(0, 1)
+        if not b:
+            break
+        nonce += b
+    del nonce[-1:]
+    r, wfd = os.pipe()
+    pid = fork()
+    if pid == 0:
+        close(r)
+        nonce[:] = b"0" * len(nonce)
+        _child(wfd, w, leave)
+    close(wfd)
     try:
-        rc = int(main(sys.argv[1:], plugins=[Collector()]))
-    except BaseException as exc:
-        rc = -1
-    after = snap()
-    internals = sorted("%s.%s" % k[:2] for k in set(before) | set(after)
-                       if before.get(k) != after.get(k) and (not k[2] or k in before and k in after))
+        import ctypes
+        ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0: /proc/PID/mem stays closed
+    except BaseException:
+        pass
+    import select
+    buf, status, done = bytearray(), None, False
+    while not done:
+        if status is None:
+            got, status = os.waitpid(pid, os.WNOHANG)
+            status = status if got else None
+        # once the child is gone, read what it sent; a process it left holding the pipe
+        # cannot keep the verdict waiting
+        while select.select([r], [], [], 0.2 if status is None else 0)[0]:
+            b = rd(r, 1 << 16)
+            if not b:
+                done = True
+                break
+            buf += b
+        done = done or status is not None
+    if status is None:
+        status = os.waitpid(pid, 0)[1]
+    rc = os.waitstatus_to_exitcode(status)
+    tests = {}
+    for line in bytes(buf).split(b"\n"):
+        try:
+            ev = [bytes.fromhex(f.decode()).decode("utf-8", "surrogateescape")
+                  for f in line.split(b"\t")]
+        except ValueError:
+            continue
+        if len(ev) >= 2:
+            tests.setdefault(ev[1], []).append(ev[:1] + ev[2:])
+    data = ("\nCRL-GRADE " + nonce.decode() + " " + repr({"rc": rc, "events": tests})
+            + "\n").encode()
+    while data:
+        data = data[w(1, data):]
+    leave(0)
+def _child(wfd, w, leave):
+    def send(*fields):
+        data = ("\t".join(str.encode(f, "utf-8", "surrogateescape").hex() for f in fields)
+                + "\n").encode()
+        while data:
+            data = data[w(wfd, data):]
+    import pytest
+    hookimpl, Function = pytest.hookimpl, pytest.Function
+    try:
+        from _pytest.unittest import TestCaseFunction
+    except ImportError:
+        TestCaseFunction = ()
+    def watch(item, func):
+        nodeid = item.nodeid
+        def watched(*args, **kwargs):
+            try:
+                result = func(*args, **kwargs)
+            except BaseException:
+                send("C", nodeid, "raised")
+                raise
+            send("C", nodeid, "returned")
+            return result
+        for k in ("__name__", "__qualname__", "__doc__", "__module__",
+                  "__unittest_expecting_failure__", "__unittest_skip__",
+                  "__unittest_skip_why__"):
+            try:
+                setattr(watched, k, getattr(func, k))
+            except (AttributeError, TypeError):
+                pass
+        watched.__wrapped__ = func
+        return watched
+    class Collector:
+        def pytest_itemcollected(self, item):
+            kind = "unittest" if isinstance(item, TestCaseFunction) else \
+                "function" if isinstance(item, Function) else "other"
+            try:
+                marked = item.get_closest_marker("xfail") is not None or bool(getattr(
+                    getattr(item, "obj", None), "__unittest_expecting_failure__", False))
+            except BaseException:
+                marked = False
+            send("K", item.nodeid, kind, "xfail-marked" if marked else "")
+        @hookimpl(hookwrapper=True, tryfirst=True)
+        def pytest_pyfunc_call(self, pyfuncitem):
+            func = pyfuncitem.obj
+            pyfuncitem.obj = watch(pyfuncitem, func)
+            try:
+                yield
+            finally:
+                pyfuncitem.obj = func
+        @hookimpl(hookwrapper=True, tryfirst=True)
+        def pytest_runtest_call(self, item):
+            # unittest: pytest puts item.obj on the TestCase instance before running it
+            func = item.obj if isinstance(item, TestCaseFunction) else None
+            if func is not None:
+                item.obj = watch(item, func)
+            try:
+                yield
+            finally:
+                if func is not None:
+                    item.obj = func
+        def pytest_runtest_logreport(self, report):
+            own = vars(report)  # the values the report holds, not what its class computes
+            fields = [own[k] if k in own else getattr(report, k, None)
+                      for k in ("nodeid", "when", "outcome")]
+            send("R", *map(str, fields), "x" if "wasxfail" in own else "")
+    try:
+        rc = int(pytest.main(sys.argv[1:], plugins=[Collector()]))
+    except BaseException:
+        rc = 99
     try:
         sys.stdout.flush()
     except BaseException:
         pass
-    data = ("\nCRL-GRADE " + nonce + " " + dumps({"rc": rc, "tests": tests, "plugins": plugins,
-            "internals": internals}) + "\n").encode()
-    while data:
-        data = data[w(1, data):]
-    leave(0)
+    leave(rc & 255)
 _driver()
 '''
 
@@ -228,15 +304,67 @@ def read_driver_output(output: str, nonce: str) -> tuple[dict[str, str], str]:
         return {}, ("the test run did not report its results (it crashed, exited early or "
                     "was killed)" if not lines else "the grading channel was written twice")
     try:
-        data = json.loads(lines[0][len(f"CRL-GRADE {nonce} "):])
-        tests = {str(k): str(v) for k, v in data["tests"].items()}
-    except (ValueError, KeyError, AttributeError, TypeError):
+        data = ast.literal_eval(lines[0][len(f"CRL-GRADE {nonce} "):])
+        events = {str(k): [[str(f) for f in ev] for ev in v] for k, v in data["events"].items()}
+    except (ValueError, SyntaxError, KeyError, AttributeError, TypeError, MemoryError,
+            RecursionError):
         return {}, "the grading channel held garbage"
-    if data.get("plugins"):
-        return {}, f"code changed by the patch registered pytest plugins: {data['plugins']}"
-    if data.get("internals"):
-        return {}, f"pytest internals were replaced during the run: {data['internals'][:5]}"
-    return tests, ""
+    return {nodeid: status_from_events(evs) for nodeid, evs in events.items()}, ""
+
+
+def status_from_events(events: list[list[str]]) -> str:
+    """One test's status from the events the driver's test process sent about it.
+
+    ``K kind marked`` (collected: ``function``/``unittest`` items have their test function
+    watched, ``other`` items such as doctests are judged by their reports alone), ``C raised`` /
+    ``C returned`` (the watched test function itself ended so), ``R when outcome x`` (pytest's
+    report of a phase; ``x`` when it carries ``wasxfail``).
+
+    A test passes (``PASSED``) only when the watched function returned, the call report says
+    passed, and setup and teardown passed: a test whose function never ran (a replaced runner, a
+    hook that answered for it) fails whatever its reports say. ``XFAIL`` needs an ``xfail``
+    marker known at collection and a call that raised; an expected failure declared from inside
+    the run (``pytest.xfail()``, which the code under test can call) is ``XFAIL-CALL`` and never
+    passes. ``SKIPPED`` never passes either.
+    """
+    kinds = [ev[1:] for ev in events if ev[0] == "K" and len(ev) >= 3]
+    calls = [ev[1] for ev in events if ev[0] == "C" and len(ev) >= 2]
+    reports: dict[str, tuple[str, bool]] = {}
+    for ev in events:
+        if ev[0] == "R" and len(ev) >= 4:
+            when, outcome, x = ev[1], ev[2], ev[3] == "x"
+            old = reports.get(when)
+            if old is None or (outcome != "passed" and old[0] == "passed"):
+                reports[when] = (outcome, x)
+    if len(kinds) != 1:
+        return MISSING if not kinds else "ERROR"
+    kind, marked = kinds[0][0], kinds[0][1] == "xfail-marked"
+
+    def xfail() -> str:
+        return "XFAIL" if marked else "XFAIL-CALL"
+
+    setup, call, teardown = (reports.get(w) for w in ("setup", "call", "teardown"))
+    if setup is None:
+        return MISSING
+    if setup[0] == "failed" or (teardown is not None and teardown[0] == "failed"):
+        return "ERROR"
+    if setup[0] == "skipped":
+        return xfail() if setup[1] else "SKIPPED"
+    if call is None:
+        return MISSING
+    if kind == "other":
+        watched = "returned" if call[0] == "passed" else "raised"
+    elif not calls:
+        return "FAILED"  # the test function never ran
+    else:
+        watched = "returned" if all(c == "returned" for c in calls) else "raised"
+    if call[0] == "skipped":
+        return (xfail() if watched == "raised" else "FAILED") if call[1] else "SKIPPED"
+    if call[0] != "passed" or watched != "returned":
+        return "FAILED"
+    if call[1]:
+        return "XPASS"
+    return "PASSED" if teardown is not None else MISSING
 
 
 def grade_sandbox(sb: Sandbox, *, patch: str, test_patch: str, test_files: Iterable[str],
@@ -276,14 +404,12 @@ def grade_sandbox(sb: Sandbox, *, patch: str, test_patch: str, test_files: Itera
         base_files = frozenset(f for f in listing.output.split("\0") if f)
         roots = import_roots(env)
         keep: list[str] = []
-        changed: list[str] = []
         for path, chunk in split_diff(patch):
             why = exclusion(path, base_files, roots)
             if why:
                 info.excluded[path or chunk.split("\n", 1)[0]] = why
             else:
                 keep.append(chunk)
-                changed.append(path or "")
         if keep:
             applied = sb.run("git apply --binary --whitespace=nowarn -", stdin="".join(keep),
                              timeout_s=min(120, left()))
@@ -310,7 +436,7 @@ def grade_sandbox(sb: Sandbox, *, patch: str, test_patch: str, test_files: Itera
         else:
             prefix = f'PYTHONPYCACHEPREFIX="$TMPDIR/crl-pyc-{secrets.token_hex(8)}" '
             result = sb.run(prefix + command, timeout_s=left(), env=run_env,
-                            stdin=nonce + "\n" + json.dumps(changed) + "\n",
+                            stdin=nonce + "\n",
                             output_keep_bytes=64 * MiB)
             statuses, problem = read_driver_output(result.output, nonce)
         if result.timed_out:

@@ -7,7 +7,10 @@ whitespace-separated token. Ids in the datasets that were cut at a space match, 
 token is cut at the same place.
 
 A test counts as passing when its status is ``PASSED`` or ``XFAIL`` (an expected failure), as in
-the harness; ``SKIPPED`` never does. A test that does not appear in the log (not collected, a
+the harness, with one difference: a ``FAIL_TO_PASS`` test passes only when ``PASSED``. The
+harness measures a model on fixed tests; here the reward trains a policy, and a patch that makes
+the code under test call ``pytest.xfail()`` turns every failing test into ``XFAIL`` without fixing
+anything. ``SKIPPED`` never passes. A test that does not appear in the log (not collected, a
 crash before it ran) counts as failing. When a test appears more than once, the worst status
 wins (a later ``PASSED`` line cannot hide a ``FAILED`` one).
 
@@ -21,12 +24,15 @@ from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
 STATUSES: tuple[str, ...] = ("PASSED", "FAILED", "SKIPPED", "ERROR", "XFAIL")
-PASSING: frozenset[str] = frozenset({"PASSED", "XFAIL"})
+PASSING: frozenset[str] = frozenset({"PASSED", "XFAIL"})  # the harness's test_passed
+# A FAIL_TO_PASS test must pass for real: ending XFAIL is not fixing it (see module doc).
+PASSING_F2P: frozenset[str] = frozenset({"PASSED"})
 MISSING = "MISSING"  # status reported for a test that is absent from the log
 
 
 # worst first: when a test id has several statuses, the one that comes first here is kept
-SEVERITY: tuple[str, ...] = ("ERROR", "FAILED", "MISSING", "SKIPPED", "XFAIL", "PASSED")
+SEVERITY: tuple[str, ...] = ("ERROR", "FAILED", "MISSING", "XPASS", "XFAIL-CALL", "SKIPPED",
+                             "XFAIL", "PASSED")
 
 
 def worst(a: str, b: str) -> str:
@@ -76,9 +82,13 @@ class GradeReport:
     def n_tests(self) -> int:
         return len(self.fail_to_pass) + len(self.pass_to_pass)
 
+    def _passed(self) -> list[bool]:
+        return ([s in PASSING_F2P for s in self.fail_to_pass.values()]
+                + [s in PASSING for s in self.pass_to_pass.values()])
+
     @property
     def n_passed(self) -> int:
-        return sum(s in PASSING for s in (*self.fail_to_pass.values(), *self.pass_to_pass.values()))
+        return sum(self._passed())
 
     @property
     def resolved(self) -> bool:
@@ -89,8 +99,8 @@ class GradeReport:
         return self.n_passed / self.n_tests if self.n_tests else 0.0
 
     def failing(self) -> list[str]:
-        return [t for t, s in (*self.fail_to_pass.items(), *self.pass_to_pass.items())
-                if s not in PASSING]
+        return [t for t, ok in zip((*self.fail_to_pass, *self.pass_to_pass), self._passed())
+                if not ok]
 
     def as_dict(self) -> dict[str, object]:
         return {"resolved": self.resolved, "score": self.score,
@@ -99,7 +109,7 @@ class GradeReport:
 
     def summary(self) -> str:
         """A short text for the agent's final observation (which tests failed, not their code)."""
-        f2p_ok = sum(s in PASSING for s in self.fail_to_pass.values())
+        f2p_ok = sum(s in PASSING_F2P for s in self.fail_to_pass.values())
         p2p_ok = sum(s in PASSING for s in self.pass_to_pass.values())
         lines = [f"Tests that should now pass (FAIL_TO_PASS): {f2p_ok}/{len(self.fail_to_pass)}",
                  f"Tests that must keep passing (PASS_TO_PASS): {p2p_ok}/{len(self.pass_to_pass)}",

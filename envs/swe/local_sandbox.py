@@ -18,13 +18,14 @@ from typing import Any, Mapping
 from crl_bench.envs.swe.sandbox_base import (MiB, SETUP_ERROR_EXIT, SETUP_ERROR_PREFIX, WORKDIR,
                                              CommandResult, Sandbox, SandboxError,
                                              SandboxLimits, SandboxPathError)
+from crl_bench.envs.swe.sandbox_fs import (QuotaWatch, chown_tree, fs_usage, mount_quota_fs,
+                                           remove_tree, tree_usage)
 from crl_bench.envs.swe.sandbox_proc import (OWNER_FILE, WORKSPACE_PREFIX, _base_config,
-                                             _is_root, _kill_uid, _launch, _remove_tree,
-                                             _uid_counter, _world_traversable,
-                                             clean_stale_workspaces, collect_output,
-                                             default_ro_binds, make_memory_cgroup,
-                                             namespaces_available, owner_record, remove_cgroup,
-                                             tree_bytes)
+                                             _is_root, _kill_uid, _launch, _uid_counter,
+                                             _world_traversable, clean_stale_workspaces,
+                                             collect_output, default_ro_binds,
+                                             make_memory_cgroup, namespaces_available,
+                                             owner_record, remove_cgroup)
 
 ISOLATIONS = ("auto", "namespaces", "unsafe-rlimits")
 
@@ -106,6 +107,12 @@ class LocalSandbox(Sandbox):
         owner = owner_record()
         self._dir = Path(tempfile.mkdtemp(prefix=f"{WORKSPACE_PREFIX}{owner['pid']}-",
                                           dir=self.base_dir))
+        lim = self.limits
+        # the owner file and the empty mount skeleton take a few inodes and blocks of their own
+        why = mount_quota_fs(self._dir, lim.disk_mb * MiB + 64 * 1024, lim.max_inodes + 8)
+        self.quota_fs = not why
+        self.quota_note = (f"tmpfs of {lim.disk_mb:,} MiB and {lim.max_inodes:,} inodes"
+                           if self.quota_fs else f"checked while commands run ({why})")
         (self._dir / OWNER_FILE).write_text(json.dumps(owner))
         self.ws = self._dir / "testbed"
         self.tmp = self._dir / "tmp"
@@ -158,19 +165,15 @@ class LocalSandbox(Sandbox):
         if self._source is None:
             raise SandboxError("reset() before prepare(): give the sandbox a template first")
         for d in (self.ws, self.tmp):
-            _remove_tree(d)
+            remove_tree(d)
         shutil.copytree(self._source, self.ws, symlinks=True)
         self.tmp.mkdir()
         self._own(self.ws)
         self._own(self.tmp)
 
     def _own(self, top: Path) -> None:
-        if self.uid is None:
-            return
-        os.lchown(top, self.uid, self.uid)
-        for dirpath, dirnames, filenames in os.walk(top):
-            for name in dirnames + filenames:
-                os.lchown(os.path.join(dirpath, name), self.uid, self.uid)
+        if self.uid is not None:
+            chown_tree(top, self.uid)
 
     def host_path(self, path: str) -> Path:
         """The host path of an agent path, after checking it stays inside the workspace.
@@ -180,6 +183,9 @@ class LocalSandbox(Sandbox):
         if self.mode == "unsafe-rlimits" and path.startswith(str(self.ws)):
             path = WORKDIR + path[len(str(self.ws)):]  # the host path commands see here
         rel = self.inside_path(path)
+        if len(rel.parts) > self.limits.max_path_depth:
+            raise SandboxPathError(f"{path[:200]} is {len(rel.parts)} levels deep; the limit is "
+                                   f"{self.limits.max_path_depth}")
         host = self.ws / rel
         real = Path(os.path.realpath(host))
         ws_real = Path(os.path.realpath(self.ws))
@@ -245,12 +251,17 @@ class LocalSandbox(Sandbox):
         timeout = float(timeout_s if timeout_s is not None else self.limits.timeout_s)
         keep = int(output_keep_bytes or self.limits.output_keep_bytes)
         hard = max(self.limits.output_hard_bytes, keep)
-        quota = self.limits.disk_mb * MiB
-        left = max(0, quota - tree_bytes(self.ws, self.tmp))
+        lim = self.limits
+        quota = lim.disk_mb * MiB
+        used_before = fs_usage(self._dir)[0] if self.quota_fs else \
+            tree_usage(self.ws, self.tmp).bytes
+        left = max(0, quota - used_before)
+        watch = None if self.quota_fs else QuotaWatch((self.ws, self.tmp), quota, lim.max_inodes)
         cfg = _base_config(self.mode, str(self.root), str(self.ws), str(self.tmp), self._ro,
                            self.limits, uid=self.uid, command=command,
                            env=self.command_env(env), timeout_s=timeout,
-                           fsize_bytes=min(self.limits.max_file_mb * MiB, left),
+                           fsize_bytes=min(self.limits.max_file_mb * MiB,
+                                           quota if self.quota_fs else left),
                            max_processes=self._max_processes,
                            cgroup_procs=str(self._cgroup / "cgroup.procs") if self._cgroup
                            else None)
@@ -259,20 +270,35 @@ class LocalSandbox(Sandbox):
             proc = _launch(cfg)
         except OSError as exc:
             raise SandboxError(f"could not start the sandbox launcher: {exc}") from exc
-        result = collect_output(proc, stdin, timeout, keep, hard)
+        result = collect_output(proc, stdin, timeout, keep, hard, watch=watch)
         if self.mode == "unsafe-rlimits" and self.uid is not None:
             _kill_uid(self.uid)  # what setsid/double-fork took out of the process group
         result.duration_s = time.monotonic() - start
-        used = tree_bytes(self.ws, self.tmp)
-        if used > quota:
-            result.note = (f"the workspace holds {used / MiB:,.1f} MiB, over its disk quota of "
-                           f"{self.limits.disk_mb:,} MiB: no file can grow until you remove "
-                           "files")
-        elif left == 0:
-            result.note = "no disk quota was left for this command: files could not grow"
+        result.note = "; ".join(n for n in (result.note, self._after_command(left)) if n)
         if result.exit_code == SETUP_ERROR_EXIT and result.output.startswith(SETUP_ERROR_PREFIX):
             raise SandboxError(f"the sandbox could not start the command: {result.output.strip()}")
         return result
+
+    def _after_command(self, left_before: int) -> str:
+        """Remove folders nested past ``max_path_depth``; say how the quotas stand."""
+        lim = self.limits
+        walk = tree_usage(self.ws, self.tmp, max_depth=lim.max_path_depth)
+        notes = []
+        if walk.too_deep:
+            for folder in walk.too_deep:
+                remove_tree(folder)
+            notes.append(f"folders nested more than {lim.max_path_depth} levels deep were "
+                         f"removed ({len(walk.too_deep)}, e.g. "
+                         f"{os.path.relpath(walk.too_deep[0], self._dir)[:120]}...)")
+        used, inodes = fs_usage(self._dir) if self.quota_fs else (walk.bytes, walk.inodes)
+        full = used >= lim.disk_mb * MiB - 64 * 1024 or inodes >= lim.max_inodes
+        if full:
+            notes.append(f"the workspace holds {used / MiB:,.1f} MiB in {inodes:,} files and "
+                         f"folders; its quota is {lim.disk_mb:,} MiB and {lim.max_inodes:,}: "
+                         "nothing more can be written until you remove files")
+        elif left_before == 0:
+            notes.append("no disk quota was left for this command: files could not grow")
+        return "; ".join(notes)
 
     def workspace_diff(self, timeout_s: float = 120.0) -> str:
         """The workspace's changes against the template it was made from, as a binary git diff.
@@ -286,10 +312,20 @@ class LocalSandbox(Sandbox):
             raise SandboxError("workspace_diff() before prepare()")
         from crl_bench.envs.swe.workspaces import GIT_ENV, GIT_OPTS
 
+        walk = tree_usage(self.ws, max_depth=self.limits.max_path_depth, git_top=self.ws)
+        if walk.nested_git:
+            rel = os.path.relpath(walk.nested_git[0], self.ws)
+            raise SandboxError(f"the workspace holds a nested .git ({rel[:200]}); host git does "
+                               "not read repositories inside the workspace. Remove it "
+                               f"(run rm -rf {rel[:200]}).")
+        if walk.too_deep:
+            raise SandboxError(f"folders are nested more than {self.limits.max_path_depth} "
+                               "levels deep; remove them")
         with tempfile.TemporaryDirectory(prefix="crl-swe-diff-") as tmp:
             gitdir = Path(tmp) / "git"
             env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": tmp, **GIT_ENV,
-                   "GIT_DIR": str(gitdir)}
+                   "GIT_DIR": str(gitdir), "GIT_CEILING_DIRECTORIES": str(self._dir),
+                   "GIT_DISCOVERY_ACROSS_FILESYSTEM": "0"}
             opts = [*GIT_OPTS, "-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false",
                     "-c", "core.untrackedCache=false", "-c", "core.symlinks=true",
                     "-c", "core.excludesFile=/dev/null", "-c", "status.showUntrackedFiles=all"]
@@ -327,14 +363,15 @@ class LocalSandbox(Sandbox):
                 "network": self.limits.network if self.mode == "namespaces" else True,
                 "workdir": self.command_workdir, "uid_note": self.uid_note or None,
                 "namespace_problem": self.namespace_problem or None,
-                "memory": self.memory_note, "disk_mb": self.limits.disk_mb}
+                "memory": self.memory_note, "disk_mb": self.limits.disk_mb,
+                "max_inodes": self.limits.max_inodes, "quota": self.quota_note}
 
     def close(self) -> None:
         if getattr(self, "_cgroup", None) is not None:
             remove_cgroup(self._cgroup)  # type: ignore[arg-type]
             self._cgroup = None
         if getattr(self, "_dir", None) is not None and self._dir.exists():
-            _remove_tree(self._dir)
+            remove_tree(self._dir)
 
     def __del__(self) -> None:  # best effort; close() is the real API
         try:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import signal
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any, Mapping
 
@@ -23,6 +23,20 @@ class SandboxError(RuntimeError):
 
 class SandboxPathError(ValueError):
     """A path the agent gave points outside the workspace or cannot be used."""
+
+
+def default_sandbox_memory_mb(meminfo: str = "/proc/meminfo") -> int:
+    """16 GiB, or a quarter of the host's memory (``MemTotal``) if that is less (at least 1 GiB).
+
+    Several sandboxes run side by side (one per env); a fixed 16 GiB each would let two of them
+    take a 24 GiB host down.
+    """
+    try:
+        with open(meminfo) as fh:
+            kib = next(int(line.split()[1]) for line in fh if line.startswith("MemTotal:"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        return 16384
+    return max(1024, min(16384, kib // 1024 // 4))
 
 
 @dataclass(frozen=True)
@@ -46,11 +60,18 @@ class SandboxLimits:
             MiB. Enforced by a memory cgroup where the host allows one; otherwise by a process
             budget: at most ``sandbox_memory_mb // memory_mb`` processes, each capped at
             ``memory_mb`` (``LocalSandbox.describe()["memory"]`` says which).
-        disk_mb: bytes the workspace and the sandbox's ``/tmp`` may hold together, MiB. Before a
-            command, ``RLIMIT_FSIZE`` is lowered to what is left, so one write past the quota
-            fails (``File too large``); a command that still ends over the quota (several files
-            written at once) is reported, and the next commands may not grow any file until
-            files are removed.
+            The default is 16 GiB or a quarter of the host's memory, whichever is less.
+        disk_mb: bytes the workspace and the sandbox's ``/tmp`` may hold together, MiB.
+        max_inodes: files, folders and links they may hold together.
+            Both quotas hold while a command runs: where the host lets this process mount
+            (root), the sandbox folder is a tmpfs of exactly that size and inode count and the
+            kernel refuses the write that would go over; elsewhere the tree is measured while
+            the command runs and the command is stopped when it is over
+            (:mod:`crl_bench.envs.swe.sandbox_fs`). ``RLIMIT_FSIZE`` is also lowered to what is
+            left, so one file cannot pass it.
+        max_path_depth: folders nested deeper than this below the workspace are removed after
+            the command (and the command's note says so): host tools and git stay within
+            their path limits.
     """
 
     timeout_s: float = 60.0
@@ -62,13 +83,15 @@ class SandboxLimits:
     output_hard_bytes: int = 32 * MiB
     network: bool = False
     shm_mb: int = 64
-    sandbox_memory_mb: int = 16384
+    sandbox_memory_mb: int = field(default_factory=default_sandbox_memory_mb)
     disk_mb: int = 4096
+    max_inodes: int = 200_000
+    max_path_depth: int = 128
 
     def __post_init__(self) -> None:
         for name in ("timeout_s", "memory_mb", "max_processes", "max_file_mb",
                      "output_keep_bytes", "output_hard_bytes", "shm_mb", "sandbox_memory_mb",
-                     "disk_mb"):
+                     "disk_mb", "max_inodes", "max_path_depth"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"SandboxLimits.{name} must be positive, got "
                                  f"{getattr(self, name)}.")

@@ -8,7 +8,6 @@ import itertools
 import json
 import os
 import selectors
-import shutil
 import signal
 import subprocess
 import sys
@@ -16,10 +15,11 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from crl_bench.envs.swe.sandbox_base import (MiB, WORKDIR, CommandResult, SandboxLimits,
                                              omission_marker)
+from crl_bench.envs.swe.sandbox_fs import remove_tree
 
 LAUNCHER = Path(__file__).with_name("_sandbox_launcher.py")
 
@@ -154,22 +154,6 @@ def _base_config(mode: str, root: str, ws: str, tmpdir: str, ro_binds: list[str]
     }
 
 
-def _remove_tree(path: Path) -> None:
-    if not path.exists():
-        return
-
-    def onerror(func: Any, p: str, _exc: Any) -> None:
-        # a command may have removed write permission from its own directories
-        try:
-            os.chmod(os.path.dirname(p), 0o700)
-            os.chmod(p, 0o700)
-            func(p)
-        except OSError:
-            pass
-
-    shutil.rmtree(path, onerror=onerror)
-
-
 def _kill_uid(uid: int) -> None:
     """Kill every process running under ``uid`` (only used for a sandbox's own uid)."""
     for _round in range(3):
@@ -208,8 +192,12 @@ EXIT_GRACE_S = 0.2  # output still read after the shell exits (rlimits mode; see
 
 
 def collect_output(proc: subprocess.Popen[bytes], stdin: str | None, timeout: float, keep: int,
-             hard: int) -> CommandResult:
-    """Read the merged output of ``proc`` under a deadline, keeping only its head and tail."""
+                   hard: int, watch: Callable[[], str] | None = None) -> CommandResult:
+    """Read the merged output of ``proc`` under a deadline, keeping only its head and tail.
+
+    ``watch`` (the checked disk budget) is called in the loop; a non-empty answer stops the
+    command and becomes the result's note.
+    """
     assert proc.stdout is not None and proc.stdin is not None
     if stdin:
         # Feed stdin from a thread: a command that does not read it must not block us.
@@ -238,8 +226,13 @@ def collect_output(proc: subprocess.Popen[bytes], stdin: str | None, timeout: fl
     sel = selectors.DefaultSelector()
     sel.register(fd, selectors.EVENT_READ)
     exited_at: float | None = None
+    stopped = ""
     try:
         while True:
+            if watch is not None and exited_at is None:
+                stopped = watch()
+                if stopped:
+                    break
             now = time.monotonic()
             remaining = deadline - now
             if remaining <= 0:
@@ -268,7 +261,7 @@ def collect_output(proc: subprocess.Popen[bytes], stdin: str | None, timeout: fl
                 break
     finally:
         sel.close()
-    if timed_out or flood or exited_at is not None:
+    if timed_out or flood or stopped or exited_at is not None:
         _kill_group(proc)
     try:
         code = proc.wait(timeout=10)
@@ -285,7 +278,8 @@ def collect_output(proc: subprocess.Popen[bytes], stdin: str | None, timeout: fl
     text += tail.decode("utf-8", "replace")
     exit_code = None if (timed_out or flood) else (code if code >= 0 else 128 - code)
     return CommandResult(output=text, exit_code=exit_code, timed_out=timed_out,
-                         output_bytes=total, output_truncated=truncated, output_flood=flood)
+                         output_bytes=total, output_truncated=truncated, output_flood=flood,
+                         note=stopped)
 
 
 
@@ -336,7 +330,7 @@ def clean_stale_workspaces(base_dir: str | None) -> list[str]:
         except (OSError, ValueError):
             continue
         if not owner_alive(record):
-            _remove_tree(folder)
+            remove_tree(folder)
             removed.append(str(folder))
     for group in _stale_cgroups():
         remove_cgroup(group)
@@ -421,17 +415,3 @@ def _stale_cgroups() -> list[Path]:
         if not owner_alive({"pid": pid, "start": start}):
             stale.append(group)
     return stale
-
-
-def tree_bytes(*tops: Path) -> int:
-    """Bytes the files under ``tops`` take on disk (allocated blocks; links not followed)."""
-    total = 0
-    for top in tops:
-        for dirpath, dirnames, filenames in os.walk(top):
-            for name in dirnames + filenames:
-                try:
-                    st = os.lstat(os.path.join(dirpath, name))
-                except OSError:
-                    continue
-                total += max(st.st_blocks * 512, st.st_size if name in filenames else 0)
-    return total

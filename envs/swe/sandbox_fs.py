@@ -1,0 +1,175 @@
+"""Host-side handling of a sandbox's files: the disk quota, walks and removal that no tree the
+agent builds can break.
+
+* **Quota** (:func:`mount_quota_fs`): where this process may mount (root), the sandbox folder is
+  a tmpfs of its own, ``size`` = the byte quota and ``nr_inodes`` = the inode quota, so the
+  kernel refuses the write (``ENOSPC``) that would go over, while the command runs, however
+  many files or processes write at once. Elsewhere the quota is a checked budget: the command's
+  output loop measures the tree every :data:`WATCH_INTERVAL_S` and kills the command when it is
+  over (:class:`QuotaWatch`), and ``RLIMIT_FSIZE`` caps each file at what is left.
+* **Walks** (:func:`tree_usage`) are iterative (an explicit stack), never ``os.walk`` or
+  recursion: a tree 10,000 levels deep costs time, not a ``RecursionError``. They stop at
+  ``max_depth`` and report what lies deeper; :func:`remove_tree` is ``rm -rf`` (no recursion
+  in Python either).
+* **Nested ``.git``** entries (a file ``gitdir: <elsewhere>``, a directory, a link) are
+  reported by the walk: host git must never read a repository the agent points it at.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import stat
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+WATCH_INTERVAL_S = 0.25
+MNT_DETACH = 2
+
+
+@dataclass
+class TreeUsage:
+    """What a walk found under some folders."""
+
+    bytes: int = 0
+    inodes: int = 0
+    too_deep: list[str] = field(default_factory=list)  # folders whose content lies past max_depth
+    nested_git: list[str] = field(default_factory=list)  # ``.git`` entries below the top level
+
+
+def tree_usage(*tops: Path, max_depth: int = 10**9, git_top: Path | None = None) -> TreeUsage:
+    """Bytes (allocated blocks) and inodes under ``tops``, iteratively; links not followed.
+
+    Folders deeper than ``max_depth`` levels below a top are not entered: they are listed in
+    ``too_deep``. Every entry named ``.git`` is listed in ``nested_git`` except ``git_top/.git``.
+    """
+    usage = TreeUsage()
+    for top in tops:
+        stack: list[tuple[str, int]] = [(str(top), 0)]
+        while stack:
+            folder, depth = stack.pop()
+            try:
+                entries = list(os.scandir(folder))
+            except OSError:
+                continue
+            for entry in entries:
+                try:
+                    st = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                usage.inodes += 1
+                usage.bytes += max(st.st_blocks * 512, st.st_size if stat.S_ISREG(st.st_mode)
+                                   else 0)
+                if entry.name == ".git" and not (git_top is not None and depth == 0
+                                                 and Path(folder) == git_top):
+                    usage.nested_git.append(entry.path)
+                if stat.S_ISDIR(st.st_mode):
+                    if depth + 1 >= max_depth:
+                        usage.too_deep.append(entry.path)
+                    else:
+                        stack.append((entry.path, depth + 1))
+    return usage
+
+
+def remove_tree(path: Path | str) -> None:
+    """``rm -rf`` ``path`` (any depth); folders a command made unwritable are opened first.
+
+    A tmpfs mounted on ``path`` (see :func:`mount_quota_fs`) is detached first.
+    """
+    path = str(path)
+    if not os.path.lexists(path):
+        return
+    unmount(path)
+    for attempt in range(2):
+        proc = subprocess.run(["rm", "-rf", "--one-file-system", "--", path],
+                              capture_output=True)
+        if proc.returncode == 0 or not os.path.lexists(path) or attempt:
+            return
+        subprocess.run(["chmod", "-R", "u+rwX", "--", path], capture_output=True)
+
+
+_libc = None
+
+
+def _libc_call():
+    global _libc
+    if _libc is None:
+        _libc = ctypes.CDLL(None, use_errno=True)
+    return _libc
+
+
+def mount_quota_fs(folder: Path, size_bytes: int, inodes: int) -> str:
+    """Mount a tmpfs of ``size_bytes`` and ``inodes`` on ``folder``; '' on success, else why not."""
+    if os.environ.get(NO_MOUNT_ENV) == "1":
+        return f"disabled by {NO_MOUNT_ENV}=1"
+    if os.geteuid() != 0:
+        return "mounting a quota filesystem needs root"
+    opts = f"size={int(size_bytes)},nr_inodes={int(inodes)},mode=0755"
+    libc = _libc_call()
+    ms_nosuid_nodev = 2 | 4
+    ret = libc.mount(b"tmpfs", str(folder).encode(), b"tmpfs", ctypes.c_ulong(ms_nosuid_nodev),
+                     opts.encode())
+    if ret != 0:
+        err = ctypes.get_errno()
+        return f"mount tmpfs on {folder} failed: {os.strerror(err)}"
+    return ""
+
+
+def unmount(folder: Path | str) -> None:
+    """Detach a filesystem mounted on ``folder`` (nothing when it is not a mount point)."""
+    try:
+        if not os.path.ismount(folder):
+            return
+    except OSError:
+        return
+    _libc_call().umount2(str(folder).encode(), MNT_DETACH)
+
+
+NO_MOUNT_ENV = "CRL_SWE_NO_QUOTA_MOUNT"  # "1": use the checked budget, not a tmpfs
+
+
+class QuotaWatch:
+    """The checked budget: called from a command's output loop, says why to stop it, if so."""
+
+    def __init__(self, tops: tuple[Path, ...], max_bytes: int, max_inodes: int) -> None:
+        self.tops, self.max_bytes, self.max_inodes = tops, max_bytes, max_inodes
+        self.next_at = time.monotonic() + WATCH_INTERVAL_S
+        self.reason = ""
+
+    def __call__(self) -> str:
+        now = time.monotonic()
+        if now < self.next_at:
+            return ""
+        used = tree_usage(*self.tops)
+        self.next_at = time.monotonic() + max(WATCH_INTERVAL_S, 2 * (time.monotonic() - now))
+        if used.bytes > self.max_bytes:
+            self.reason = (f"stopped: the workspace reached {used.bytes / 2**20:,.1f} MiB, over "
+                           f"its disk quota of {self.max_bytes / 2**20:,.0f} MiB")
+        elif used.inodes > self.max_inodes:
+            self.reason = (f"stopped: the workspace reached {used.inodes:,} files and folders, "
+                           f"over its quota of {self.max_inodes:,}")
+        return self.reason
+
+
+def chown_tree(top: Path, uid: int) -> None:
+    """``chown -R -h uid:uid top``, iteratively."""
+    os.lchown(top, uid, uid)
+    stack = [str(top)]
+    while stack:
+        folder = stack.pop()
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            continue
+        for entry in entries:
+            os.lchown(entry.path, uid, uid)
+            if entry.is_dir(follow_symlinks=False):
+                stack.append(entry.path)
+
+
+def fs_usage(folder: Path) -> tuple[int, int]:
+    """Bytes and inodes in use on the filesystem holding ``folder`` (the quota tmpfs)."""
+    st = os.statvfs(folder)
+    return (st.f_blocks - st.f_bfree) * st.f_frsize, st.f_files - st.f_ffree
