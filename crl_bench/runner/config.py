@@ -385,7 +385,7 @@ def _paper() -> RunConfig:
     return RunConfig(
         preset="paper", steps=512,
         model=ModelConfig(actor="Qwen/Qwen2.5-7B-Instruct", extractor="Qwen/Qwen3-4B-Thinking-2507",
-                          backend="hf", dtype="bfloat16", device="cuda", lora_r=0, lora_alpha=128),
+                          backend="vllm", dtype="bfloat16", device="cuda", lora_r=0, lora_alpha=128),
         # the actor sees the whole conversation, 4,096 new tokens per turn, top-k 100
         rollout=RolloutConfig(groups=16, group_size=8, temperature=0.99, top_p=0.99, top_k=100,
                               max_new_tokens=4096, conversation="full", history=-1, think=True,

@@ -304,10 +304,14 @@ def validate_config(cfg: "RunConfig") -> None:
     _check_name("extractor.update_mode", cfg.extractor.update_mode, ("in_place", "replace"),
                 "update mode")
     _check_name("experience.key", cfg.experience.key, ("entry", "episode_start"), "retrieval key")
-    if cfg.model.lora_r == 0 and cfg.model.backend == "vllm":
-        raise ConfigError("model.lora_r=0 (full fine-tuning) needs the hf backend: the vllm "
-                          "backend serves LoRA adapters only. Use --set model.backend=hf or a "
-                          "LoRA rank > 0.")
+    one_base = not cfg.model.extractor or cfg.model.extractor == cfg.model.actor
+    if (cfg.model.lora_r == 0 and cfg.model.backend == "vllm" and one_base
+            and cfg.agent not in ("grpo", "comp_rl_shared_params")):
+        # one vLLM engine holds one set of full weights (docs/vllm.md)
+        raise ConfigError("model.lora_r=0 (full fine-tuning) with the vllm backend needs one set "
+                          "of weights per model: give the extractor its own base "
+                          "(--set model.extractor=NAME, as the paper preset does), or use the hf "
+                          "backend (--set model.backend=hf), or a LoRA rank > 0.")
     if cfg.model.backend == "vllm":
         # vLLM returns log-probs renormalised over the tokens top-k / top-p kept; the PPO / CISPO
         # ratio needs the untruncated ones (what the hf backend records), so the trainer must
