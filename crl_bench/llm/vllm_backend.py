@@ -1,10 +1,19 @@
 """The ``vllm`` backend: vLLM samples, an :class:`~crl_bench.llm.hf_backend.HFBackend` trains.
 
-Generation runs in a vLLM engine serving the base model with each role's LoRA adapter; training
-(``forward_token_logprobs``, ``trainable_model``, ``trainable_parameters``) and ``logprobs``
-run in an HF copy of the same base with the same PEFT adapters. :meth:`VLLMBackend.after_update`
-hands the updated adapter to vLLM: it is saved in PEFT format to a fresh folder and registered
-under a new ``LoRARequest`` id (the previous version is removed from the engine).
+Generation runs in a vLLM engine; training (``forward_token_logprobs``, ``trainable_model``,
+``trainable_parameters``) and ``logprobs`` run in an HF copy of the same base.
+
+* LoRA: the engine serves the base with each role's adapter. :meth:`VLLMBackend.after_update`
+  saves the updated adapter in PEFT format to a fresh folder and registers it under a new
+  ``LoRARequest`` id (the previous version is removed from the engine).
+* Full fine-tuning (``lora=None``): the engine's weights are the role's own.
+  :meth:`VLLMBackend.after_update` sends the HF copy's weights into the running engine in place
+  (vLLM's weight-transfer API; :mod:`crl_bench.llm.vllm_weight_sync`) and commits the next
+  weight version. One engine holds one set of weights: one role per backend (or one shared set).
+
+Every push advances the engine's weight version (:meth:`VLLMBackend.weight_versions`);
+``generate(..., weight_versions=...)`` refuses an engine holding another version with
+:class:`~crl_bench.distributed.generation.StaleWeights`.
 
 Log-probs: vLLM runs with ``logprobs_mode="processed_logprobs"``, i.e. log-probs after
 temperature (and after top-k/top-p renormalisation when those are set). Without top-k/top-p this
@@ -68,9 +77,9 @@ class VLLMBackend:
     """vLLM generation + HF/PEFT training, same interface as :class:`HFBackend`.
 
     Args:
-        model_name, roles, lora, shared_adapter, seed: as for :class:`HFBackend` (LoRA is
-            required: vLLM reloads adapters, not full weights; ``separate_bases`` is not
-            supported: one engine serves one base).
+        model_name, roles, lora, shared_adapter, seed: as for :class:`HFBackend`
+            (``lora=None``: full fine-tuning, one set of trained weights per backend;
+            ``separate_bases`` is not supported: one engine serves one base).
         dtype: dtype of the HF training copy (``"auto"``: fp32 on CPU, bf16 on GPU).
         vllm_dtype: dtype of the vLLM engine (bf16 by default).
         device: where the HF training copy lives.
@@ -165,6 +174,12 @@ class VLLMBackend:
         for name in self._adapter_names:
             self._publish(name)
 
+    @property
+    def weight_sync(self) -> Any:
+        """Full fine-tuning: the engine's weight-sync control plane (a
+        ``VLLMWeightSyncClient``, for a sender in another process); None with LoRA."""
+        return self._sync
+
     # -- weight versions -----------------------------------------------------------------------
     def weight_versions(self) -> dict[str, int]:
         """The weight version the engine holds for each role: 0 as built, +1 per push
@@ -209,8 +224,18 @@ class VLLMBackend:
         self._sender = start_sender(trainer_init_info(self.transport, world_size=2), self._sync,
                                     source)
 
+    def detach_sender(self) -> None:
+        """Stop sending from this backend's HF copy: another process (a learner rank) sends the
+        weights from now on, through :attr:`weight_sync`."""
+        sender, self._sender = self._sender, None
+        if sender is not None:
+            sender.shutdown()
+
     def _push_full(self, version: int) -> None:
         """Send the role's full weights from the HF training copy into the engine, in place."""
+        if self._sender is None:
+            raise RuntimeError("this engine's weights are sent by another process "
+                               "(detach_sender); push them from there.")
         self._last_push = max(self._last_push, version)
         self._sync.pending_version = str(version)
         self._sender.send_weights()

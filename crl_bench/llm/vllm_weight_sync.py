@@ -109,6 +109,7 @@ class GlooWeightTransferEngine(WeightTransferEngine[GlooWeightTransferInitInfo,
         self.group: Any = None
 
     def init_transfer_engine(self, init_info: GlooWeightTransferInitInfo) -> None:
+        self.shutdown()  # a new sender replaces the last one
         p = self.parallel_config
         rank = p.data_parallel_index * p.world_size + p.rank + init_info.rank_offset
         self.group = stateless_init_torch_distributed_process_group(

@@ -54,7 +54,8 @@ class ModelConfig:
     device: str = "auto"
     lora_r: int = 16
     """LoRA rank; 0 = full fine-tuning (every parameter of each role's model trains, as the
-    official runs do; ``hf`` backend only: the ``vllm`` backend serves LoRA adapters)."""
+    official runs do; with the ``vllm`` backend each model's updated weights are pushed into its
+    engine in place, docs/vllm.md)."""
     lora_alpha: int = 32
     max_batch_size: int = 64
     """``hf`` backend: rows per generation / log-prob chunk. Bounds the KV cache: SmolLM2-135M
@@ -362,9 +363,9 @@ def _paper() -> RunConfig:
     mechanism, its source and its test: ``docs/fidelity.md``).
 
     * Both models train **all parameters** at lr 1e-6 (yaml ``learning_rate: 1.0e-6`` for
-      ``actor_train`` and ``memory_actor_train``, no LoRA): ``model.lora_r=0``. Our ``vllm``
-      backend serves LoRA adapters only, so full fine-tuning generates with the ``hf`` backend
-      (slower than vLLM; the same computation). Memory: each role keeps a frozen copy of its base
+      ``actor_train`` and ``memory_actor_train``, no LoRA): ``model.lora_r=0``, generated with
+      the ``vllm`` backend (each update's full weights pushed into the engine in place, versioned;
+      docs/vllm.md). Memory: each role keeps a frozen copy of its base
       beside the trained one, plus AdamW state (the official run spreads this over 16 GPUs).
     * Extractor: 8,192 new tokens (yaml ``memory_model ... max_new_tokens: 8192``), the full
       conversation with the actor's reasoning, only the with-experience half distilled, the
