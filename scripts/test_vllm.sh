@@ -9,9 +9,9 @@
 #
 # Exit status: pytest's. It is never 0 when nothing ran: a vLLM that does not import fails the
 # run (CRL_BENCH_REQUIRE_VLLM=1), and so does a run where any test was skipped or none ran.
-# Measured on the 2-core CPU machine under load from other jobs: 2-3 min to build the venv (no
-# faster with a warm pip cache: the wheels come from the local index), 2.5-3 min for the 4 tests
-# (SmolLM2-135M); 5.5 min from nothing, 3.2 min with the venv reused. See docs/vllm.md.
+# Measured on the 2-core CPU machine under load from other jobs: 2-5 min to build the venv (no
+# faster with a warm pip cache: the wheels come from the local index); the 5 tests (SmolLM2-135M,
+# two engines: LoRA, then full fine-tuning) took 7.8 min at a load of ~9. See docs/vllm.md.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."

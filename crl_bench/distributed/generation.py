@@ -4,7 +4,15 @@
 engine per GPU or tensor-parallel group, see the resource plan) from the same keyword arguments
 as the driver's, so it starts with the same weights; after each update the learner's trainable
 weights reach it as one object ref (:meth:`RemoteGenerationBackend.push_weights`: ``ray.put``
-once, every engine reads the same object, no copy through the driver).
+once, every engine reads the same object, no copy through the driver). With full fine-tuning on
+``vllm`` engines the weights need not pass through the driver at all: the process holding them
+(learner rank 0) sends them straight into every engine's vLLM workers, in place
+(:meth:`RemoteGenerationBackend.weight_sync_client`, :class:`EngineWeightPusher`: vLLM's
+weight-transfer API, NCCL between GPUs, gloo on CPUs; ``crl_bench.llm.vllm_weight_sync``).
+
+Every generation names the weight versions it expects; an engine holding others (restarted,
+or a push that did not finish) refuses with :class:`StaleWeights`, and a ``vllm`` engine checks
+the version vLLM itself committed and stamped on each completion.
 
 :class:`RemoteGenerationBackend` is what the rollout engine sees: ``generate`` goes to an engine
 (several engines split a batch into contiguous shards, one per engine, called in parallel);
@@ -59,11 +67,17 @@ class GenerationEngineImpl:
                  versions: dict[str, int] | None = None) -> list[Any]:
         """``versions``: the weight versions the caller expects; a (restarted) engine that does
         not have them refuses with :class:`StaleWeights` instead of sampling from old weights."""
-        if versions is not None and versions != self.versions:
+        kwargs: dict[str, Any] = {}
+        if hasattr(self.backend, "weight_versions"):
+            # a vllm engine checks what vLLM committed (and stamps every completion)
+            if versions is not None:
+                kwargs["weight_versions"] = versions
+        elif versions is not None and versions != self.versions:
             raise StaleWeights(f"engine has weight versions {self.versions}, caller expects "
                                f"{versions}")
         self.calls += 1
-        kwargs = {} if max_new_tokens is None else {"max_new_tokens": max_new_tokens}
+        if max_new_tokens is not None:
+            kwargs["max_new_tokens"] = max_new_tokens
         out = self.backend.generate(prompts, sampling, adapter, **kwargs)
         self.tokens += sum(len(g.completion_ids) for g in out)
         return out
@@ -72,8 +86,34 @@ class GenerationEngineImpl:
         from crl_bench.distributed.learner import load_role_weights
 
         load_role_weights(self.backend, role, weights)
+        if hasattr(self.backend, "weight_versions"):  # vllm: the HF copy's weights into vLLM
+            self.backend.after_update(role, version=version)
         if version is not None:
             self.versions[role] = version
+
+    # the vLLM weight-sync control plane of this engine (vllm backend, full fine-tuning): what
+    # EnginesWeightSyncClient calls while a sender broadcasts into the engine's workers
+    def _sync(self) -> Any:
+        sync = getattr(self.backend, "weight_sync", None)
+        if sync is None:
+            raise RuntimeError("in-place weight pushes need a vllm engine with full fine-tuning "
+                               "(model.backend=vllm, model.lora_r=0).")
+        return sync
+
+    def init_weight_transfer_engine(self, init_info: dict[str, Any]) -> None:
+        sync = self._sync()
+        self.backend.detach_sender()  # the learner sends from now on, not the engine's HF copy
+        sync.init_weight_transfer_engine(init_info)
+
+    def start_weight_update(self) -> None:
+        self._sync().start_weight_update()
+
+    def update_weights(self, update_info: Any) -> None:
+        self._sync().update_weights(update_info)
+
+    def finish_weight_update(self, role: str, version: int) -> None:
+        self._sync().finish_weight_update(str(version))
+        self.versions[role] = int(version)
 
     def weights(self, role: str) -> list[Any]:
         from crl_bench.distributed.learner import role_weights
@@ -86,6 +126,62 @@ class GenerationEngineImpl:
 
 def generation_engine_class() -> Any:
     return remote_class(GenerationEngineImpl)
+
+
+class EnginesWeightSyncClient:
+    """vLLM's ``VLLMWeightSyncClient`` over generation engine actors: each call goes to every
+    engine at once. Picklable (actor handles), so the driver hands it to the process that holds
+    the trained weights. Engine k's workers join the transfer group at rank ``1 + k``."""
+
+    def __init__(self, engines: list[Any], role: str) -> None:
+        self.engines = list(engines)
+        self.role = role
+        self.pending_version: int | None = None
+
+    def _all(self, refs: list[Any]) -> None:
+        require_ray().get(refs)
+
+    def init_weight_transfer_engine(self, init_info: dict[str, Any]) -> None:
+        base = int(init_info.get("rank_offset", 1))
+        self._all([e.init_weight_transfer_engine.remote(
+            dict(init_info, rank_offset=base + k) if "rank_offset" in init_info else init_info)
+            for k, e in enumerate(self.engines)])
+
+    def start_weight_update(self) -> None:
+        self._all([e.start_weight_update.remote() for e in self.engines])
+
+    def update_weights(self, update_info: Any) -> None:
+        self._all([e.update_weights.remote(update_info) for e in self.engines])
+
+    def finish_weight_update(self, weight_version: str | None = None) -> None:
+        version = weight_version if weight_version is not None else self.pending_version
+        if version is None:
+            raise ValueError("finish_weight_update needs a weight version (or pending_version).")
+        self._all([e.finish_weight_update.remote(self.role, int(version)) for e in self.engines])
+
+
+class EngineWeightPusher:
+    """Runs where the trained weights are (learner rank 0; every FSDP rank, whose gathers are
+    collectives): joins the engines' workers once, then :meth:`push` sends ``module``'s weights
+    into every engine in place, in ``wire_dtype`` (the engines' dtype, e.g. bf16 from fp32
+    masters). Transport: NCCL when ``device`` is a GPU, gloo otherwise."""
+
+    def __init__(self, module: Any, client: EnginesWeightSyncClient, *, device: str = "cpu",
+                 rank: int = 0, wire_dtype: Any = None) -> None:
+        from crl_bench.llm.vllm_weight_sync import (ModelWeights, start_sender, trainer_init_info,
+                                                    transport_for)
+
+        self.client = client
+        info = trainer_init_info(transport_for(device, colocated=False),
+                                 world_size=1 + len(client.engines), rank=rank)
+        self.sender = start_sender(info, client, ModelWeights(module, wire_dtype))
+
+    def push(self, version: int) -> None:
+        self.client.pending_version = int(version)
+        self.sender.send_weights()
+
+    def close(self) -> None:
+        self.sender.shutdown()
 
 
 class RemoteGenerationBackend:
@@ -167,6 +263,19 @@ class RemoteGenerationBackend:
             if time.monotonic() > deadline:
                 raise RuntimeError("every generation engine is dead and none came back")
             time.sleep(0.5)
+
+    def weight_sync_client(self, role: str) -> EnginesWeightSyncClient:
+        """The client an :class:`EngineWeightPusher` (on learner rank 0) drives to send
+        ``role``'s full weights into every engine in place; tell this backend each version it
+        committed (:meth:`weights_committed`)."""
+        return EnginesWeightSyncClient(self.engines, role)
+
+    def weights_committed(self, role: str, version: int) -> None:
+        """``role``'s weights reached every engine in place as ``version``: generations now ask
+        for it, and no object ref of them is kept (a restarted engine refuses until the next
+        push instead of being refilled through the driver)."""
+        self._weights.pop(role, None)
+        self._versions[role] = int(version)
 
     def push_weights(self, role: str, weights: Any) -> None:
         """Load ``weights`` (a list of tensors or an object ref of one) into every engine."""

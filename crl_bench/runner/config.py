@@ -54,7 +54,8 @@ class ModelConfig:
     device: str = "auto"
     lora_r: int = 16
     """LoRA rank; 0 = full fine-tuning (every parameter of each role's model trains, as the
-    official runs do; ``hf`` backend only: the ``vllm`` backend serves LoRA adapters)."""
+    official runs do; with the ``vllm`` backend each model's updated weights are pushed into its
+    engine in place, docs/vllm.md)."""
     lora_alpha: int = 32
     max_batch_size: int = 64
     """``hf`` backend: rows per generation / log-prob chunk. Bounds the KV cache: SmolLM2-135M
@@ -416,9 +417,9 @@ def _paper() -> RunConfig:
     mechanism, its source and its test: ``docs/fidelity.md``).
 
     * Both models train **all parameters** at lr 1e-6 (yaml ``learning_rate: 1.0e-6`` for
-      ``actor_train`` and ``memory_actor_train``, no LoRA): ``model.lora_r=0``. Our ``vllm``
-      backend serves LoRA adapters only, so full fine-tuning generates with the ``hf`` backend
-      (slower than vLLM; the same computation). Memory: each role keeps a frozen copy of its base
+      ``actor_train`` and ``memory_actor_train``, no LoRA): ``model.lora_r=0``, generated with
+      the ``vllm`` backend (each update's full weights pushed into the engine in place, versioned;
+      docs/vllm.md). Memory: each role keeps a frozen copy of its base
       beside the trained one, plus AdamW state (the official run spreads this over 16 GPUs).
     * Extractor: 8,192 new tokens (yaml ``memory_model ... max_new_tokens: 8192``), the full
       conversation with the actor's reasoning, only the with-experience half distilled, the
@@ -439,7 +440,7 @@ def _paper() -> RunConfig:
     return RunConfig(
         preset="paper", steps=512,
         model=ModelConfig(actor="Qwen/Qwen2.5-7B-Instruct", extractor="Qwen/Qwen3-4B-Thinking-2507",
-                          backend="hf", dtype="bfloat16", device="cuda", lora_r=0, lora_alpha=128),
+                          backend="vllm", dtype="bfloat16", device="cuda", lora_r=0, lora_alpha=128),
         # the actor sees the whole conversation, 4,096 new tokens per turn, top-k 100
         rollout=RolloutConfig(groups=16, group_size=8, temperature=0.99, top_p=0.99, top_k=100,
                               max_new_tokens=4096, conversation="full", history=-1, think=True,

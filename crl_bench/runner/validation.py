@@ -320,10 +320,14 @@ def validate_config(cfg: "RunConfig") -> None:
     _check_name("experience.usage_per", cfg.experience.usage_per, ("pick", "batch"),
                 "retrieval usage update")
     _check_name("eval.modes", cfg.eval.modes, ("both", "with_experience"), "evaluation modes")
-    if cfg.model.lora_r == 0 and cfg.model.backend == "vllm":
-        raise ConfigError("model.lora_r=0 (full fine-tuning) needs the hf backend: the vllm "
-                          "backend serves LoRA adapters only. Use --set model.backend=hf or a "
-                          "LoRA rank > 0.")
+    one_base = not cfg.model.extractor or cfg.model.extractor == cfg.model.actor
+    if (cfg.model.lora_r == 0 and cfg.model.backend == "vllm" and one_base
+            and cfg.agent not in ("grpo", "comp_rl_shared_params")):
+        # one vLLM engine holds one set of full weights (docs/vllm.md)
+        raise ConfigError("model.lora_r=0 (full fine-tuning) with the vllm backend needs one set "
+                          "of weights per model: give the extractor its own base "
+                          "(--set model.extractor=NAME, as the paper preset does), or use the hf "
+                          "backend (--set model.backend=hf), or a LoRA rank > 0.")
     if cfg.model.backend == "vllm":
         # vLLM returns log-probs renormalised over the tokens top-k / top-p kept; the PPO / CISPO
         # ratio needs the untruncated ones (what the hf backend records), so the trainer must
