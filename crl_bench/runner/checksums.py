@@ -91,8 +91,8 @@ def verify_manifest(folder: Path) -> bool:
             raise ChecksumError(file, "is missing (it was written with the checkpoint)")
         size = file.stat().st_size
         if size != entry.get("bytes"):
-            raise ChecksumError(file, f"has {size} bytes, the checkpoint wrote {entry.get('bytes')}: "
-                                      "it was changed or truncated after it was written")
+            raise ChecksumError(file, f"has {size} bytes, not the {entry.get('bytes')} written "
+                                      "with the checkpoint: it was changed or truncated since")
         if file_sha256(file) != entry.get("sha256"):
             raise ChecksumError(file, "does not match the SHA-256 written with the checkpoint: "
                                       "its content changed after it was written")
