@@ -64,19 +64,27 @@ def _new_run_config(agent: str | None, tasks: str | None, preset: str | None, se
                     steps: int | None, overrides: dict[str, Any] | None) -> tuple[Any, Any]:
     """A new run's configuration and agent, every check done (the device included); nothing
     is built or written."""
-    from crl_bench.agent import load_agent
-    from crl_bench.runner.config import ConfigError, build_config
-    from crl_bench.runner.validation import check_device_usable
+    from crl_bench.runner.config import build_config
 
     cfg = build_config(agent=agent or "comp_rl", tasks=tasks or "3mix", preset=preset,
                        seed=0 if seed is None else seed, steps=steps, overrides=overrides)
-    try:  # the agent (a plugin is imported now) and its --set method.* options
+    return cfg, _checked_agent(cfg)
+
+
+def _checked_agent(cfg: Any) -> Any:
+    """The run's agent (a plugin is imported now, with its --set method.* options), then every
+    check of ``cfg`` against it and this machine's devices, before anything is built."""
+    from crl_bench.agent import load_agent
+    from crl_bench.runner.config import ConfigError
+    from crl_bench.runner.validation import check_device_usable
+
+    try:
         agent_obj = load_agent(cfg.agent, cfg.method)
     except ValueError as exc:
         raise ConfigError(str(exc)) from exc
     cfg.validate(split=agent_obj.split_groups)
-    check_device_usable(cfg.model.device)
-    return cfg, agent_obj
+    check_device_usable(cfg.model.device)  # before a model is loaded onto it
+    return agent_obj
 
 
 def require_stored_run(out_dir: str | Path, given: dict[str, Any]) -> None:
@@ -134,7 +142,6 @@ def _run_locked(run: Any, *, agent: str | None, tasks: str | None, preset: str |
                 seed: int | None, steps: int | None, overrides: dict[str, Any] | None,
                 resume: bool, progress: bool, repair: bool,
                 ray: dict[str, Any] | None = None) -> Path:
-    from crl_bench.agent import load_agent
     from crl_bench.runner.config import ConfigError, apply_resume_overrides, build_config
     from crl_bench.runner.loop import Trainer, kill_point, write_config
 
@@ -156,14 +163,7 @@ def _run_locked(run: Any, *, agent: str | None, tasks: str | None, preset: str |
                                   "--resume to continue it, or choose another --out.")
         cfg = build_config(agent=agent or "comp_rl", tasks=tasks or "3mix", preset=preset,
                            seed=0 if seed is None else seed, steps=steps, overrides=overrides)
-    try:  # the agent (a plugin is imported now) and its --set method.* options
-        agent_obj = load_agent(cfg.agent, cfg.method)
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from exc
-    cfg.validate(split=agent_obj.split_groups)  # everything is checked before anything is built
-    from crl_bench.runner.validation import check_device_usable
-
-    check_device_usable(cfg.model.device)  # before a model is loaded onto it
+    agent_obj = _checked_agent(cfg)  # everything is checked before anything is built
     if resuming:
         # damaged records and checkpoints are found (and named) before the model is built
         if repair:
