@@ -137,7 +137,7 @@ def test_a_checkpoint_without_checksums_is_accepted_with_a_warning(one_step_run,
     ckpt = run.last_checkpoint()
     assert run.verify_checkpoint(ckpt) == 1
     assert "warning" not in capsys.readouterr().err
-    (ckpt / "checksums.json").unlink()
+    (ckpt / "checksums.json").unlink(missing_ok=True)
     assert run.verify_checkpoint(ckpt) == 1
     assert f"[resume] warning: {ckpt} has no checksums.json" in capsys.readouterr().err
 
@@ -229,3 +229,24 @@ def test_history_window_stays_bounded_under_huge_actions():
     tokens = [len(t.prompt_ids) for t in traj.turns]
     assert max(tokens[1:]) - min(tokens[1:]) < 200, tokens  # no growth from turn to turn
     assert (config.max_observation_chars, config.max_response_chars) == (cut, cut)
+
+
+def test_a_changed_start_bank_is_named_before_it_replaces_the_runs_bank(one_step_run, tmp_path):
+    """A run that found a bank in OUT keeps a copy of it (checkpoints/bank_at_start.sqlite) to go
+    back to when it dies before its first checkpoint; that copy carries a checksum too."""
+    out = tmp_path / "run"
+    out.mkdir()
+    shutil.copyfile(one_step_run / "bank.sqlite", out / "bank.sqlite")
+    env = {k: v for k, v in os.environ.items() if k != "CRL_BENCH_KILL_AT"}
+    env.update(TQDM_DISABLE="1", OMP_NUM_THREADS="1", CRL_WANDB="0", CRL_BENCH_KILL_AT="startup")
+    res = subprocess.run([sys.executable, "-m", "crl_bench.cli", "run", *RUN_ARGS, "--steps", "1",
+                          "--out", str(out)], capture_output=True, text=True, timeout=900, env=env)
+    assert res.returncode == -9, res.stderr[-3000:]          # SIGKILLed before any checkpoint
+    start = out / "checkpoints/bank_at_start.sqlite"
+    assert start.is_file() and (out / "checkpoints/bank_at_start.sqlite.sha256").is_file()
+    flip(start, -100)                                        # a byte of the last page's data
+    live = (out / "bank.sqlite").read_bytes()
+    res = crl("--resume", "--out", str(out), "--no-progress", "--no-report")
+    line = error_line(res)
+    assert f"{start} does not match the SHA-256 in bank_at_start.sqlite.sha256" in line
+    assert (out / "bank.sqlite").read_bytes() == live
