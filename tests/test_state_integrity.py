@@ -243,7 +243,7 @@ def test_a_changed_start_bank_is_named_before_it_replaces_the_runs_bank(one_step
                           "--out", str(out)], capture_output=True, text=True, timeout=900, env=env)
     assert res.returncode == -9, res.stderr[-3000:]          # SIGKILLed before any checkpoint
     start = out / "checkpoints/bank_at_start.sqlite"
-    assert start.is_file() and (out / "checkpoints/bank_at_start.sqlite.sha256").is_file()
+    assert start.is_file()
     flip(start, -100)                                        # a byte of the last page's data
     live = (out / "bank.sqlite").read_bytes()
     res = crl("--resume", "--out", str(out), "--no-progress", "--no-report")
