@@ -211,6 +211,11 @@ def test_checkpoint_beyond_the_run_is_refused(finished_run, tmp_path):
         run_experiment(None, None, None, None, run.path, steps=1, progress=False)
     state = run.checkpoint_dir / "loop_state.json"
     state.write_text(json.dumps({**json.loads(state.read_text()), "step": 99}))
+    from crl_bench.runner.checksums import write_manifest
+
+    with pytest.raises(CheckpointError, match=r"loop_state.json has \d+ bytes, not the \d+ written"):
+        run_experiment(None, None, None, None, run.path, progress=False)  # edited after the fact
+    write_manifest(run.checkpoint_dir)  # as a checkpoint written at step 99 would have it
     with pytest.raises(ConfigError, match=r"at step 99, beyond the run's steps=2"):
         run_experiment(None, None, None, None, run.path, progress=False)
     assert run.status()["state"] == "running"        # refused before anything ran

@@ -140,7 +140,57 @@ def test_cli_config_errors_are_one_line_naming_the_field(capsys, tmp_path, args,
     assert rc == 2
     assert err.startswith("crl-bench run: error: ") and message in err, err
     assert "Traceback" not in err and err.count("\n") == 1
-    assert not (out / "config.json").exists()  # refused before anything was built or written
+    assert not out.exists()  # refused before anything was built or written: no .lock, no trajectories/
+
+
+@pytest.mark.parametrize("value,message", [
+    ("cuda:99", "model.device='cuda:99': "),
+    ("mps", "model.device='mps': no Apple GPU (MPS) is available"),
+])
+def test_an_unusable_device_is_refused_before_the_model_loads(capsys, tmp_path, value, message):
+    """`model.device=cuda:99` passed validation and ended in an AssertionError from torch after
+    the model was loaded; it is refused with the fix now, and OUT is left untouched."""
+    torch = pytest.importorskip("torch")
+    if value == "mps" and torch.backends.mps.is_available():
+        pytest.skip("this machine has an Apple GPU")
+    out = tmp_path / "run"
+    rc, err = cli(capsys, "--agent", "grpo", "--tasks", "minihack", "--steps", "1", "--out", str(out),
+                  "--set", f"model.device={value}")
+    assert rc == 2 and err.count("\n") == 1, err
+    assert err.startswith("crl-bench run: error: " + message), err
+    assert "--set model.device=" in err  # the fix
+    if value.startswith("cuda") and torch.cuda.device_count():
+        assert f"this machine has {torch.cuda.device_count()} CUDA device(s)" in err
+    elif value.startswith("cuda"):
+        assert "no CUDA GPU is visible on this machine" in err
+    assert not out.exists()
+
+
+def test_an_embedder_path_is_checked_before_anything_loads(capsys, tmp_path):
+    afile = tmp_path / "notes.txt"
+    afile.write_text("not a model")
+    empty = tmp_path / "empty_model"
+    empty.mkdir()
+    out = tmp_path / "run"
+    for value, message in [(str(tmp_path / "no" / "such" / "embedder"), "no such folder"),
+                           (str(afile), "that is a file, not an embedder"),
+                           (str(empty), "the folder holds no sentence-transformers model")]:
+        rc, err = cli(capsys, "--agent", "comp_rl", "--tasks", "minihack", "--steps", "1",
+                      "--out", str(out), "--set", f"experience.embedder={value}")
+        assert rc == 2 and err.count("\n") == 1, err
+        assert f"experience.embedder={value!r}: {message}" in err, err
+        assert "--set experience.embedder=all-MiniLM-L6-v2" in err
+        assert not out.exists()
+
+
+def test_an_empty_out_is_refused(capsys, tmp_path, monkeypatch):
+    """`--out ""` wrote the run under ./runs/... as if no --out were given."""
+    monkeypatch.chdir(tmp_path)
+    rc, err = cli(capsys, "--agent", "grpo", "--tasks", "minihack", "--steps", "1", "--out", "",
+                  "--set", "eval.at_start=false", "--set", "threads=1")
+    assert rc == 2 and err.count("\n") == 1, err
+    assert err.startswith('crl-bench run: error: --out "": give the run a folder'), err
+    assert list(tmp_path.iterdir()) == []  # no runs/ folder
 
 
 def test_resume_with_a_different_agent_is_refused_with_the_way_out(capsys, tmp_path):

@@ -8,8 +8,9 @@ by a readers-writer lock. A process killed at any moment therefore leaves a file
 with every committed entry and nothing half-written.
 
 One writer per bank, enforced: opening a bank for writing takes an OS lock on ``NAME.lock``
-beside it (held until ``close()``; the kernel drops it when the process dies), and a second
-writer, in another process or this one, gets BankInUseError naming the holder's pid and the way
+beside it and one keyed by the file's device and inode (held until ``close()``; the kernel drops
+them when the process dies), and a second writer, in another process or this one, under this
+name or through a hard or symbolic link, gets BankInUseError naming the holder's pid and the way
 out. Any number of readers open it with ``read_only=True`` (``crl-bench bank ...``) while it
 runs, without the lock; WAL lets them read without blocking the writer, and a reader catches up
 with the writer's commits (SQLite's ``data_version``) before each search or listing, so it never
@@ -52,7 +53,7 @@ from crl_bench.experience.bank_schema import (  # noqa: F401 (the public names a
 from crl_bench.experience.bank_sql import (
     in_transaction, select_by_ids, select_page, select_snapshot, select_totals,
     write_transaction)
-from crl_bench.experience.locks import ProcessFileLock, RWLock
+from crl_bench.experience.locks import LockSet, RWLock
 
 class ExperienceBank:
     """Entries in SQLite + an in-memory hnswlib cosine index per family; FIFO capacity.
@@ -106,7 +107,7 @@ class ExperienceBank:
         self._version_of: dict[int, int] = {}
         self._data_version: int | None = None  # SQLite's data_version when last synced
         self._ann = BankIndex(dim, self.index_config, self._lock)
-        self._writer_lock: ProcessFileLock | None = None
+        self._writer_lock: LockSet | None = None
         try:
             if read_only:
                 if not self.path.is_file():

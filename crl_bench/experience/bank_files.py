@@ -1,8 +1,8 @@
 """The bank's files: SQLite connections, the one-writer lock, backup and restore.
 
 A bank is ``NAME`` (the SQLite database, WAL mode) with SQLite's ``NAME-wal`` / ``NAME-shm``
-beside it, and ``NAME.lock``: the writer's OS lock (see :func:`acquire_writer`). Readers never
-touch the lock file.
+beside it, and ``NAME.lock``: the writer's OS lock, with a second one keyed by the file's device
+and inode (see :func:`acquire_writer`). Readers never touch the lock files.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import threading
 from pathlib import Path
 from urllib.parse import quote
 
-from crl_bench.experience.bank_schema import BankInUseError, read_meta_rows
-from crl_bench.experience.locks import ProcessFileLock
+from crl_bench.experience.bank_schema import BankCompatibilityError, BankInUseError, read_meta_rows
+from crl_bench.experience.locks import LockSet, ProcessFileLock, identity_lock
 
 
 def lock_path(path: str | Path) -> Path:
@@ -24,29 +24,52 @@ def lock_path(path: str | Path) -> Path:
     return path.with_name(path.name + ".lock")
 
 
-def acquire_writer(path: str | Path) -> ProcessFileLock:
-    """Take the bank's writer lock or raise BankInUseError naming the holder and the way out."""
+def acquire_writer(path: str | Path) -> LockSet:
+    """Take the bank's writer locks or raise BankInUseError naming the holder and the way out.
+
+    Two locks: ``NAME.lock`` beside the bank (its holder is readable there), and one keyed by
+    the file's identity (device + inode, :func:`~crl_bench.experience.locks.identity_lock`), so
+    that a second writer reaching the same file through a hard link or a symbolic link is
+    refused too (each name would otherwise get its own WAL, and committed entries would be
+    lost). A missing bank file is created empty first, to have an identity.
+    """
     path = Path(path)
     lock = ProcessFileLock(lock_path(path))
-    if lock.try_acquire():
-        return lock
-    info = lock.holder()
+    if not lock.try_acquire():
+        raise _in_use(path, lock.holder(), lock.path, other_name=None)
+    try:
+        if not path.exists():
+            with open(path, "ab"):
+                pass  # an empty file is an empty SQLite database: the bank writes its schema
+        ident = identity_lock(path, {"bank": str(path.absolute())})
+        if not ident.try_acquire():
+            info = ident.holder()
+            raise _in_use(path, info, ident.path, other_name=info.get("bank", "another name"))
+    except BaseException:
+        lock.release()
+        raise
+    return LockSet(lock, ident)
+
+
+def _in_use(path: Path, info: dict, lock_file: Path, other_name: str | None) -> BankInUseError:
     pid = info.get("pid")
+    same = ("" if other_name is None else
+            f" under another name, {other_name} (a hard link or symbolic link to the same file)")
     if pid == os.getpid():
         who = (f"this process (pid {pid}) already has it open for writing through another "
-               f"ExperienceBank object")
+               f"ExperienceBank object{same}")
         way_out = "use that object, or close it before opening the bank again"
     else:
         who = (f"process {pid if pid is not None else '(pid not recorded yet)'}"
                f"{' on ' + info['host'] if info.get('host') else ''}"
                f"{' (' + ' '.join(map(str, info['argv'])) + ')' if info.get('argv') else ''}"
-               f" has it open for writing")
+               f" has it open for writing{same}")
         way_out = (f"open it read-only instead (ExperienceBank.open(path, read_only=True), or "
                    f"`crl-bench bank stats|show|search {path}`), wait for that process to end"
                    f"{f' (or stop it: kill {pid})' if pid is not None else ''}, or give this "
                    f"one another bank path")
-    raise BankInUseError(f"experience bank {path} is in use: {who}. One process writes a bank "
-                         f"at a time (lock file {lock.path}); {way_out}.")
+    return BankInUseError(f"experience bank {path} is in use: {who}. One process writes a bank "
+                          f"at a time (lock file {lock_file}); {way_out}.")
 
 
 def _uri(path: Path, **params: str) -> str:
@@ -105,6 +128,29 @@ def read_meta(path: str | Path) -> dict[str, str]:
         return read_meta_rows(conn, path)
     finally:
         conn.close()
+
+
+def bank_file_problem(path: str | Path) -> str | None:
+    """What is wrong with the bank copy at ``path`` (a checkpoint's, or a run's start copy), or
+    None: it must be an intact SQLite database (SQLite's ``quick_check``) holding a bank's meta
+    table. Opened ``immutable`` (a closed copy: no lock, no ``-shm`` file written beside it)."""
+    path = Path(path)
+    try:
+        conn = sqlite3.connect(_uri(path, mode="ro", immutable="1"), uri=True)
+    except sqlite3.Error as exc:
+        return f"cannot be opened ({type(exc).__name__}: {exc})"
+    try:
+        rows = [str(r[0]) for r in conn.execute("PRAGMA quick_check").fetchall()]
+        if rows != ["ok"]:
+            return f"is a damaged SQLite database (its integrity check says: {'; '.join(rows[:3])})"
+        read_meta_rows(conn, path)
+    except sqlite3.DatabaseError as exc:
+        return f"is not an intact SQLite database ({exc})"
+    except BankCompatibilityError:
+        return "is a SQLite database but not an experience bank (no 'meta'/'entries' tables)"
+    finally:
+        conn.close()
+    return None
 
 
 def backup(conn: sqlite3.Connection, sql_lock: threading.Lock, dest: str | Path) -> Path:

@@ -90,8 +90,10 @@ class ProcessFileLock:
     file races with a process that has just opened it).
     """
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, info: dict[str, Any] | None = None) -> None:
         self.path = Path(path)
+        self.info = dict(info or {})
+        """Written into the file beside the holder's pid (e.g. the bank path it guards)."""
         self._file: IO[str] | None = None
 
     @property
@@ -117,7 +119,7 @@ class ProcessFileLock:
                           RuntimeWarning, stacklevel=3)
         f.truncate(0)
         f.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
-                            "since": time.time(), "argv": sys.argv[:6]}) + "\n")
+                            "since": time.time(), "argv": sys.argv[:6], **self.info}) + "\n")
         f.flush()
         self._file = f
         return True
@@ -146,3 +148,42 @@ class ProcessFileLock:
             pass
         finally:
             f.close()
+
+
+def identity_lock_dir() -> Path:
+    """Where the locks keyed by a file's identity live: ``$CRL_BENCH_LOCK_DIR``, else a folder of
+    this user's in the temporary directory (created 0700)."""
+    import tempfile
+
+    env = os.environ.get("CRL_BENCH_LOCK_DIR", "").strip()
+    folder = Path(env) if env else Path(tempfile.gettempdir()) / f"crl-bench-locks-{os.getuid()}"
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return folder
+
+
+def identity_lock(path: str | Path, info: dict[str, Any] | None = None) -> ProcessFileLock:
+    """A :class:`ProcessFileLock` keyed by the identity of the file at ``path`` (device and
+    inode, symbolic links followed), not by its name: every name of one file (hard links,
+    symbolic links, ``a/../a``) gets the same lock. The file must exist."""
+    st = os.stat(path)
+    return ProcessFileLock(identity_lock_dir() / f"file-{st.st_dev}-{st.st_ino}.lock", info)
+
+
+class LockSet:
+    """Several held :class:`ProcessFileLock` s given up together (last taken, first released);
+    ``path`` is the first one's."""
+
+    def __init__(self, *locks: ProcessFileLock) -> None:
+        self.locks = locks
+
+    @property
+    def path(self) -> Path:
+        return self.locks[0].path
+
+    @property
+    def held(self) -> bool:
+        return all(lock.held for lock in self.locks)
+
+    def release(self) -> None:
+        for lock in reversed(self.locks):
+            lock.release()

@@ -82,6 +82,15 @@ class PromptConfig:
     example answer (46%) and writes fewer valid answers (24% vs 72%), so the default stays."""
     max_observation_chars: int | None = 6000
     """Observations longer than this are cut in the middle (the prompt says so). None = never."""
+    max_response_chars: int | None = 6000
+    """A past turn's response as the history window shows it (the action taken, or the question
+    asked) is cut in the middle beyond this many characters, with a marker saying how many were
+    cut, as observations are (``max_observation_chars``). The window then stays bounded however
+    long the actions a policy writes: fed back whole, one 50,000-character action made every
+    later prompt ~27k tokens long. The official code feeds a whole response back, bounded only
+    by its per-turn generation cap (``max_new_tokens_per_step: 4096`` tokens,
+    examples/singletask-agentic/multitask_env.yaml:9); an action (the text inside ``<answer>``)
+    of the benchmark's envs is far shorter than this bound. None = never cut."""
     answer_example: bool = False
     """Show an example answer built from an admissible action (``e.g. <answer>north
     </answer>``). Small models (the embedded 135M one) follow the format only with it."""
@@ -109,6 +118,10 @@ class PromptConfig:
             raise ValueError(f"max_turns must be >= 1 or None, got {self.max_turns}.")
         if self.max_episode_tokens < 1:
             raise ValueError(f"max_episode_tokens must be >= 1, got {self.max_episode_tokens}.")
+        for name in ("max_observation_chars", "max_response_chars"):
+            limit = getattr(self, name)
+            if limit is not None and limit < 2:
+                raise ValueError(f"{name} must be >= 2 or None, got {limit}.")
         if self.max_asks < 0:
             raise ValueError(f"max_asks must be >= 0, got {self.max_asks}.")
         for tag in (self.answer_tag, self.ask_tag):
@@ -209,7 +222,7 @@ def build_messages(config: PromptConfig, *, family: str, goal: str, observation:
         for k, item in enumerate(shown):
             lines.append(f"[Turn {first + k}] Observation:\n"
                          f"{_cut(item.observation, config.max_observation_chars)}")
-            lines.append(f"[Turn {first + k}] You: {item.response}")
+            lines.append(f"[Turn {first + k}] You: {_cut(item.response, config.max_response_chars)}")
         parts.append("\n".join(lines))
     current = (f"Current observation (turn {turn_index + 1}):\n"
                f"{_cut(observation, config.max_observation_chars)}")

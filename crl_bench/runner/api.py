@@ -46,6 +46,9 @@ def run_experiment(agent: str | None, tasks: str | None, preset: str | None, see
     if repair and not resume:
         raise ValueError("--repair only applies to --resume (it repairs the records of the run "
                          "being continued).")
+    if not (resume and (Path(out_dir) / "config.json").is_file()):
+        # a new run's configuration is checked before OUT is touched: refused, it leaves nothing
+        _new_run_config(agent, tasks, preset, seed, steps, overrides)
     run = RunDir(out_dir)
     run.acquire()  # RunInUseError when another process trains this folder
     try:
@@ -55,6 +58,52 @@ def run_experiment(agent: str | None, tasks: str | None, preset: str | None, see
                            ray=ray)
     finally:
         run.release()
+
+
+def _new_run_config(agent: str | None, tasks: str | None, preset: str | None, seed: int | None,
+                    steps: int | None, overrides: dict[str, Any] | None) -> tuple[Any, Any]:
+    """A new run's configuration and agent, every check done (the device included); nothing
+    is built or written."""
+    from crl_bench.runner.config import build_config
+
+    cfg = build_config(agent=agent or "comp_rl", tasks=tasks or "3mix", preset=preset,
+                       seed=0 if seed is None else seed, steps=steps, overrides=overrides)
+    return cfg, _checked_agent(cfg)
+
+
+def _checked_agent(cfg: Any) -> Any:
+    """The run's agent (a plugin is imported now, with its --set method.* options), then every
+    check of ``cfg`` against it and this machine's devices, before anything is built."""
+    from crl_bench.agent import load_agent
+    from crl_bench.runner.config import ConfigError
+    from crl_bench.runner.validation import check_device_usable
+
+    try:
+        agent_obj = load_agent(cfg.agent, cfg.method)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
+    cfg.validate(split=agent_obj.split_groups)
+    check_device_usable(cfg.model.device)  # before a model is loaded onto it
+    return agent_obj
+
+
+def require_stored_run(out_dir: str | Path, given: dict[str, Any]) -> None:
+    """``--resume`` continues a run that exists: a folder without ``config.json`` (never
+    started, or stopped before it wrote its configuration) is refused, never silently started
+    as some other experiment. ``given``: the options the command had, for the fix it names."""
+    from crl_bench.runner.config import ConfigError
+
+    path = Path(out_dir)
+    if (path / "config.json").is_file():
+        return
+    what = ("does not exist" if not path.exists() else
+            "holds no config.json (the run was stopped before it wrote its configuration, so "
+            "there is nothing to continue)")
+    placeholder = {"--agent": "AGENT", "--tasks": "TASKS", "--preset": "PRESET"}
+    options = [f"{k} {v}" for k, v in given.items() if v is not None]
+    options += [f"{k} {v}" for k, v in placeholder.items() if given.get(k) is None]
+    raise ConfigError(f"--resume: {path} {what}. Start the run anew, without --resume and naming "
+                      f"what it trains: crl-bench run {' '.join(options)} --out {path}")
 
 
 def _stored_config(run: Any, validate: bool = True) -> Any:
@@ -93,7 +142,6 @@ def _run_locked(run: Any, *, agent: str | None, tasks: str | None, preset: str |
                 seed: int | None, steps: int | None, overrides: dict[str, Any] | None,
                 resume: bool, progress: bool, repair: bool,
                 ray: dict[str, Any] | None = None) -> Path:
-    from crl_bench.agent import load_agent
     from crl_bench.runner.config import ConfigError, apply_resume_overrides, build_config
     from crl_bench.runner.loop import Trainer, kill_point, write_config
 
@@ -115,11 +163,7 @@ def _run_locked(run: Any, *, agent: str | None, tasks: str | None, preset: str |
                                   "--resume to continue it, or choose another --out.")
         cfg = build_config(agent=agent or "comp_rl", tasks=tasks or "3mix", preset=preset,
                            seed=0 if seed is None else seed, steps=steps, overrides=overrides)
-    try:  # the agent (a plugin is imported now) and its --set method.* options
-        agent_obj = load_agent(cfg.agent, cfg.method)
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from exc
-    cfg.validate(split=agent_obj.split_groups)  # everything is checked before anything is built
+    agent_obj = _checked_agent(cfg)  # everything is checked before anything is built
     if resuming:
         # damaged records and checkpoints are found (and named) before the model is built
         if repair:
@@ -195,7 +239,10 @@ def _keep_start_bank(run: Any) -> None:
         return
     run.start_bank_path.parent.mkdir(parents=True, exist_ok=True)
     if run.bank_path.is_file():
+        from crl_bench.runner.checksums import write_file_checksum
+
         snapshot_bank(run.bank_path, run.start_bank_path)
+        write_file_checksum(run.start_bank_path)
     else:
         run.no_start_bank_path.write_text("the run started without an experience bank\n")
 
@@ -206,12 +253,31 @@ def _restore_start_bank(run: Any) -> None:
     from crl_bench.experience.bank_files import remove_bank, restore_bank
 
     if run.start_bank_path.is_file():
+        check_start_bank(run)  # before it is copied over the run's bank
         restore_bank(run.start_bank_path, run.bank_path)
     elif run.no_start_bank_path.is_file():
         remove_bank(run.bank_path)
     elif run.bank_path.exists():
         print(f"[resume] warning: {run.path} holds no record of its bank at start; restarting "
               f"from step 0 with {run.bank_path} as the dead attempt left it.")
+
+
+def check_start_bank(run: Any) -> None:
+    """The run's copy of its bank at start, against its checksum and as a database."""
+    from crl_bench.experience.bank_files import bank_file_problem
+    from crl_bench.runner.checksums import ChecksumError, verify_file_checksum
+    from crl_bench.runner.records import CheckpointError
+
+    path = run.start_bank_path
+    way_out = ("Restore it, or start a new run with another --out (the run has no checkpoint "
+               "yet, so nothing trained is lost).")
+    try:
+        verify_file_checksum(path)
+    except ChecksumError as exc:
+        raise CheckpointError(f"{exc}. {way_out}") from None
+    problem = bank_file_problem(path)
+    if problem is not None:
+        raise CheckpointError(f"{path} {problem}. {way_out}")
 
 
 class CheckpointLoadError(RuntimeError):

@@ -59,6 +59,9 @@ def run_command(args: argparse.Namespace) -> int:
         import os
 
         os.environ["CRL_WANDB"] = "1"
+    if args.out is not None and not args.out.strip():
+        raise ValueError('--out "": give the run a folder (e.g. --out runs/my_run), or leave --out '
+                         "out for runs/<tasks>__<agent>__<seed>__<time>.")
     if args.resume and not args.out:
         raise ValueError("--resume needs --out RUN_DIR (the run to continue).")
     if args.repair and not args.resume:
@@ -81,6 +84,11 @@ def run_command(args: argparse.Namespace) -> int:
             out = Path(args.out) / f"{tasks}__{agent}__{seed}"
         else:
             out = default_run_dir(agent, tasks, 0 if seed is None else seed)
+        if args.resume:  # a folder without a stored run is refused, never started afresh
+            from crl_bench.runner.api import require_stored_run
+
+            require_stored_run(out, {"--agent": args.agent, "--tasks": args.tasks,
+                                     "--preset": args.preset, "--seed": seed})
         # with --resume the stored run's agent/tasks/seed hold; options given must agree with it
         path = run_experiment(args.agent if args.resume else agent,
                               args.tasks if args.resume else tasks, args.preset,

@@ -11,7 +11,8 @@ Layout (read by ``crl-bench report``)::
       trajectories/      step_XXXXX.jsonl.gz: full trajectories (token ids, log-probs) per step
       bank.sqlite        the experience bank (SQLite, WAL)
       checkpoints/last/  adapters, optimiser states, RNG states, the bank and the experience
-                         manager's RNG/counters, loop state (atomic rename)
+                         manager's RNG/counters, loop state (atomic rename), and
+                         checksums.json: size and SHA-256 of each of these files
       checkpoints/bank_at_start.sqlite (or .none)  the bank as the run found it
       .lock              held (flock) by the process training the run; holds its pid
 
@@ -348,6 +349,9 @@ class RunDir:
         """Atomically make ``tmp`` the last checkpoint (rename; the old one is removed after)."""
         last = self.checkpoint_dir
         old = last.with_name("old")
+        from crl_bench.runner.checksums import write_manifest
+
+        write_manifest(tmp)  # checked by verify_checkpoint before a resume uses any of it
         if old.exists():
             shutil.rmtree(old)
         if last.exists():
@@ -396,11 +400,37 @@ class RunDir:
                                       + way_out) from None
         if not (path / "adapters").is_dir():
             raise CheckpointError(f"{path / 'adapters'} is missing. " + way_out)
+        check_checkpoint_contents(path, way_out)
         return step
 
 
 class CheckpointError(RuntimeError):
     """A checkpoint file is missing or damaged; the message names it and the way out."""
+
+
+def check_checkpoint_contents(path: Path, way_out: str) -> None:
+    """Every file of the checkpoint against the checksums written with it, then its bank copy as
+    a database, before anything is loaded or copied over the run's live state. A checkpoint
+    without checksums (written before they were kept) is accepted with a warning: its files are
+    then checked for format only."""
+    import sys
+
+    from crl_bench.experience.bank_files import bank_file_problem
+    from crl_bench.runner.checksums import CHECKSUMS, ChecksumError, verify_manifest
+
+    try:
+        checked = verify_manifest(path)
+    except ChecksumError as exc:
+        raise CheckpointError(f"{exc}. " + way_out) from None
+    if not checked:
+        print(f"[resume] warning: {path} has no {CHECKSUMS} (a checkpoint written before "
+              "checkpoints carried checksums): its files are checked for format, not content.",
+              file=sys.stderr)
+    bank = path / "bank.sqlite"
+    if bank.is_file():
+        problem = bank_file_problem(bank)
+        if problem is not None:
+            raise CheckpointError(f"{bank} {problem}. " + way_out)
 
 
 def _record_step(record: dict[str, Any]) -> int:

@@ -194,6 +194,59 @@ def check_model_name(key: str, name: Any) -> None:
     raise ConfigError(f"{key}={name!r}: not a known model, an existing folder or a hub id. {hint}")
 
 
+def check_embedder_name(key: str, name: Any) -> None:
+    """An embedder is the packaged default, a sentence-transformers name or hub id, or a folder
+    holding a sentence-transformers model; a path that does not exist, a file, or a folder
+    without a model is refused here, before anything loads."""
+    from pathlib import Path
+
+    from crl_bench.experience.embedder import DEFAULT_EMBEDDER
+
+    hint = (f"Give {DEFAULT_EMBEDDER} (packaged), a hub id 'owner/name' available offline, or a "
+            f"folder holding a sentence-transformers model; e.g. --set {key}={DEFAULT_EMBEDDER}.")
+    if not isinstance(name, str) or not name.strip():
+        raise ConfigError(f"{key}={name!r}: must name an embedder. {hint}")
+    path = Path(name).expanduser()
+    if path.is_dir():
+        if not ((path / "modules.json").is_file() or (path / "config.json").is_file()):
+            raise ConfigError(f"{key}={name!r}: the folder holds no sentence-transformers model "
+                              f"(no modules.json or config.json). {hint}")
+        return
+    if path.exists():
+        raise ConfigError(f"{key}={name!r}: that is a file, not an embedder. {hint}")
+    looks_like_path = name.startswith((".", "/", "~")) or name.count("/") > 1 or "\\" in name
+    if looks_like_path:
+        raise ConfigError(f"{key}={name!r}: no such folder. {hint}")
+
+
+def check_device_usable(device: str) -> None:
+    """``model.device`` names a device this machine has (``auto`` and ``cpu`` always do):
+    ``cuda:99`` on a machine with one GPU is refused here, before a model is loaded, not by an
+    assertion inside torch after it."""
+    if device in ("auto", "cpu"):
+        return
+    try:
+        import torch
+    except ImportError:
+        raise ConfigError(f"model.device={device!r}: torch is not installed (pip install "
+                          "'crl-bench[train]'), so no accelerator can be used.") from None
+    if device == "mps":
+        mps = getattr(torch.backends, "mps", None)
+        if mps is None or not mps.is_available():
+            raise ConfigError("model.device='mps': no Apple GPU (MPS) is available on this "
+                              "machine; use --set model.device=cpu (or auto).")
+        return
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if count == 0:
+        raise ConfigError(f"model.device={device!r}: no CUDA GPU is visible on this machine; use "
+                          "--set model.device=cpu (or auto: a GPU when there is one).")
+    index = int(device.split(":", 1)[1]) if ":" in device else 0
+    if index >= count:
+        have = "cuda:0" if count == 1 else f"cuda:0 to cuda:{count - 1}"
+        raise ConfigError(f"model.device={device!r}: this machine has {count} CUDA device(s) "
+                          f"({have}); e.g. --set model.device=cuda:0.")
+
+
 _SECTION_TYPES = ("ModelConfig", "RolloutConfig", "ActorConfig", "ExtractorConfig",
                   "ExperienceConfig", "EvalConfig")
 
@@ -340,9 +393,7 @@ def validate_config(cfg: "RunConfig") -> None:
                     f"top_p={top_p}): vLLM's log-probs are renormalised over the kept tokens, "
                     f"which biases the update's ratio. Use --set {role}.recompute_old_logprobs=true "
                     "(the paper preset does), or sample untruncated (top_k=0, top_p=1.0).")
-    if not cfg.experience.embedder.strip():
-        raise ConfigError("experience.embedder='': must name an embedder; e.g. "
-                          "--set experience.embedder=all-MiniLM-L6-v2.")
+    check_embedder_name("experience.embedder", cfg.experience.embedder)
 
 
 def _aggregation_modes() -> tuple[str, ...]:
