@@ -77,8 +77,9 @@ def test_shared_params_ablation_is_one_switch_under_paper(tmp_path):
 
 @pytest.mark.parametrize("gate", [True, False])
 def test_paper_shaped_run_on_the_tiny_model(tmp_path, gate):
-    """gate on (paper): the tiny model's verdicts do not parse, so the entries are dropped and
-    credit nothing (official: ``critic_score is None`` -> no memory, no uids); gate off
+    """gate on (paper): the tiny model's verdicts do not parse, so nothing is shown and the
+    writers are credited with the plain episode score (official: ``critic_score is None`` -> no
+    memory shown, writers still credited, memory_integration_mixin.py:108-129); gate off
     (``method.gate=false``): the entries are shown and credited, and the extractor is trained
     from the official buffer."""
     from crl_bench.runner.api import run_experiment
