@@ -235,7 +235,61 @@ class ContentTemplate:
         return prefill[:-1] + json.dumps(text[:end]) + "}]</answer>"
 
 
-ANSWER_TEMPLATES: dict[str, ContentTemplate | None] = {"free": None, "content": ContentTemplate()}
+_SENTENCE_END = re.compile(r"[.!?](?=[\s\"<]|$)")
+SENTENCE_STOPS: tuple[str, ...] = (". ", ".\n", "! ", "!\n", "? ", "?\n")
+"""Stop strings that end a one-sentence field (a sentence end followed by a space or line break;
+``3.5`` does not stop it)."""
+
+
+def is_complete_sentence(text: str, min_words: int = 3) -> bool:
+    """A usable entry text: at least ``min_words`` words, ending with ``.``, ``!`` or ``?`` right
+    after a word (not a text cut by the token cap, not empty)."""
+    text = " ".join(str(text).split())
+    if len(text.split()) < min_words or text[-1:] not in ".!?":
+        return False
+    return re.search(r"[\w)'\"]$", text[:-1]) is not None
+
+
+def first_sentence(text: str, closers: Sequence[str]) -> str | None:
+    """A one-sentence field as the model wrote it: the text up to its first sentence end or the
+    first of ``closers`` (the model closing the field), whichever comes first. A field the model
+    closed without final punctuation gets a ``.`` (its words are complete: the model ended it).
+    None when neither came (the token cap cut the sentence) or the result is not a complete
+    sentence (:func:`is_complete_sentence`)."""
+    cuts = [text.find(c) for c in closers if c in text]
+    close = min(cuts) if cuts else -1
+    end = _SENTENCE_END.search(text)
+    if end is not None and (close < 0 or end.end() <= close):
+        field = text[:end.end()]
+    elif close >= 0:
+        field = text[:close].rstrip()
+        field = field if field[-1:] in ".!?" else field + "."
+    else:
+        return None
+    field = " ".join(field.split())
+    return field if is_complete_sentence(field) else None
+
+
+@dataclass(frozen=True)
+class SentenceTemplate(ContentTemplate):
+    """:class:`ContentTemplate` with a one-sentence budget: the model writes one sentence of
+    content, which ends at its first sentence end (stop strings :data:`SENTENCE_STOPS`) or at the
+    closing ``"``; the answer is closed for it. The content template lets the model write on
+    until the closing quote, and the 135M model often runs into the token cap first (a cut text
+    is malformed). Measured with ``benchmarks/extractor_format.py`` (well-formed = parsed and the
+    content a complete sentence, :func:`is_complete_sentence`)."""
+
+    stop: tuple[str, ...] = ('"',) + SENTENCE_STOPS
+
+    def answer(self, prefill: str, text: str) -> str:
+        content = first_sentence(text, ('"',))
+        if content is None:  # cut by the token cap or not a sentence: leave it unparseable
+            return prefill + text
+        return prefill[:-1] + json.dumps(content) + "}]</answer>"
+
+
+ANSWER_TEMPLATES: dict[str, ContentTemplate | None] = {"free": None, "content": ContentTemplate(),
+                                                       "sentence": SentenceTemplate()}
 """Extractor answer formats by config name (``extractor.answer_template``)."""
 
 
