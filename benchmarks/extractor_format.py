@@ -74,7 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-new-tokens", type=int, default=48)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--show", type=int, default=1, help="answers printed per row")
+    p.add_argument("--show", type=int, default=1,
+                   help="answers printed per row (malformed ones first)")
     p.add_argument("--calls", default="extraction,merge,ask",
                    help="comma-separated subset of extraction, merge, ask")
     p.add_argument("--formats", default="",
@@ -182,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
         label = "-" if outcome is None else ("solved" if outcome else "failed")
         print(f"{call:<11} {fmt:<15} {label:<8} {unparsed:>4}/{len(judged):<3} {bad:>5}/"
               f"{len(judged):<3} {seconds:8.1f} {tokens:6.1f}")
-        for _, _, a in judged[: args.show]:
+        for _, _, a in sorted(judged, key=lambda j: not (j[0] or j[1]))[: args.show]:
             print("    " + json.dumps(a[-200:]))
     print("malformed share (parsed and complete sentences = well-formed): " + ", ".join(
         f"{c}/{f} {v[0]}/{v[1]} (unparsed {v[2]})" for (c, f), v in totals.items()))

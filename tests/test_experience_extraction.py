@@ -215,19 +215,26 @@ def test_first_sentence_ends_at_the_first_sentence_end_or_closer():
         "Walk east toward the stairs."
     assert first_sentence("Walk east toward", ('"',)) is None  # never ended (token cap)
     assert first_sentence('"', ('"',)) is None                 # empty
+    assert first_sentence(" go east.", (), stem="To succeed,") == "To succeed, go east."
+    assert first_sentence(" east.", (), stem="To succeed,") is None  # one word of its own
 
 
 def test_sentence_template_keeps_one_sentence_and_rejects_a_cut_one():
     t = SentenceTemplate()
     pre = t.prefill("Reach the stairs down.", True)
-    assert pre == ContentTemplate().prefill("Reach the stairs down.", True)
-    assert '"' in t.stop and ". " in t.stop
-    ops, malformed = parse_operations(t.answer(pre, "Walk east until the stairs are adjacent. Then"),
+    # the content starts with a stem (no trailing space: the model's next token carries it)
+    assert pre == ContentTemplate().prefill("Reach the stairs down.", True) + "To succeed,"
+    assert t.prefill("Reach the stairs down.", False).endswith('"content": "To avoid this failure,')
+    assert '"' in t.stop and ". " in t.stop and "\n" in t.stop
+    ops, malformed = parse_operations(t.answer(pre, " walk east until the stairs are adjacent. Then"),
                                       set())
-    assert not malformed and ops[0].content == "Walk east until the stairs are adjacent."
+    assert not malformed and ops[0].content == "To succeed, walk east until the stairs are adjacent."
     assert ops[0].title == "Reach the stairs down: what worked"
-    assert parse_operations(t.answer(pre, 'Say "hi" to the shopkeeper first'), set())[1]  # closed after one word
-    assert parse_operations(t.answer(pre, "Walk east until the stairs are"), set()) == ([], True)
+    assert parse_operations(t.answer(pre, ' say "hi" to the shopkeeper first'), set())[1]  # one word
+    assert parse_operations(t.answer(pre, " walk east until the stairs are"), set()) == ([], True)
+    # a line break ends the field like a closing quote
+    assert parse_operations(t.answer(pre, " read the map first\nThen"), set())[0][0].content == \
+        "To succeed, read the map first."
     assert ANSWER_TEMPLATES["sentence"].stop == t.stop
 
 

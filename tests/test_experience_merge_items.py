@@ -129,22 +129,23 @@ def test_sentence_item_template_fixes_the_title_and_takes_one_sentence(manager):
     t = ItemTemplate()
     entries = manager.bank.get(manager.bank.all_ids())
     prefill = t.prefill(entries)
-    assert prefill.endswith("<title>stairs east</title>\n<content>")  # no shared title: the oldest
+    # no shared title: the oldest; the content starts with a conditional stem
+    assert prefill.endswith("<title>stairs east</title>\n<content>When")
     assert ". " in t.stop and "<" in t.stop
     # the stop string came one token after the sentence end: the sentence alone is kept
-    gen = Script([("Step toward the stairs when you see them. Then", "stop")])
+    gen = Script([(" you see the stairs, step toward them. Then", "stop")])
     result = merge_bank(manager, gen, step=5, chunk=5, fmt="items", template=t)
     messages, stop = gen.calls[0]
     assert messages[0][-1] == {"role": "assistant", "content": prefill} and stop == t.stop
     assert result.n_malformed == 0
     (entry,) = manager.bank.get(manager.bank.all_ids())
-    assert (entry.title, entry.content) == ("stairs east", "Step toward the stairs when you see them.")
+    assert (entry.title, entry.content) == ("stairs east", "When you see the stairs, step toward them.")
     # closed by a tag without a full stop: the model ended the field, the stop is added
-    assert parse_merge_items(t.answer("Go around walls to reach the stairs</content>", "stop",
-                                      prefill)) == [("stairs east", "Go around walls to reach the stairs.")]
+    assert parse_merge_items(t.answer(" a wall blocks, go around it</content>", "stop",
+                                      prefill)) == [("stairs east", "When a wall blocks, go around it.")]
     # cut by the token cap inside the sentence, or too short to be one: malformed
-    assert parse_merge_items(t.answer("Step toward the stairs when you", "length", prefill)) is None
-    assert parse_merge_items(t.answer("Go.</content>", "stop", prefill)) is None
+    assert parse_merge_items(t.answer(" you see the stairs, step toward", "length", prefill)) is None
+    assert parse_merge_items(t.answer(" ready.</content>", "stop", prefill)) is None
 
 
 def test_sentence_item_template_title_is_the_most_shared_one():

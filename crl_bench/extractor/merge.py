@@ -235,6 +235,8 @@ class ItemTemplate:
 
     one_sentence: bool = True
     prefill_text: str = f"<answer>\n{ITEM_OPEN}\n"
+    stem: str = "When"
+    """The content's pre-filled start (``one_sentence``): a conditional, as the prompt asks."""
 
     @property
     def stop(self) -> tuple[str, ...]:
@@ -251,17 +253,18 @@ class ItemTemplate:
     def prefill(self, entries: Sequence[ExperienceEntry] = ()) -> str:
         if not self.one_sentence:
             return self.prefill_text
-        return f"{self.prefill_text}<title>{self.title(entries)}</title>\n<content>"
+        return f"{self.prefill_text}<title>{self.title(entries)}</title>\n<content>{self.stem}"
 
     def answer(self, text: str, finish_reason: str, prefill: str | None = None) -> str:
         """``prefill`` (default: :meth:`prefill` of no entries) + the sampled ``text`` -> an
         answer for :func:`parse_merge_items`."""
         prefill = self.prefill() if prefill is None else prefill
         if self.one_sentence:
-            content = first_sentence(text, ("<",))
+            head, _, stem = prefill.rpartition("<content>")
+            content = first_sentence(text, ("<",), stem)
             if content is None:
                 return prefill + text
-            return f"{prefill}{content}</content>\n{ITEM_CLOSE}\n</answer>"
+            return f"{head}<content>{content}</content>\n{ITEM_CLOSE}\n</answer>"
         if finish_reason == "length":
             ends = [m.end() for m in re.finditer(r"[.!?](?=\s|$)", text)]
             if not ends:
