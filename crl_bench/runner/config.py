@@ -233,7 +233,9 @@ class ExtractorConfig(OptimConfig):
     answer_template: str = "free"
     """"free": the extractor writes its JSON operations itself. "content": the answer is
     pre-filled up to the content of one ``add`` and the model writes only that content (for
-    models too small for the format; see ``crl_bench.extractor.extraction.ContentTemplate``)."""
+    models too small for the format; see ``crl_bench.extractor.extraction.ContentTemplate``).
+    "sentence": the same, the content one sentence after a pre-filled stem, ended by a stop string
+    (``SentenceTemplate``; merges then write one sentence under the window's title)."""
 
 
 @dataclass
