@@ -9,8 +9,8 @@ import pytest
 from crl_bench.experience.bank import ExperienceEntry
 from crl_bench.experience.manager import Operation, usage_reward
 from crl_bench.extractor.extraction import (
-    EXPERIENCE_CLOSE, EXPERIENCE_OPEN, MAX_CONTENT_CHARS, build_extraction_messages,
-    clip_middle, extract_answer, parse_operations, render_experience_block,
+    ANSWER_TEMPLATES, EXPERIENCE_CLOSE, EXPERIENCE_OPEN, MAX_CONTENT_CHARS, ContentTemplate,
+    SentenceTemplate, build_extraction_messages, clip_middle, first_sentence, is_complete_sentence, extract_answer, parse_operations, render_experience_block,
     strip_experience_block, trajectory_to_text)
 from crl_bench.extractor.merge import build_merge_messages, parse_merge_decisions
 
@@ -189,3 +189,57 @@ def test_merge_prompt_lists_window():
     assert "mean outcome +0.50 over 4 uses" in user and "minihack" in user
     with pytest.raises(ValueError):
         build_merge_messages([], "minihack")
+
+
+# ------------------------------------------------------------------ one-sentence templates (cpu)
+
+@pytest.mark.parametrize("text,ok", [
+    ("Walk east until the stairs are adjacent.", True),
+    ("Go around the wall (then north)!", True),
+    ("Is the stairs east?", True),
+    ("Walk east until the", False),          # cut by the token cap
+    ("Walk east until the stairs are...", False),
+    ("Go east.", False),                     # too short to carry advice
+    ("", False), ("   .", False),
+])
+def test_is_complete_sentence(text, ok):
+    assert is_complete_sentence(text) is ok
+
+
+def test_first_sentence_ends_at_the_first_sentence_end_or_closer():
+    # the stop string fires one token after the sentence end: only the sentence is kept
+    assert first_sentence("Walk east toward the stairs. Then", ('"',)) == "Walk east toward the stairs."
+    assert first_sentence("Take 3.5 steps east now.\n", ('"',)) == "Take 3.5 steps east now."
+    # the model closed the field without a full stop: its words are complete, the stop is added
+    assert first_sentence('Walk east toward the stairs" trailing. More', ('"',)) == \
+        "Walk east toward the stairs."
+    assert first_sentence("Walk east toward", ('"',)) is None  # never ended (token cap)
+    assert first_sentence('"', ('"',)) is None                 # empty
+    assert first_sentence(" go east.", (), stem="To succeed,") == "To succeed, go east."
+    assert first_sentence(" east.", (), stem="To succeed,") is None  # one word of its own
+
+
+def test_sentence_template_keeps_one_sentence_and_rejects_a_cut_one():
+    t = SentenceTemplate()
+    pre = t.prefill("Reach the stairs down.", True)
+    # the content starts with a stem (no trailing space: the model's next token carries it)
+    assert pre == ContentTemplate().prefill("Reach the stairs down.", True) + "To succeed,"
+    assert t.prefill("Reach the stairs down.", False).endswith('"content": "To avoid this failure,')
+    assert '"' in t.stop and ". " in t.stop and "\n" in t.stop
+    ops, malformed = parse_operations(t.answer(pre, " walk east until the stairs are adjacent. Then"),
+                                      set())
+    assert not malformed and ops[0].content == "To succeed, walk east until the stairs are adjacent."
+    assert ops[0].title == "Reach the stairs down: what worked"
+    assert parse_operations(t.answer(pre, ' say "hi" to the shopkeeper first'), set())[1]  # one word
+    assert parse_operations(t.answer(pre, " walk east until the stairs are"), set()) == ([], True)
+    # a line break ends the field like a closing quote
+    assert parse_operations(t.answer(pre, " read the map first\nThen"), set())[0][0].content == \
+        "To succeed, read the map first."
+    assert ANSWER_TEMPLATES["sentence"].stop == t.stop
+
+
+def test_cpu_preset_uses_the_one_sentence_templates():
+    from crl_bench.runner.config import PRESETS
+
+    ext = PRESETS["cpu"]().extractor
+    assert ext.answer_template == "sentence" and ext.merge_format == "items"

@@ -99,9 +99,9 @@ def test_the_ops_format_keeps_entries_it_does_not_mention(manager):
 
 
 def test_item_template_prefills_one_item_and_closes_it(manager):
-    """For models too small for the format (``cpu``): the answer is pre-filled up to one item's
-    text; the model writes the knowledge; a text cut by the token cap stays malformed."""
-    t = ItemTemplate()
+    """For models too small for the format: the answer is pre-filled up to one item's text; the
+    model writes the knowledge; a text cut by the token cap stays malformed."""
+    t = ItemTemplate(one_sentence=False)
     gen = Script([("Step toward the stairs when you see them; go around walls.", "eos")])
     result = merge_bank(manager, gen, step=5, chunk=5, fmt="items", template=t)
     messages, stop = gen.calls[0]
@@ -121,3 +121,38 @@ def test_item_template_prefills_one_item_and_closes_it(manager):
 def test_item_merge_messages_need_entries():
     with pytest.raises(ValueError):
         build_item_merge_messages([])
+
+
+def test_sentence_item_template_fixes_the_title_and_takes_one_sentence(manager):
+    """The ``cpu`` merge format: pre-filled up to one item's content under the window's title;
+    the model writes one sentence, ended by its first sentence end (a stop string) or a tag."""
+    t = ItemTemplate()
+    entries = manager.bank.get(manager.bank.all_ids())
+    prefill = t.prefill(entries)
+    # no shared title: the oldest; the content starts with a conditional stem
+    assert prefill.endswith("<title>stairs east</title>\n<content>When")
+    assert ". " in t.stop and "<" in t.stop
+    # the stop string came one token after the sentence end: the sentence alone is kept
+    gen = Script([(" you see the stairs, step toward them. Then", "stop")])
+    result = merge_bank(manager, gen, step=5, chunk=5, fmt="items", template=t)
+    messages, stop = gen.calls[0]
+    assert messages[0][-1] == {"role": "assistant", "content": prefill} and stop == t.stop
+    assert result.n_malformed == 0
+    (entry,) = manager.bank.get(manager.bank.all_ids())
+    assert (entry.title, entry.content) == ("stairs east", "When you see the stairs, step toward them.")
+    # closed by a tag without a full stop: the model ended the field, the stop is added
+    assert parse_merge_items(t.answer(" a wall blocks, go around it</content>", "stop",
+                                      prefill)) == [("stairs east", "When a wall blocks, go around it.")]
+    # cut by the token cap inside the sentence, or too short to be one: malformed
+    assert parse_merge_items(t.answer(" you see the stairs, step toward", "length", prefill)) is None
+    assert parse_merge_items(t.answer(" ready.</content>", "stop", prefill)) is None
+
+
+def test_sentence_item_template_title_is_the_most_shared_one():
+    @dataclass
+    class E:
+        title: str
+
+    assert ItemTemplate.title([E("a"), E("b: what worked"), E("b:  what worked")]) == "b: what worked"
+    assert ItemTemplate.title([E("a"), E("b")]) == "a"
+    assert ItemTemplate.title([]) == "Merged knowledge"

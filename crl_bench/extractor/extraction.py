@@ -235,7 +235,70 @@ class ContentTemplate:
         return prefill[:-1] + json.dumps(text[:end]) + "}]</answer>"
 
 
-ANSWER_TEMPLATES: dict[str, ContentTemplate | None] = {"free": None, "content": ContentTemplate()}
+_SENTENCE_END = re.compile(r"[.!?](?=[\s\"<]|$)")
+SENTENCE_STOPS: tuple[str, ...] = (". ", "! ", "? ", "\n")
+"""Stop strings that end a one-sentence field: a sentence end followed by a space (``3.5`` does
+not stop it) or a line break."""
+
+
+def is_complete_sentence(text: str, min_words: int = 3) -> bool:
+    """A usable entry text: at least ``min_words`` words, ending with ``.``, ``!`` or ``?`` right
+    after a word (not a text cut by the token cap, not empty)."""
+    text = " ".join(str(text).split())
+    if len(text.split()) < min_words or text[-1:] not in ".!?":
+        return False
+    return re.search(r"[\w)\]'\"]$", text[:-1]) is not None
+
+
+def first_sentence(text: str, closers: Sequence[str], stem: str = "", min_words: int = 2
+                   ) -> str | None:
+    """A one-sentence field as the model wrote it after the pre-filled ``stem``: ``stem`` +
+    ``text`` up to its first sentence end, the first line break or the first of ``closers`` (the
+    model closing the field), whichever comes first. A field closed without final punctuation
+    gets a ``.`` (its words are complete: the model ended it). None when none of them came (the
+    token cap cut the sentence), the model wrote fewer than ``min_words`` words, or the result is
+    not a complete sentence (:func:`is_complete_sentence`)."""
+    cuts = [text.find(c) for c in (*closers, "\n") if c in text]
+    close = min(cuts) if cuts else -1
+    end = _SENTENCE_END.search(text)
+    if end is not None and (close < 0 or end.end() <= close):
+        own = text[:end.end()]
+    elif close >= 0:
+        own = text[:close].rstrip()
+        own = own if own[-1:] in ".!?" else own + "."
+    else:
+        return None
+    field = " ".join((stem + own).split())
+    return field if len(own.split()) >= min_words and is_complete_sentence(field) else None
+
+
+@dataclass(frozen=True)
+class SentenceTemplate(ContentTemplate):
+    """:class:`ContentTemplate` with a one-sentence budget: the content is pre-filled with a short
+    stem (``stems``: for a solved / a failed episode) that starts an actionable sentence, the
+    model finishes that one sentence, which ends at its first sentence end or line break (stop
+    strings :data:`SENTENCE_STOPS`) or at the closing ``"``; the answer is closed for it. The
+    content template lets the model write on until the closing quote, and the 135M model often
+    runs into the token cap first or writes fragments (measured with
+    ``benchmarks/extractor_format.py``; well-formed = parsed and the content a complete sentence,
+    :func:`is_complete_sentence`)."""
+
+    stop: tuple[str, ...] = ('"',) + SENTENCE_STOPS
+    stems: tuple[str, str] = ("To succeed,", "To avoid this failure,")
+
+    def prefill(self, goal: str, success: bool) -> str:
+        return super().prefill(goal, success) + self.stems[0 if success else 1]
+
+    def answer(self, prefill: str, text: str) -> str:
+        head, _, stem = prefill.rpartition('"content": "')
+        content = first_sentence(text, ('"',), stem)
+        if content is None:  # cut by the token cap or not a sentence: leave it unparseable
+            return prefill + text
+        return f'{head}"content": {json.dumps(content)}}}]</answer>'
+
+
+ANSWER_TEMPLATES: dict[str, ContentTemplate | None] = {"free": None, "content": ContentTemplate(),
+                                                       "sentence": SentenceTemplate()}
 """Extractor answer formats by config name (``extractor.answer_template``)."""
 
 

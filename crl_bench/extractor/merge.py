@@ -30,8 +30,9 @@ from typing import Any, Literal, Sequence
 
 from crl_bench.experience.bank import ExperienceEntry, StaleEntriesError, render_entry_text
 from crl_bench.experience.manager import ExperienceManager, Generate, generation_text
-from crl_bench.extractor.extraction import (MAX_CONTENT_CHARS, MAX_TITLE_CHARS, answer_json_list,
-                                             extract_answer, split_title_content)
+from crl_bench.extractor.extraction import (MAX_CONTENT_CHARS, MAX_TITLE_CHARS, SENTENCE_STOPS,
+                                             answer_json_list, extract_answer, first_sentence,
+                                             split_title_content)
 
 MERGE_FORMATS = ("items", "ops")
 ITEM_OPEN, ITEM_CLOSE = "<<<KNOWLEDGE_ITEM>>>", "<<<END_ITEM>>>"
@@ -218,25 +219,58 @@ def parse_merge_items(text: str) -> list[tuple[str, str]] | None:
 @dataclass(frozen=True)
 class ItemTemplate:
     """The merge answer skeleton for extractors too small to write the format themselves (with
-    ``extractor.answer_template=content``): the assistant turn is pre-filled with ``<answer>``
-    and the opening of one item; the model writes the merged knowledge, which ends at
-    ``<<<`` / ``</answer>`` or its end-of-sequence token. :meth:`answer` closes the item. A text
-    cut by the token cap keeps its complete sentences (the item is what the model finished
-    within its budget); without one it stays unparseable (malformed)."""
+    ``extractor.answer_template`` content or sentence).
 
-    stop: tuple[str, ...] = ("<<<", "</answer>")
+    ``one_sentence=True`` (default): the assistant turn is pre-filled up to one item's content,
+    its title fixed (the title most of the window's entries share, else the oldest entry's); the
+    model writes one sentence of merged knowledge, ended by its first sentence end
+    (:data:`~crl_bench.extractor.extraction.SENTENCE_STOPS`) or a closing tag, and
+    :meth:`answer` closes the item. A sentence cut by the token cap (or not a sentence) stays
+    unparseable (malformed).
+
+    ``one_sentence=False``: pre-filled with ``<answer>`` and the opening of one item only; the
+    model writes the item (title and content) until ``<<<`` / ``</answer>`` or its end; a text cut
+    by the token cap keeps its complete sentences. With SmolLM2-135M and 48 new tokens most such
+    answers ran into the cap before a sentence ended (``benchmarks/extractor_format.py``)."""
+
+    one_sentence: bool = True
     prefill_text: str = f"<answer>\n{ITEM_OPEN}\n"
+    stem: str = "When"
+    """The content's pre-filled start (``one_sentence``): a conditional, as the prompt asks."""
 
-    def prefill(self) -> str:
-        return self.prefill_text
+    @property
+    def stop(self) -> tuple[str, ...]:
+        return ("<",) + SENTENCE_STOPS if self.one_sentence else ("<<<", "</answer>")
 
-    def answer(self, text: str, finish_reason: str) -> str:
+    @staticmethod
+    def title(entries: Sequence[ExperienceEntry]) -> str:
+        """The window's title: the one most entries share (ties: the oldest), one line."""
+        titles = [" ".join(str(e.title).split()) for e in entries if str(e.title).strip()]
+        if not titles:
+            return "Merged knowledge"
+        return max(titles, key=lambda t: (titles.count(t), -titles.index(t)))
+
+    def prefill(self, entries: Sequence[ExperienceEntry] = ()) -> str:
+        if not self.one_sentence:
+            return self.prefill_text
+        return f"{self.prefill_text}<title>{self.title(entries)}</title>\n<content>{self.stem}"
+
+    def answer(self, text: str, finish_reason: str, prefill: str | None = None) -> str:
+        """``prefill`` (default: :meth:`prefill` of no entries) + the sampled ``text`` -> an
+        answer for :func:`parse_merge_items`."""
+        prefill = self.prefill() if prefill is None else prefill
+        if self.one_sentence:
+            head, _, stem = prefill.rpartition("<content>")
+            content = first_sentence(text, ("<",), stem)
+            if content is None:
+                return prefill + text
+            return f"{head}<content>{content}</content>\n{ITEM_CLOSE}\n</answer>"
         if finish_reason == "length":
             ends = [m.end() for m in re.finditer(r"[.!?](?=\s|$)", text)]
             if not ends:
-                return self.prefill_text + text
+                return prefill + text
             text = text[:ends[-1]]
-        return f"{self.prefill_text}{text.strip()}\n{ITEM_CLOSE}\n</answer>"
+        return f"{prefill}{text.strip()}\n{ITEM_CLOSE}\n</answer>"
 
 
 @dataclass
@@ -336,8 +370,8 @@ def merge_bank(manager: ExperienceManager, generate: Generate, *, step: int, chu
         else:
             messages = [build_merge_messages(entries, fam) for fam, entries in windows]
         if template is not None:
-            prefill = {"role": "assistant", "content": template.prefill()}
-            messages = [m + [prefill] for m in messages]
+            messages = [m + [{"role": "assistant", "content": template.prefill(entries)}]
+                        for m, (_, entries) in zip(messages, windows)]
             generations = list(generate(messages, stop=template.stop))
         else:
             generations = list(generate(messages))
@@ -373,7 +407,8 @@ def _apply_window(manager: ExperienceManager, sample: MergeSample, entries: list
     """Store one window's decisions; returns the ids to carry into the next window."""
     text = generation_text(sample.generation)
     if template is not None:
-        text = template.answer(text, str(getattr(sample.generation, "finish_reason", "stop")))
+        text = template.answer(text, str(getattr(sample.generation, "finish_reason", "stop")),
+                               template.prefill(entries))
     if fmt == "items":
         decisions, malformed = _item_decisions(text, sample.window_ids)
     else:

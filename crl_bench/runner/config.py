@@ -238,7 +238,9 @@ class ExtractorConfig(OptimConfig):
     answer_template: str = "free"
     """"free": the extractor writes its JSON operations itself. "content": the answer is
     pre-filled up to the content of one ``add`` and the model writes only that content (for
-    models too small for the format; see ``crl_bench.extractor.extraction.ContentTemplate``)."""
+    models too small for the format; see ``crl_bench.extractor.extraction.ContentTemplate``).
+    "sentence": the same, the content one sentence after a pre-filled stem, ended by a stop string
+    (``SentenceTemplate``; merges then write one sentence under the window's title)."""
 
 
 @dataclass
@@ -395,15 +397,15 @@ def _cpu() -> RunConfig:
                               env_max_steps={"minihack": 10, "webshop": 8, "alfworld": 15, "swe": 10}),
         # micro-batches of 4 turns: with 8 (x ~400 tokens) the backward pass peaked at 10.5 GB
         actor=ActorConfig(lr=1e-4, micro_batch_size=4, micro_batch_tokens=2048, max_samples_per_update=24),
-        # answer_template="content": SmolLM2-135M writes no valid JSON operations on its own
-        # (0/16 valid, 15/16 with the template: benchmarks/extractor_format.py); with the
-        # template it writes only the content of an add.
+        # answer_template="sentence": SmolLM2-135M writes no valid JSON operations on its own
+        # (0/16 valid: benchmarks/extractor_format.py); with the template it writes only one
+        # sentence of an add's content after a pre-filled stem.
         extractor=ExtractorConfig(lr=1e-4, buffer_size=8, max_new_tokens=48, micro_batch_size=2,
                                   micro_batch_tokens=2048,
-                                  max_samples_per_update=8, answer_template="content",
+                                  max_samples_per_update=8, answer_template="sentence",
                                   # merges in the official item format, pre-filled up to one
-                                  # item's text: malformed 5/8 vs 8/8 with the JSON decisions
-                                  # (benchmarks/extractor_format.py --calls merge --samples 8)
+                                  # sentence of one item (the window's title); the measured
+                                  # shares are in benchmarks/extractor_format.py's docstring
                                   merge_format="items",
                                   max_trajectory_chars=1500),
         experience=ExperienceConfig(warmup_steps=1, merge_every=5),

@@ -27,7 +27,7 @@ MAX_STEPS = 1_000_000
 MAX_SEED = 2**31 - 1
 SCHEDULES = ("constant", "cosine")
 """Learning-rate schedules (``crl_bench.runner.trainer._schedule_factor``)."""
-ANSWER_TEMPLATES = ("free", "content")
+ANSWER_TEMPLATES = ("free", "content", "sentence")
 DTYPES = ("auto", "float32", "fp32", "bfloat16", "bf16", "float16", "fp16")
 _DEVICE_RE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
 
