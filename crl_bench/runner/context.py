@@ -39,6 +39,16 @@ def train_seed(run_seed: int, index: int, eval_seed_offset: int) -> int:
     return raw + EVAL_SEED_BLOCK if raw >= eval_seed_offset else raw
 
 
+def sampling_seed(run_seed: int, step: int, phase: str = "train") -> int:
+    """The sampling seed of a step's episodes: ``run_seed * 7919 + step`` for training, and for
+    the evaluation at ``step`` the same moved by 10,007. Each run seed samples its own actions
+    (runs of different seeds are independent replicates, so a confidence interval over seeds
+    means something) on the same held-out task instances, and an evaluation's seed never equals
+    a training step's seed within 10,007 steps."""
+    base = run_seed * 7919 + step
+    return base if phase == "train" else 10_007 + base
+
+
 class WaitTimingLock:
     """An RLock that adds the time each thread spent blocked on it to ``waits[thread name]``."""
 
@@ -163,6 +173,9 @@ def swe_verified_file() -> Any:
     return path if path is not None and path.is_file() else None
 
 
+sampling_seed_of = sampling_seed  # the module function, where ``play`` has an argument of its name
+
+
 class RunContext:
     """Everything a run builds once: config, tasks, envs, the model backend, trainers, the bank
     and the extractor track. Parts an agent did not ask for stay ``None``.
@@ -212,7 +225,7 @@ class RunContext:
         import numpy as np
         import torch
 
-        from crl_bench.runner.memory import limit_malloc_arenas
+        from crl_bench.memory import limit_malloc_arenas
 
         if self.cfg.threads:
             torch.set_num_threads(self.cfg.threads)
@@ -267,29 +280,36 @@ class RunContext:
         """The bank (``RUN_DIR/bank.sqlite``), the embedder and the manager. ``search_ask``: the
         with-experience episodes may query the bank mid-episode (train and evaluation).
         ``gate``: the actor accepts / refines / rejects each retrieved entry before it acts."""
+        from crl_bench.experience.manager import RetrievalConfig
+
+        x = self.cfg.experience
+        retrieval = RetrievalConfig(k=x.k, oversample=x.oversample, diversify=diversify, lam=x.lam,
+                                    recent_s=x.recent_s, drop_recent_top1_p=x.drop_recent_top1_p,
+                                    seed=self.cfg.seed)
+        self.manager = self.new_manager(retrieval)
+        self.search_ask = search_ask
+        self.gate = gate
+
+    def new_manager(self, retrieval: Any) -> Any:
+        """The experience manager over ``RUN_DIR/bank.sqlite`` with ``retrieval`` settings; its
+        recency runs on the run's logical clock (steps, see ``RetrievalConfig.step_s``), not wall
+        time, so that a resumed run takes the uninterrupted run's decisions."""
         from crl_bench.experience.bank import ExperienceBank
         from crl_bench.experience.embedder import load_embedder
-        from crl_bench.experience.manager import ExperienceManager, RetrievalConfig, step_clock
+        from crl_bench.experience.manager import ExperienceManager, step_clock
 
         x = self.cfg.experience
         embedder = load_embedder(x.embedder)
         bank = ExperienceBank(self.run.bank_path, dim=embedder.dim, capacity=x.capacity,
                               embedder_name=embedder.name)
-        retrieval = RetrievalConfig(k=x.k, oversample=x.oversample, diversify=diversify, lam=x.lam,
-                                    recent_s=x.recent_s, drop_recent_top1_p=x.drop_recent_top1_p,
-                                    seed=self.cfg.seed)
-        # recency on the run's logical clock (steps, see RetrievalConfig.step_s), not wall time:
-        # a resumed run must take the uninterrupted run's decisions
         clock = step_clock(lambda: self.step, retrieval.step_s,
                            origin=float(bank.meta.get("created_at", 0.0)))
-        self.manager = ExperienceManager(bank, embedder, retrieval, clock=clock)
-        self.search_ask = search_ask
-        self.gate = gate
+        return ExperienceManager(bank, embedder, retrieval, clock=clock)
 
-    def build_extractor(self, *, train: bool, merge: bool = True, count_reweight: bool = True) -> None:
-        """The extractor track (after :meth:`build_experience`). ``train``: give the extractor its
-        own optimiser (on the shared adapter when the parameters are shared)."""
-        from crl_bench.extractor.track import ExtractorTrack
+    def build_extractor(self, extractor_step: Any, *, train: bool) -> None:
+        """The extractor track (after :meth:`build_experience`), running the agent's
+        ``extractor_step`` on each step's episodes. ``train``: give the extractor its own
+        optimiser (on the shared adapter when the parameters are shared)."""
         from crl_bench.runner.trainer import RoleTrainer
 
         if self.manager is None:
@@ -299,13 +319,20 @@ class RunContext:
             self.extractor_trainer = RoleTrainer(self.ext_raw, "extractor", self.cfg.extractor,
                                                  total_steps=self.cfg.steps, lock=self.lock,
                                                  seed=self.cfg.seed + 1)
-        self.extractor = ExtractorTrack(
-            self.manager, self.extractor_generate, self.extractor_trainer, self.cfg.extractor,
-            temperature=self.extractor_sampling.logprob_temperature,
-            merge_every=x.merge_every if merge else 0, merge_chunk=x.merge_chunk,
-            count_reweight=count_reweight, asynchronous=self.cfg.extractor.asynchronous,
-            log=self._log_extractor, run_name=self.run.path.name,
-            key_by_episode_start=x.key == "episode_start")
+        settings = dict(extractor_step=extractor_step,
+                        temperature=self.extractor_sampling.logprob_temperature,
+                        merge_every=x.merge_every, merge_chunk=x.merge_chunk,
+                        asynchronous=self.cfg.extractor.asynchronous, run_name=self.run.path.name,
+                        key_by_episode_start=x.key == "episode_start")
+        self.extractor = self.new_track(settings, train=train)
+
+    def new_track(self, settings: dict[str, Any], *, train: bool) -> Any:
+        """The :class:`~crl_bench.extractor.track.ExtractorTrack` with ``settings`` (its keyword
+        arguments but ``log``) over this context's manager, extractor model and trainer."""
+        from crl_bench.extractor.track import ExtractorTrack
+
+        return ExtractorTrack(self.manager, self.extractor_generate, self.extractor_trainer,
+                              self.cfg.extractor, log=self._log_extractor, **settings)
 
     def _log_extractor(self, metrics: dict[str, Any]) -> None:
         with self._extractor_metrics_lock:
@@ -463,8 +490,10 @@ class RunContext:
                              progress=False, on_progress=self.progress.on_play_progress,
                              ask_requires_experience=True)
 
-    def play(self, phase: str, step: int, plan: list[GroupPlan], *, sampling_seed: int) -> list[Any]:
-        """Play every episode of ``plan`` concurrently (one batched model call per turn).
+    def play(self, phase: str, step: int, plan: list[GroupPlan], *,
+             sampling_seed: int | None = None) -> list[Any]:
+        """Play every episode of ``plan`` concurrently (one batched model call per turn), with
+        the phase's sampling seed (:func:`sampling_seed`) unless ``sampling_seed`` is given.
 
         With Search-and-Ask on (:meth:`build_experience`) the with-experience episodes may query
         the bank; on training episodes of a trained extractor the asks become extractor samples
@@ -477,7 +506,8 @@ class RunContext:
             self.search_ask, record=(phase == "train" and self.extractor_trainer is not None))
         self.progress.begin_play("playing" if phase == "train" else "evaluating", len(specs))
         with timed(self.timings, f"timing_s/{'rollout' if phase == 'train' else 'eval_rollout'}"):
-            trajectories = self._engine(callback, sampling_seed).run(specs)
+            seed = sampling_seed_of(self.cfg.seed, step, phase) if sampling_seed is None else sampling_seed
+            trajectories = self._engine(callback, seed).run(specs)
         self.progress.end_play()
         for spec, traj in zip(specs, trajectories):
             traj.meta.update(spec.meta)
