@@ -254,7 +254,7 @@ def test_env_kwargs_reach_every_env_of_the_family_and_bad_ones_fail_before_model
     bad = build_config(agent="grpo", tasks="minihack", preset="tiny",
                        overrides={"rollout.env_kwargs": {"minihack": {"view": "map"}}})
     with pytest.raises(ConfigError, match=r"cannot start: ValueError: view='map': use one of full, compact"):
-        RunContext(bad, RunDir(tmp_path / "bad")).seed_everything()
+        RunContext(bad, RunDir(tmp_path / "bad")).check_tasks()
 
 
 def test_model_max_batch_size_reaches_the_hf_backend(tmp_path):

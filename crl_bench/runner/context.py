@@ -222,17 +222,18 @@ class RunContext:
 
     # -- building ------------------------------------------------------------------------------
     def seed_everything(self) -> None:
+        """torch's thread count (``threads``) and the run seed in every RNG."""
         import numpy as np
         import torch
-
-        from crl_bench.memory import limit_malloc_arenas
 
         if self.cfg.threads:
             torch.set_num_threads(self.cfg.threads)
         random.seed(self.cfg.seed)
         np.random.seed(self.cfg.seed)
         torch.manual_seed(self.cfg.seed)
-        limit_malloc_arenas(2)
+
+    def check_tasks(self) -> None:
+        """Make one env of every task: a missing family is named before any model loads."""
         for task in self.tasks:
             check_family_available(task, self.env_kwargs(task, "train"))
 
@@ -471,11 +472,9 @@ class RunContext:
 
     def _engine(self, ask: Any, seed: int) -> Any:
         from crl_bench.llm.rollout import PromptConfig, RolloutEngine
-        from crl_bench.llm.types import SamplingParams
 
         r = self.cfg.rollout
-        sampling = SamplingParams(temperature=r.temperature, top_p=r.top_p, top_k=r.top_k,
-                                  max_new_tokens=r.max_new_tokens, seed=seed)
+        sampling = dataclasses.replace(self.actor_sampling, seed=seed)
         kwargs = dict(history=r.history, think=r.think, max_episode_tokens=r.max_episode_tokens,
                       format_penalty=r.format_penalty, max_asks=self.cfg.experience.max_asks,
                       conversation=r.conversation, observation_last=r.observation_last)

@@ -22,7 +22,7 @@ from typing import Any, Callable
 from crl_bench.agent import Agent
 from crl_bench.runner.config import RunConfig
 from crl_bench.runner.context import RunContext
-from crl_bench.memory import peak_rss_gb, release_free_memory, rss_gb
+from crl_bench.memory import limit_malloc_arenas, peak_rss_gb, release_free_memory, rss_gb
 from crl_bench.runner.records import RunDir, write_json_atomic
 from crl_bench.runner.trainer import timed
 
@@ -103,6 +103,8 @@ class Trainer:
         self.ctx.progress = (ProgressReporter().start() if self.progress else NullProgress())
         self.ctx.progress.set_phase("loading models")
         self.ctx.seed_everything()
+        limit_malloc_arenas(2)
+        self.ctx.check_tasks()
         self.agent.build(self.ctx)
         self.wandb = _start_wandb(self.cfg, self.run)
         try:
