@@ -18,11 +18,19 @@ import random
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from crl_bench.mixes import EVAL_SEED_BLOCK, MixTask, resolve_tasks
 from crl_bench.runner.config import ConfigError, RunConfig
 from crl_bench.runner.records import RunDir
+
+if TYPE_CHECKING:  # pragma: no cover  (the parts' types; the Ray context puts proxies there)
+    import gymnasium
+
+    from crl_bench.experience.manager import ExperienceManager
+    from crl_bench.extractor.track import ExtractorTrack
+    from crl_bench.llm.backend import Backend
+    from crl_bench.runner.trainer import RoleTrainer
 
 
 def train_seed(run_seed: int, index: int, eval_seed_offset: int) -> int:
@@ -196,15 +204,15 @@ class RunContext:
         self.tasks = resolve_tasks(cfg.tasks)
         self.step = 0
         self.lock = WaitTimingLock()
-        self._envs: dict[tuple[str, str], list[Any]] = {}
-        self.raw_backend: Any = None
-        self.ext_raw: Any = None
-        self.backend: Any = None
-        self.ext_backend: Any = None
-        self.actor_trainer: Any = None
-        self.extractor_trainer: Any = None
-        self.manager: Any = None
-        self.extractor: Any = None
+        self._envs: dict[tuple[str, str], list[gymnasium.Env]] = {}
+        self.raw_backend: Backend | None = None
+        self.ext_raw: Backend | None = None
+        self.backend: LockedBackend | None = None
+        self.ext_backend: LockedBackend | None = None
+        self.actor_trainer: RoleTrainer | None = None
+        self.extractor_trainer: RoleTrainer | None = None
+        self.manager: ExperienceManager | None = None
+        self.extractor: ExtractorTrack | None = None
         self.search_ask = False
         self.gate = False
         """The actor judges each retrieved entry before acting (accept / refine / reject;
