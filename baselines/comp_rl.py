@@ -1,6 +1,6 @@
 """Complementary RL: an actor and an experience extractor co-evolve around one bank.
 
-One step:
+The actor's half of a step (:meth:`CompRL.train_step`):
 
 1. plan G task groups of K episodes; the first K/2 of each group get an entry retrieved from the
    bank at episode start (diversified retrieval), the other K/2 play without;
@@ -8,9 +8,14 @@ One step:
 3. credit the entries each with-experience episode used with its outcome (the extractor's reward);
 4. advantages inside each (group, with/without) half — split GRPO — and one PPO-clip actor update
    (not during the bank's warm-up steps);
-5. hand the episodes to the extractor track and go on without waiting: in the background it
-   distils them into add/update operations on the bank, trains the extractor with CISPO on the
-   credit its entries earn (count-aware weights), and merges the bank every M steps.
+5. hand the episodes to the extractor and go on without waiting.
+
+The extractor's half (:meth:`CompRL.extractor_step`, run by the extractor track in the
+background on the episodes handed over):
+
+1. distil each episode into add/update operations on the bank;
+2. merge the bank every M steps;
+3. train the extractor with CISPO on the credit its entries earned, with count-aware weights.
 
 Each mechanism is an option (``--set method.NAME=false`` switches it off); the ablations of the
 paper are variants with one option off, and ``static_exp`` / ``exp_only`` freeze one role.
@@ -20,8 +25,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from typing import TYPE_CHECKING, Any
+
 from crl_bench.agent import Agent, StepResult
 from crl_bench.runner.context import RunContext
+
+if TYPE_CHECKING:  # pragma: no cover
+    from crl_bench.extractor.track import ExtractorTrack
 
 
 @dataclass
@@ -80,13 +90,13 @@ class CompRL(Agent):
             ctx.build_actor_trainer()
         ctx.build_experience(diversify=c.diversify, search_ask=c.search_ask,
                              gate=ctx.cfg.experience.gate if c.gate is None else c.gate)
-        ctx.build_extractor(train=c.train_extractor, merge=c.merge, count_reweight=c.count_reweight)
+        ctx.build_extractor(self.extractor_step, train=c.train_extractor, merge=c.merge)
 
     def train_step(self, ctx: RunContext, step: int) -> StepResult:
         c = self.config
         n_with = round(ctx.cfg.rollout.group_size * c.with_experience_fraction)
         plan = ctx.plan(step, with_experience=n_with)
-        trajectories = ctx.play("train", step, plan, sampling_seed=ctx.cfg.seed * 7919 + step)
+        trajectories = ctx.play("train", step, plan)
         ctx.extractor.credit(trajectories)       # entries used -> their outcome (extractor reward)
         returns = ctx.returns(trajectories)
         advantages = ctx.advantages(trajectories, returns, split=c.split_advantages)
@@ -95,8 +105,19 @@ class CompRL(Agent):
             metrics.update(ctx.update_actor(trajectories, advantages))
         else:  # warm-up steps only fill the bank
             metrics["losses/actor_skipped"] = 1.0
-        ctx.extractor.submit(step, trajectories)  # distil + train the extractor, in the background
+        ctx.extractor.submit(step, trajectories)  # the extractor's half, in the background
         return StepResult(trajectories, metrics)
+
+    def extractor_step(self, ext: "ExtractorTrack", step: int, trajectories: list[Any]) -> dict[str, Any]:
+        """The extractor's half of ``step`` on the episodes its actor step handed over; their
+        credit arrives later, from the episodes that use what it writes (``credit`` above)."""
+        c = self.config
+        metrics = ext.distil(step, trajectories)     # each episode -> add / update operations
+        if ext.merge_in_step(step):
+            metrics.update(ext.merge(step))          # consolidate the bank every M steps
+        ext.writes_done()                            # the next rollout may read the bank now
+        metrics.update(ext.train(step, count_aware=c.count_reweight))  # CISPO on credited samples
+        return metrics
 
 
 AGENT = CompRL("comp_rl", label="Comp. RL",

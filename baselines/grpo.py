@@ -20,7 +20,7 @@ class GRPO(Agent):
 
     def train_step(self, ctx: RunContext, step: int) -> StepResult:
         plan = ctx.plan(step)                                       # G groups x K, no experience
-        trajectories = ctx.play("train", step, plan, sampling_seed=ctx.cfg.seed * 7919 + step)
+        trajectories = ctx.play("train", step, plan)
         returns = ctx.returns(trajectories)                         # score - format penalty
         advantages = ctx.advantages(trajectories, returns, split=False)
         metrics = {"charts/adv_abs_mean": float(advantages.abs().mean())}

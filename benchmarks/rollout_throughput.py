@@ -45,13 +45,13 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     import crl_bench  # noqa: F401  (registers the envs)
-    from crl_bench.llm.backend import make_backend
+    from crl_bench.llm.backend import backend_class
     from crl_bench.llm.rollout import EpisodeSpec, PromptConfig, RolloutEngine
     from crl_bench.llm.types import SamplingParams
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    backend = make_backend(args.backend, args.model, roles=("actor",), dtype=args.dtype)
+    backend = backend_class(args.backend)(args.model, roles=("actor",), dtype=args.dtype)
     prompt = (PromptConfig.for_small_model(max_turns=args.turns) if args.small_prompt
               else PromptConfig(max_turns=args.turns))
     sampling = SamplingParams(temperature=args.temperature, max_new_tokens=args.max_new_tokens,

@@ -19,7 +19,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "play": ("crl_bench.cli:_configure_play", "play a text env yourself in the terminal"),
     "run": ("crl_bench.runner.cli:configure", "train and evaluate an agent on a task set"),
     "report": ("crl_bench.report.cli:configure_report", "write tables and plots from run directories"),
-    "reproduce": ("crl_bench.report.cli:configure_reproduce",
+    "reproduce": ("crl_bench.runner.reproduce:configure",
                   "run a whole suite (agents x tasks x seeds), then the report"),
     "bank": ("crl_bench.experience.cli:configure", "inspect an experience bank"),
     "plan": ("crl_bench.cli:_configure_plan", "memory and time per GPU of a GPU run; refuses one "

@@ -1,4 +1,4 @@
-"""The text-env contract every crl-bench environment keeps (DESIGN §2).
+"""The text-env contract every crl-bench environment keeps.
 
 A text env is a ``gymnasium.Env[str, str]``:
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from crl_bench.experience.bank import ExperienceEntry
-from crl_bench.experience.manager import Operation, usage_reward
+from crl_bench.experience.manager import Operation
 from crl_bench.extractor.extraction import (
     ANSWER_TEMPLATES, EXPERIENCE_CLOSE, EXPERIENCE_OPEN, MAX_CONTENT_CHARS, ContentTemplate,
     SentenceTemplate, build_extraction_messages, clip_middle, first_sentence, is_complete_sentence, extract_answer, parse_operations, render_experience_block,
@@ -111,13 +111,6 @@ def test_experience_block_roundtrip():
     prompt = f"Goal: win.\n\n{block}\n\nObservation: dark room."
     assert strip_experience_block(prompt) == "Goal: win.\n\nObservation: dark room."
     assert render_experience_block([]) == ""
-
-
-def test_usage_reward():
-    assert usage_reward(1.0) == 1.0
-    assert usage_reward(0.25) == 0.25   # WebShop partial score
-    assert usage_reward(0.0) == -1.0
-    assert usage_reward(-0.5) == -1.0
 
 
 # ------------------------------------------------------------------ trajectory text

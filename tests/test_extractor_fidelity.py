@@ -10,10 +10,11 @@ import json
 import numpy as np
 import pytest
 
-from crl_bench.algorithms.credit import extractor_rewards
+from crl_bench.algorithms.credit import extractor_rewards, gate_credit
 from crl_bench.experience.bank import ExperienceBank
 from crl_bench.experience.manager import ExperienceManager, Operation, RetrievalConfig
-from crl_bench.extractor.gate import gate_credit, gate_messages, parse_gate
+from crl_bench.extractor.gate import gate_messages, parse_gate
+from crl_bench.baselines.comp_rl import AGENT as COMP_RL
 from crl_bench.extractor.track import ExtractorTrack
 from crl_bench.llm.rollout import Trajectory, Turn
 from crl_bench.runner.config import ExtractorConfig
@@ -43,7 +44,7 @@ def new_manager(tmp_path, embedder, sub=""):
 def new_track(manager, generate, trainer=None, *, merge_every=0, key=False, **cfg_kw):
     cfg = ExtractorConfig(**cfg_kw)
     return ExtractorTrack(manager, generate, trainer, cfg, temperature=1.0, merge_every=merge_every,
-                          merge_chunk=5, count_reweight=True, asynchronous=False, log=lambda m: None,
+                          merge_chunk=5, extractor_step=COMP_RL.extractor_step, asynchronous=False, log=lambda m: None,
                           key_by_episode_start=key)
 
 
@@ -275,7 +276,7 @@ def test_wait_writes_blocks_until_the_bank_has_the_submitted_entries(tmp_path, e
         return fixed(batch, stop)
     cfg = ExtractorConfig()
     track = ExtractorTrack(manager, slow, None, cfg, temperature=1.0, merge_every=0, merge_chunk=5,
-                           count_reweight=True, asynchronous=True, log=lambda m: None)
+                           extractor_step=COMP_RL.extractor_step, asynchronous=True, log=lambda m: None)
     track.submit(1, [traj()])
     assert not track.wait_writes(timeout=0.2) and len(manager.bank) == 0
     threading.Timer(0.2, release.set).start()

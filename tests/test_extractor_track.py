@@ -19,6 +19,7 @@ from crl_bench.experience.manager import ExperienceManager, RetrievalConfig
 from crl_bench.llm.rollout import Trajectory, Turn
 from crl_bench.llm.types import Generation
 from crl_bench.runner.config import ExtractorConfig
+from crl_bench.baselines.comp_rl import AGENT as COMP_RL
 from crl_bench.extractor.track import ExtractorTrack
 
 
@@ -67,7 +68,7 @@ def make_track(tmp_path, embedder, generate, template: str) -> ExtractorTrack:
     manager = ExperienceManager(bank, embedder, RetrievalConfig())
     cfg = ExtractorConfig(answer_template=template)
     return ExtractorTrack(manager, generate, None, cfg, temperature=1.0, merge_every=0, merge_chunk=5,
-                          count_reweight=True, asynchronous=False, log=lambda m: None)
+                          extractor_step=COMP_RL.extractor_step, asynchronous=False, log=lambda m: None)
 
 
 def test_content_template_rebuilds_a_valid_add():
@@ -154,7 +155,7 @@ def trained_track(tmp_path, embedder, backend, answers, **cfg_kw):
     manager = ExperienceManager(bank, embedder, RetrievalConfig())
     logs: list[dict] = []
     track = ExtractorTrack(manager, ModelAnswers(backend, answers), trainer, cfg, temperature=1.0,
-                           merge_every=0, merge_chunk=5, count_reweight=True, asynchronous=False,
+                           merge_every=0, merge_chunk=5, extractor_step=COMP_RL.extractor_step, asynchronous=False,
                            log=logs.append)
     return track, bank, logs
 
@@ -243,7 +244,7 @@ def test_uncredited_samples_are_dropped_after_the_credit_horizon(tmp_path, embed
     manager = ExperienceManager(bank, embedder, RetrievalConfig())
     cfg = ExtractorConfig(answer_template="content", credit_horizon=2)
     track = ExtractorTrack(manager, gen, None, cfg, temperature=1.0, merge_every=0, merge_chunk=5,
-                           count_reweight=True, asynchronous=False, log=lambda m: None)
+                           extractor_step=COMP_RL.extractor_step, asynchronous=False, log=lambda m: None)
     track.submit(1, [trajectory("Reach the stairs down.", True)])
     assert len(track.samples) == 1 and not track.samples[0].resolved
     track.submit(3, [])  # 3 - 1 = 2: still within the horizon

@@ -23,7 +23,7 @@ from scipy import stats
 
 from crl_bench.cli import main as cli_main
 from crl_bench.mixes import BUILTIN_MIXES
-from crl_bench.report.cli import reproduce
+from crl_bench.runner.reproduce import reproduce
 from crl_bench.report.runs import load_runs
 from crl_bench.report.stats import diff_ci, mean_ci
 from crl_bench.report.suites import SUITES, plan_suite, run_dir_name

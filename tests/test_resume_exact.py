@@ -2,9 +2,9 @@
 ``--resume`` leaves the same records *and bank* as the uninterrupted run with the same seed.
 
 Each case runs ``crl-bench run`` (comp_rl, MiniHack, the ``tiny`` preset, 3 steps, one torch
-thread, the extractor track inline) in a subprocess with ``CRL_BENCH_KILL_AT=<moment>[@<step>]``:
-the process SIGKILLs itself when it gets there (``crl_bench.runner.loop.kill_point``, a
-test-only hook that is inert without the variable). Then ``crl-bench run --resume`` finishes it,
+thread, the extractor track inline) in a subprocess with a fault-injection hook installed
+(tests/_faults.py, ``<moment>[@<step>]``): the process SIGKILLs itself when it gets there.
+Then ``crl-bench run --resume`` finishes it,
 and its ``episodes.jsonl``, ``metrics.jsonl`` and ``extractor.jsonl`` (without wall-clock
 timing, memory and time fields), ``eval.jsonl`` and bank entries (titles, contents, families,
 usage and outcome counts) must equal those of one uninterrupted reference run, shared by the five cases.
@@ -34,6 +34,7 @@ pytest.importorskip("nle")
 from crl_bench.runner.records import RunDir, read_jsonl  # noqa: E402
 
 BIN = Path(sys.executable).parent
+FAULTS = Path(__file__).with_name("_faults.py")
 STEPS = 3
 RUN_ARGS = ["--agent", "comp_rl", "--tasks", "minihack", "--preset", "tiny", "--seed", "0",
             "--steps", str(STEPS), "--no-progress", "--no-report",
@@ -45,12 +46,10 @@ VOLATILE_KEYS = {"time", "wall_s", "bank/batch_latency_p50_s", "bank/batch_laten
 
 
 def crl(*args: str, kill_at: str | None = None) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "CRL_BENCH_KILL_AT"}
-    env.update(TQDM_DISABLE="1", OMP_NUM_THREADS="1", CRL_WANDB="0")
-    if kill_at:
-        env["CRL_BENCH_KILL_AT"] = kill_at
-    return subprocess.run([str(BIN / "crl-bench"), *args], capture_output=True, text=True,
-                          timeout=900, env=env)
+    """``crl-bench ARGS``; with ``kill_at`` under the fault injector of tests/_faults.py."""
+    env = dict(os.environ, TQDM_DISABLE="1", OMP_NUM_THREADS="1", CRL_WANDB="0")
+    cmd = ([sys.executable, str(FAULTS), kill_at] if kill_at else [str(BIN / "crl-bench")])
+    return subprocess.run([*cmd, *args], capture_output=True, text=True, timeout=900, env=env)
 
 
 def stable(record: dict) -> dict:

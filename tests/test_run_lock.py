@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from crl_bench.report.cli import reproduce
+from crl_bench.runner.reproduce import reproduce
 from crl_bench.report.suites import run_dir_name
 from crl_bench.runner.api import run_experiment
 from crl_bench.runner.records import RunDir, RunInUseError, run_holder

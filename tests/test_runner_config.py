@@ -273,11 +273,14 @@ def test_vllm_with_truncated_sampling_needs_recomputed_logprobs():
 def test_eval_sampling_seed_differs_by_run_seed_and_from_training():
     """Evaluations of different run seeds sample independently (seed 0 keeps the value the golden
     records were made with); no evaluation reuses a training step's sampling seed."""
-    from crl_bench.runner.loop import eval_sampling_seed
+    from crl_bench.runner.context import sampling_seed
+
+    def eval_sampling_seed(run_seed: int, step: int) -> int:
+        return sampling_seed(run_seed, step, "eval")
 
     assert eval_sampling_seed(0, 3) == 10_007 + 3
     assert len({eval_sampling_seed(s, 0) for s in range(5)}) == 5
-    train = {s * 7919 + t for s in range(5) for t in range(200)}
+    train = {sampling_seed(s, t) for s in range(5) for t in range(200)}
     assert not train & {eval_sampling_seed(s, t) for s in range(5) for t in range(200)}
 
 
@@ -301,7 +304,7 @@ def test_env_kwargs_reach_every_env_of_the_family_and_bad_ones_fail_before_model
     bad = build_config(agent="grpo", tasks="minihack", preset="tiny",
                        overrides={"rollout.env_kwargs": {"minihack": {"view": "map"}}})
     with pytest.raises(ConfigError, match=r"cannot start: ValueError: view='map': use one of full, compact"):
-        RunContext(bad, RunDir(tmp_path / "bad")).seed_everything()
+        RunContext(bad, RunDir(tmp_path / "bad")).check_tasks()
 
 
 def test_model_max_batch_size_reaches_the_hf_backend(tmp_path):

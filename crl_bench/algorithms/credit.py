@@ -1,9 +1,15 @@
 """Credit for the experience extractor, and count-aware reweighting of its samples.
 
 An *extractor sample* is one extractor call whose output the actor can use: an extraction that
-wrote bank entries, or a Search-and-Ask answer. Its reward is known only once trajectories that
-used its output have finished: r = mean over those trajectories of (score if score > 0 else -1).
-Until then the reward is NaN ("not resolved yet") and the sample waits in the buffer.
+wrote bank entries, a merge, or a Search-and-Ask answer. Its reward (:func:`extractor_reward`)
+is known only once trajectories that used its output have finished: each credits it with
+:func:`gate_credit` of its score (and the gate's verdict, when the gate is on), and
+
+    r = mean over those trajectories of entry_outcome(credit)  (credit if > 0 else -1);
+    malformed -> -1.
+
+Until then the reward is NaN ("not resolved yet") and the sample waits in the buffer. The bank
+keeps the same :func:`entry_outcome` per entry (its outcome sum and use count).
 
 Count-aware reweighting keeps a few popular samples from dominating the extractor's updates: a
 sample trained n times before has its advantage scaled by (1 + n)^-power, and a sample trained
@@ -20,7 +26,25 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
-__all__ = ["entry_outcome", "extractor_rewards", "extractor_advantages", "count_aware_weights"]
+__all__ = ["GATE_CRITIC", "gate_credit", "entry_outcome", "extractor_reward", "extractor_rewards",
+           "extractor_advantages", "count_aware_weights"]
+
+GATE_CRITIC = {"accept": 1.0, "refine": 0.5, "reject": -1.0}
+"""The gate's critic score per verdict (official ``add_memory_metadata``, see
+:mod:`crl_bench.extractor.gate`)."""
+
+
+def gate_credit(score: float, verdict: str | None = None) -> float:
+    """The value an episode credits the entries it was shown with (before :func:`entry_outcome`).
+
+    ``add_memory_metadata``: ``critic if critic < 1 else score + critic``; without a verdict (no
+    gate) the plain score. :func:`entry_outcome` then maps it as the official buffer does
+    (0 -> -1; accept and refine values are > 0 and kept).
+    """
+    if verdict is None:
+        return float(score)
+    critic = GATE_CRITIC[verdict]
+    return critic if critic < 1 else float(score) + critic
 
 
 def entry_outcome(score: float) -> float:
@@ -40,8 +64,19 @@ def entry_outcome(score: float) -> float:
     return score if score > 0 else -1.0
 
 
+def extractor_reward(usage: Sequence[float], malformed: bool) -> float:
+    """The reward of one extractor sample: -1 when its output was malformed (whatever the usage);
+    NaN while nothing has used it (not resolved); else the mean of :func:`entry_outcome` over
+    ``usage``, the credit values (:func:`gate_credit`) of the trajectories that used it."""
+    if malformed:
+        return -1.0
+    if len(usage) == 0:
+        return float("nan")
+    return sum(entry_outcome(s) for s in usage) / len(usage)
+
+
 def extractor_rewards(usage: Sequence[Sequence[float]], malformed: Sequence[bool]) -> Tensor:
-    """Reward of each extractor sample from the trajectories that used what it produced.
+    """:func:`extractor_reward` of each extractor sample of a batch.
 
     Args:
         usage: length S; ``usage[s]`` are the scores of the finished trajectories that used
@@ -59,15 +94,8 @@ def extractor_rewards(usage: Sequence[Sequence[float]], malformed: Sequence[bool
     if len(usage) != len(malformed):
         raise ValueError(f"usage has {len(usage)} samples but malformed has {len(malformed)}; "
                          "pass one entry per extractor sample in both")
-    out = []
-    for scores, bad in zip(usage, malformed):
-        if bad:
-            out.append(-1.0)
-        elif len(scores) == 0:
-            out.append(float("nan"))
-        else:
-            out.append(sum(entry_outcome(s) for s in scores) / len(scores))
-    return torch.tensor(out, dtype=torch.float32)
+    return torch.tensor([extractor_reward(scores, bad) for scores, bad in zip(usage, malformed)],
+                        dtype=torch.float32)
 
 
 def extractor_advantages(rewards: Tensor) -> Tensor:

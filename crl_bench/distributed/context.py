@@ -33,8 +33,8 @@ run with one generation engine plays the same tokens as the single-process run f
 
 from __future__ import annotations
 
-import os
-from typing import Any
+import functools
+from typing import Any, Callable
 
 from crl_bench.distributed import require_ray
 from crl_bench.distributed.plan import ResourcePlan, check_plan_against_ray, get_plan
@@ -211,82 +211,38 @@ class RayRunContext(RunContext):
         self.learner.load_weights(role_weights(self.raw_backend, "actor"))
         self.actor_trainer = _LearnerTrainer(self, self.learner, self.actor_trainer)
 
-    def build_experience(self, **options: Any) -> None:
+    def new_manager(self, retrieval: Any) -> Any:
         """The bank and its index in the experience service actor (on this node: the bank file
-        and checkpoint backups live in the run directory). The single-process build decides the
-        settings (its ExperienceManager is only recorded, its bank closed again); the service
-        builds the manager with the same retrieval settings and, when the run uses the logical
-        step clock, a step clock the driver advances before each rollout."""
-        import time as _time
-
-        import crl_bench.experience.manager as manager_mod
+        and checkpoint backups live in the run directory), with the single-process retrieval
+        settings and a step clock the driver advances before each rollout."""
         from crl_bench.distributed.experience import RemoteManager
 
-        captured: dict[str, Any] = {}
-
-        class _Record:
-            def __init__(self, bank: Any, embedder: Any, retrieval: Any = None,
-                         clock: Any = None) -> None:
-                captured.update(bank=bank, retrieval=retrieval, clock=clock)
-
-        real = manager_mod.ExperienceManager
-        manager_mod.ExperienceManager = _Record  # type: ignore[misc]
-        try:
-            super().build_experience(**options)
-        finally:
-            manager_mod.ExperienceManager = real  # type: ignore[misc]
-        captured["bank"].close()  # the service opens the same file
         x = self.cfg.experience
-        step_clock = captured["clock"] is not None and captured["clock"] is not _time.time
-        self.manager = RemoteManager.start(str(self.run.bank_path), x.embedder, x.capacity,
-                                           captured["retrieval"], step_clock=step_clock,
-                                           num_cpus=self.ray_plan.cpus_experience)
+        return RemoteManager.start(str(self.run.bank_path), x.embedder, x.capacity, retrieval,
+                                   step_clock=True, num_cpus=self.ray_plan.cpus_experience)
 
-    def build_extractor(self, *, train: bool, merge: bool = True, count_reweight: bool = True) -> None:
+    def new_track(self, settings: dict[str, Any], *, train: bool) -> Any:
         """The extractor track in its own actor (its model, trainer and track thread there, the
-        bank through the experience service); on the driver when the plan says so or the
-        parameters are shared with the actor (the shared-parameters ablation)."""
+        bank through the experience service), with the single-process track's settings; on the
+        driver when the plan says so or the parameters are shared with the actor (the
+        shared-parameters ablation)."""
         from crl_bench.distributed.extractor import RemoteExtractorTrack
         from crl_bench.distributed.learner import role_weights
 
         shared = bool(getattr(self.ext_raw, "shared_adapter", False))
         if not self.ray_plan.extractor_actor or shared or not hasattr(self.manager, "actor"):
-            super().build_extractor(train=train, merge=merge, count_reweight=count_reweight)
-            return
-        if self.manager is None:
-            raise RuntimeError("build_experience() must come before build_extractor()")
+            return super().new_track(settings, train=train)
         spec = self._spec_of(self.ext_raw)
-        # the single-process build decides the track's settings; its ExtractorTrack is only
-        # recorded here (no thread), and the same keyword arguments go to the actor's track
-        import crl_bench.extractor.track as track_mod
-
-        captured: dict[str, Any] = {}
-
-        class _Record:
-            def __init__(self, *args: Any, **kwargs: Any) -> None:
-                captured["args"], captured["kwargs"] = args, kwargs
-
-        real = track_mod.ExtractorTrack
-        track_mod.ExtractorTrack = _Record  # type: ignore[misc]
-        try:
-            super().build_extractor(train=train, merge=merge, count_reweight=count_reweight)
-        finally:
-            track_mod.ExtractorTrack = real  # type: ignore[misc]
-        if len(captured.get("args", ())) != 4:
-            raise RuntimeError("ExtractorTrack is no longer built as (manager, generate, trainer, "
-                               "cfg, **settings); RayRunContext.build_extractor must follow it")
-        track_cfg = captured["args"][3]
-        track_kwargs = {k: v for k, v in captured["kwargs"].items() if k != "log"}
         p = self.ray_plan
-        self.extractor = RemoteExtractorTrack.start(
-            self.manager.actor, self.cfg.model.backend, spec, track_cfg, self.extractor_sampling,
-            track_kwargs, train=train, total_steps=self.cfg.steps, seed=self.cfg.seed + 1,
-            threads=self._threads(), options={"num_cpus": p.cpus_extractor,
-                                              "num_gpus": p.extractor_gpus})
-        require_ray().get(self.extractor.actor.load_weights.remote(
-            role_weights(self.ext_raw, "extractor")))
-        self.extractor_trainer = _RemoteExtractorTrainer(self.extractor, self) if train else None
+        track = RemoteExtractorTrack.start(
+            self.manager.actor, self.cfg.model.backend, spec, self.cfg.extractor,
+            self.extractor_sampling, settings, train=train, total_steps=self.cfg.steps,
+            seed=self.cfg.seed + 1, threads=self._threads(),
+            options={"num_cpus": p.cpus_extractor, "num_gpus": p.extractor_gpus})
+        require_ray().get(track.actor.load_weights.remote(role_weights(self.ext_raw, "extractor")))
+        self.extractor_trainer = _RemoteExtractorTrainer(track, self) if train else None
         self._ext_pulled = 0
+        return track
 
     def _pull_extractor(self) -> None:
         """The extractor actor's newest weights into the driver's model (Search-and-Ask answers
@@ -328,7 +284,8 @@ class RayRunContext(RunContext):
 
         return as_batched_engine(super()._engine(ask, seed))
 
-    def play(self, phase: str, step: int, plan: list[Any], *, sampling_seed: int) -> list[Any]:
+    def play(self, phase: str, step: int, plan: list[Any], *,
+             sampling_seed: int | None = None) -> list[Any]:
         if hasattr(self.manager, "set_step"):
             self.manager.set_step(self.step)
         self._pull_extractor()
@@ -358,15 +315,10 @@ class RayRunContext(RunContext):
                 require_ray().shutdown()
 
 
-def attach_ray(trainer: Any, *, address: str | None = None, plan: str | ResourcePlan = "cpu",
-               plan_overrides: dict[str, Any] | None = None, num_cpus: float | None = None) -> Any:
-    """Give a :class:`~crl_bench.runner.loop.Trainer` a :class:`RayRunContext` (before setup)."""
-    trainer.ctx = RayRunContext(trainer.cfg, trainer.run, address=address, plan=plan,
-                                plan_overrides=plan_overrides, num_cpus=num_cpus)
-    trainer.tasks = trainer.ctx.tasks
-    return trainer.ctx
-
-
-def default_address() -> str | None:
-    """``RAY_ADDRESS`` when set (Ray's own convention), else None (a local cluster)."""
-    return os.environ.get("RAY_ADDRESS") or None
+def ray_context(*, address: str | None = None, plan: str | ResourcePlan = "cpu",
+                plan_overrides: dict[str, Any] | None = None, num_cpus: float | None = None
+                ) -> Callable[[Any, Any], RayRunContext]:
+    """The context factory of a run on Ray, for ``Trainer(..., context=ray_context(...))``:
+    ``factory(cfg, run_dir)`` builds a :class:`RayRunContext` with these cluster settings."""
+    return functools.partial(RayRunContext, address=address, plan=plan,
+                             plan_overrides=plan_overrides, num_cpus=num_cpus)

@@ -16,7 +16,7 @@ _EXPORTS = {
     "Embedder": "embedder", "SentenceTransformerEmbedder": "embedder", "load_embedder": "embedder",
     "ExperienceManager": "manager", "RetrievalConfig": "manager",
     "diversified_order": "manager",
-    "Operation": "manager", "usage_reward": "manager",
+    "Operation": "manager",
 }
 __all__ = sorted(_EXPORTS)
 

@@ -317,7 +317,7 @@ class ExperienceBank:
 
     def record_outcomes(self, entry_ids: Sequence[int], reward: float) -> None:
         """A trajectory that used ``entry_ids`` ended with extractor reward ``reward`` (the value
-        (score if score > 0 else -1), see ``extraction.usage_reward``): n_used += 1 and
+        (score if score > 0 else -1), see ``algorithms.credit.entry_outcome``): n_used += 1 and
         reward_sum += reward for each distinct id."""
         self._check_open(write=True)
         ids = sorted({int(i) for i in entry_ids})
@@ -472,18 +472,6 @@ class ExperienceBank:
         with self._lock.read():
             self._check_open()
             return self._ann.search(q, k, family)
-
-    def search_exact(self, queries: np.ndarray, k: int, family: str | None = None
-                     ) -> list[list[tuple[int, float]]]:
-        """Exact top-k by brute-force cosine over the stored embeddings (slow; for checks)."""
-        q = np.asarray(queries, dtype=np.float32).reshape(-1, self.dim)
-        q = q / np.maximum(np.linalg.norm(q, axis=1, keepdims=True), 1e-12)
-        ids = self.all_ids(family)
-        if not ids:
-            return [[] for _ in range(q.shape[0])]
-        sims = q @ self.get_embeddings(ids).T
-        top = np.argsort(-sims, axis=1, kind="stable")[:, :k]
-        return [[(ids[j], float(sims[r, j])) for j in row] for r, row in enumerate(top)]
 
 
     # ------------------------------------------------------------------ index upkeep

@@ -41,12 +41,6 @@ class Operation:
     target_ids: list[int] = field(default_factory=list)
 
 
-def usage_reward(score: float) -> float:
-    """The per-trajectory value behind the extractor's reward r(m): the score when positive
-    (1 for a solved success/failure task, the fraction for WebShop), else -1."""
-    return float(score) if score > 0 else -1.0
-
-
 @dataclass
 class RetrievalConfig:
     """How entries are retrieved (official defaults in the comments of DESIGN §1)."""
@@ -474,7 +468,9 @@ class ExperienceManager:
     def record_outcomes(self, entry_ids: Sequence[int], score: float) -> None:
         """A trajectory that used ``entry_ids`` finished with ``score``: each entry's n_used += 1
         and its outcome sum += (score if score > 0 else -1) (its mean is the extractor reward)."""
-        self.bank.record_outcomes(entry_ids, usage_reward(score))
+        from crl_bench.algorithms.credit import entry_outcome  # (torch: imported when used)
+
+        self.bank.record_outcomes(entry_ids, entry_outcome(score))
 
     def mark_trained(self, entry_ids: Sequence[int], step: int) -> None:
         """The extractor samples behind ``entry_ids`` were used in an update at ``step`` (feeds

@@ -29,8 +29,8 @@ import re
 from dataclasses import dataclass
 
 ACCEPT, REFINE, REJECT = "accept", "refine", "reject"
-CRITIC_SCORE = {ACCEPT: 1.0, REFINE: 0.5, REJECT: -1.0}
-"""``_parse_actor_critic_response``: the critic score of each verdict."""
+"""``_parse_actor_critic_response``'s verdicts; the credit each gives is
+:func:`crl_bench.algorithms.credit.gate_credit`."""
 
 _ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 
@@ -100,16 +100,3 @@ def parse_gate(text: str, knowledge: str) -> GateDecision:
         if isinstance(refined, str) and refined.strip():
             return GateDecision(REFINE, refined.strip())
     return GateDecision(None, "")
-
-
-def gate_credit(score: float, verdict: str | None) -> float:
-    """The score an episode credits the entries it was shown with (before ``entry_outcome``).
-
-    ``add_memory_metadata``: ``critic if critic < 1 else score + critic``; without a verdict (no
-    gate) the plain score. :func:`crl_bench.algorithms.credit.entry_outcome` then maps it as the
-    official buffer does (0 -> -1; accept and refine values are > 0 and kept).
-    """
-    if verdict is None:
-        return float(score)
-    critic = CRITIC_SCORE[verdict]
-    return critic if critic < 1 else float(score) + critic

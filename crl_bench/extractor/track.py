@@ -1,15 +1,22 @@
-"""The extractor track: distil finished trajectories into the bank and train the extractor.
+"""The extractor track: the extractor's verbs, and the thread that runs them beside the actor.
 
-It runs beside the actor loop (a background thread by default). The actor loop hands it each
-step's finished trajectories with :meth:`ExtractorTrack.submit` and never waits for it. For each
-trajectory the extractor reads the goal, the trajectory (experience block removed), the outcome
-and the entries that were retrieved, and writes up to three operations. Each extraction is an
-*extractor sample* whose credit is resolved later, when trajectories that used the entries it
-wrote finish (:meth:`record_usage`, called by the actor loop):
+The verbs (what one extractor step is made of; the agent strings them together, see
+``extractor_step`` in ``baselines/comp_rl.py``):
 
-    r(sample) = mean over those trajectories of (score if score > 0 else -1);  malformed -> -1
+* :meth:`ExtractorTrack.distil`: for each trajectory the extractor reads the goal, the
+  trajectory (experience block removed), the outcome and the entries that were retrieved, and
+  writes up to three bank operations. Each extraction is an *extractor sample* whose credit is
+  resolved later, when trajectories that used the entries it wrote finish;
+* :meth:`ExtractorTrack.credit` (called on the actor's side): those trajectories credit the
+  entries, hence the samples that wrote them (:func:`crl_bench.algorithms.credit.extractor_reward`);
+* :meth:`ExtractorTrack.merge`: consolidate the bank every ``merge_every`` steps;
+* :meth:`ExtractorTrack.train`: CISPO on the credited samples the sample policy hands over,
+  with count-aware weights.
 
-Two sample policies (``extractor.sample_policy``):
+The actor loop hands each step's finished trajectories to :meth:`ExtractorTrack.submit` and
+never waits for them (a background thread by default; ``asynchronous=False`` runs inline).
+
+Two sample policies (``extractor.sample_policy``, :class:`PoolPolicy` and :class:`BufferPolicy`):
 
 * ``pool``: credited samples wait in a pool; when ``buffer_size`` of them are ready the extractor
   is updated on all of them with CISPO on ``(r - mean r)`` times the count-aware weight
@@ -24,7 +31,7 @@ Two sample policies (``extractor.sample_policy``):
 Search-and-Ask answers are samples too, credited with the outcome of the trajectory that asked;
 with ``extractor.train_merges`` so are merge calls, credited by the use of the entries they
 created. With the gate on (:mod:`crl_bench.extractor.gate`) an episode credits its entries with
-``gate_credit(score, verdict)``.
+:func:`~crl_bench.algorithms.credit.gate_credit` of its score and the verdict.
 """
 
 from __future__ import annotations
@@ -32,14 +39,14 @@ from __future__ import annotations
 import itertools
 import queue
 import threading
-from collections import OrderedDict
 import time
+from collections import OrderedDict
 import traceback
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
-from crl_bench.runner.memory import release_free_memory
-from crl_bench.runner.trainer import RoleTrainer, TrainSample
+from crl_bench.llm.types import TrainSample
+from crl_bench.memory import release_free_memory
 
 
 @dataclass
@@ -67,40 +74,137 @@ class ExtractorSample:
         return asdict(self)
 
 
+class PoolPolicy:
+    """``sample_policy="pool"``: every credited sample waits in the track's pool; once
+    ``buffer_size`` are ready all of them are trained, each until it was trained ``max_reuse``
+    times (its count-aware weight shrinking); one whose entries are never used within
+    ``credit_horizon`` steps is dropped. Called under the track's state lock."""
+
+    def __init__(self, cfg: Any) -> None:
+        self.cfg = cfg
+
+    def credited(self, track: "ExtractorTrack", sample: ExtractorSample) -> None:
+        """A sample gained credit (nothing to do: the pool is the track's sample list)."""
+
+    def take(self, track: "ExtractorTrack", step: int, can_train: bool
+             ) -> tuple[dict[str, Any], list[ExtractorSample], list[list[float]]]:
+        """The samples to train now and their credit (empty: not yet), with the pool's figures."""
+        keep = []
+        for s in track.samples:  # drop samples whose entries were never used in time
+            if not s.resolved and step - s.created_step > self.cfg.credit_horizon:
+                track.stats["dropped_uncredited"] += 1
+                continue
+            keep.append(s)
+        track.samples = keep
+        ready = [s for s in track.samples if s.resolved and s.times_trained < self.cfg.max_reuse]
+        out: dict[str, Any] = {"extractor/pool": len(track.samples), "extractor/ready": len(ready)}
+        if not can_train or len(ready) < self.cfg.buffer_size:
+            return out, [], []
+        return out, ready, [s.usage for s in ready]
+
+    def trained(self, track: "ExtractorTrack") -> None:
+        track.samples = [s for s in track.samples if s.times_trained < self.cfg.max_reuse]
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"buffer": []}
+
+    def load_state_dict(self, state: dict[str, Any], by_uid: dict[int, ExtractorSample]) -> None:
+        pass
+
+
+class BufferPolicy:
+    """``sample_policy="buffer"`` (official ``MemoryTrainingBuffer``): a credited sample enters a
+    FIFO buffer of ``buffer_size`` (a full buffer evicts its oldest sample, whose credit is
+    lost); when it holds ``buffer_size`` samples they are popped and trained once, each on the
+    credit it gathered in the buffer. Called under the track's state lock."""
+
+    def __init__(self, cfg: Any) -> None:
+        self.cfg = cfg
+        self.buffer: OrderedDict[int, ExtractorSample] = OrderedDict()
+        """Credited samples in the order they entered (FIFO)."""
+
+    def credited(self, track: "ExtractorTrack", sample: ExtractorSample) -> None:
+        """``MemoryTrainingBuffer.add``: join the buffer (already in: the credit accumulates)."""
+        if sample.uid in self.buffer:
+            return
+        if len(self.buffer) >= self.cfg.buffer_size:
+            _, old = self.buffer.popitem(last=False)
+            old.usage = []
+            track.stats["buffer_evicted"] += 1
+        self.buffer[sample.uid] = sample
+
+    def take(self, track: "ExtractorTrack", step: int, can_train: bool
+             ) -> tuple[dict[str, Any], list[ExtractorSample], list[list[float]]]:
+        """``_maybe_train_memory_model_from_buffer``: exactly ``buffer_size`` samples (the oldest
+        first) once the buffer holds that many; each leaves it and re-enters with new credit only."""
+        # a sample outside the buffer whose entries have all left the bank (replaced, merged,
+        # evicted) can never be credited again: let it go
+        alive = {e.id for e in track.manager.get(sorted({i for s in track.samples for i in s.entry_ids}))}
+        track.samples = [s for s in track.samples if s.uid in self.buffer
+                         or any(i in alive for i in s.entry_ids)]
+        track.index_samples()
+        out: dict[str, Any] = {"extractor/pool": len(track.samples), "extractor/ready": len(self.buffer)}
+        if not can_train or len(self.buffer) < self.cfg.buffer_size:
+            return out, [], []
+        batch = [self.buffer.popitem(last=False)[1] for _ in range(self.cfg.buffer_size)]
+        usage = [list(s.usage) for s in batch]
+        for s in batch:
+            s.usage = []
+        return out, batch, usage
+
+    def trained(self, track: "ExtractorTrack") -> None:
+        pass
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"buffer": list(self.buffer)}
+
+    def load_state_dict(self, state: dict[str, Any], by_uid: dict[int, ExtractorSample]) -> None:
+        self.buffer = OrderedDict((u, by_uid[u]) for u in state.get("buffer", []) if u in by_uid)
+
+
+SAMPLE_POLICIES: dict[str, type] = {"pool": PoolPolicy, "buffer": BufferPolicy}
+
+ExtractorStep = Callable[["ExtractorTrack", int, list[Any]], dict[str, Any]]
+"""``extractor_step(track, step, trajectories) -> metrics``: the agent's extractor step, made of
+the track's verbs (``baselines/comp_rl.py``)."""
+
+
 class ExtractorTrack:
-    """Background distillation + extractor training.
+    """The extractor's verbs on the shared bank, run by ``extractor_step`` in the background.
 
     Args:
         manager: the ExperienceManager (bank writes go through it).
         generate: ``generate(list of chat message lists) -> list[Generation]`` with the extractor role.
-        trainer: the extractor's :class:`RoleTrainer`, or None when the extractor is frozen.
+        trainer: the extractor's trainer (``update(samples, ...)``, a
+            :class:`~crl_bench.runner.trainer.RoleTrainer`), or None when the extractor is frozen.
         cfg: :class:`crl_bench.runner.config.ExtractorConfig`.
+        extractor_step: what one submitted batch goes through (see :data:`ExtractorStep`).
         merge_every: merge the bank every this many actor steps (0: never).
-        count_reweight: use count-aware weights (False: weight 1, no cooldown).
+        fence_merges: official fencing: merges run only inside the actor's pre-rollout flush
+            (the run calls :meth:`merge`), never in the extractor's own step.
         asynchronous: run in a thread (False: :meth:`submit` processes inline).
         run_name: recorded as the provenance of the entries this track writes.
     """
 
     def __init__(self, manager: Any, generate: Callable[[list[list[dict]]], list[Any]],
-                 trainer: RoleTrainer | None, cfg: Any, *, temperature: float, merge_every: int, merge_chunk: int,
-                 count_reweight: bool, asynchronous: bool, log: Callable[[dict[str, Any]], None],
-                 run_name: str = "", key_by_episode_start: bool = False) -> None:
+                 trainer: Any, cfg: Any, *, extractor_step: ExtractorStep, temperature: float,
+                 merge_every: int, merge_chunk: int, asynchronous: bool,
+                 log: Callable[[dict[str, Any]], None], run_name: str = "",
+                 key_by_episode_start: bool = False, fence_merges: bool = False) -> None:
         self.manager = manager
         self.generate = generate
         self.trainer = trainer
         self.cfg = cfg
+        self.extractor_step = extractor_step
         self.temperature = temperature
         self.merge_every = merge_every
         self.merge_chunk = merge_chunk
-        self.count_reweight = count_reweight
         self.asynchronous = asynchronous
         self.log = log
         self.run_name = run_name
         self.key_by_episode_start = key_by_episode_start
-        self.policy = cfg.sample_policy
+        self.policy = SAMPLE_POLICIES[cfg.sample_policy](cfg)
         self._uids = itertools.count()
-        self.buffer: OrderedDict[int, ExtractorSample] = OrderedDict()
-        """``sample_policy="buffer"``: credited samples in the order they entered (FIFO)."""
         self._writes_done = 0
         from crl_bench.extractor.extraction import ANSWER_TEMPLATES
 
@@ -116,9 +220,7 @@ class ExtractorTrack:
         self._done = 0
         self.updates = 0
         self.last_merge_step = 0
-        self.fence_merges = False
-        """Official fencing: merges run only in the actor's pre-rollout flush (:meth:`merge`,
-        called by the run), not after each batch."""
+        self.fence_merges = fence_merges
         self._training_now = False
         self.stats: dict[str, float] = {"extractions": 0, "malformed": 0, "ops_applied": 0,
                                         "merges": 0, "dropped_uncredited": 0, "buffer_evicted": 0,
@@ -128,8 +230,15 @@ class ExtractorTrack:
             self._thread = threading.Thread(target=self._worker, name="extractor-track", daemon=True)
             self._thread.start()
 
+    @property
+    def buffer(self) -> "OrderedDict[int, ExtractorSample]":
+        """The buffer policy's FIFO (empty under the pool policy)."""
+        return getattr(self.policy, "buffer", OrderedDict())
+
     # -- actor-loop side -----------------------------------------------------------------------
     def submit(self, step: int, trajectories: list[Any]) -> None:
+        """Hand over a step's finished trajectories: ``extractor_step`` runs on them, in the
+        background (or inline when not asynchronous)."""
         self.raise_if_failed()
         with self._state_lock:
             self._pending.append((step, [t.to_json() for t in trajectories]))
@@ -149,12 +258,13 @@ class ExtractorTrack:
                 if s.malformed and not self.cfg.train_malformed:
                     continue
                 self.samples.append(s)
-                self._enter_buffer(s)
+                self.policy.credited(self, s)
 
     def credit(self, trajectories: list[Any]) -> None:
         """The usage ledger: each with-experience trajectory credits the entries it used, in the
-        bank (outcome counts) and in the extractor samples that wrote them."""
-        from crl_bench.extractor.gate import gate_credit
+        bank (outcome counts) and in the extractor samples that wrote them
+        (:func:`~crl_bench.algorithms.credit.gate_credit` of its score and the gate's verdict)."""
+        from crl_bench.algorithms.credit import gate_credit
 
         for t in trajectories:
             # credit_ids: entries dropped by an unparseable gate verdict whose writers are still
@@ -166,28 +276,23 @@ class ExtractorTrack:
                 self.manager.record_outcomes(ids, value)
 
     def record_usage(self, entry_ids: list[int], score: float) -> None:
-        """A finished trajectory used these entries and ended with ``score`` (the credit value:
-        the score, or :func:`~crl_bench.extractor.gate.gate_credit` with the gate on)."""
+        """A finished trajectory used these entries and gave them ``score`` (its credit value)."""
         with self._state_lock:
             for eid in entry_ids:
                 for sample in self._entry_to_samples.get(int(eid), []):
                     sample.usage.append(float(score))
-                    self._enter_buffer(sample)
+                    self.policy.credited(self, sample)
 
     def _register(self, sample: ExtractorSample) -> None:
         if sample.uid < 0:
             sample.uid = next(self._uids)
 
-    def _enter_buffer(self, sample: ExtractorSample) -> None:
-        """``MemoryTrainingBuffer.add``: a credited sample joins the FIFO buffer (already in:
-        its credit accumulates); a full buffer evicts its oldest sample, whose credit is lost."""
-        if self.policy != "buffer" or sample.uid in self.buffer:
-            return
-        if len(self.buffer) >= self.cfg.buffer_size:
-            _, old = self.buffer.popitem(last=False)
-            old.usage = []
-            self.stats["buffer_evicted"] += 1
-        self.buffer[sample.uid] = sample
+    def index_samples(self) -> None:
+        """Rebuild the entry id -> samples map from the sample list."""
+        self._entry_to_samples = {}
+        for smp in self.samples:
+            for eid in smp.entry_ids:
+                self._entry_to_samples.setdefault(eid, []).append(smp)
 
     def wait_writes(self, timeout: float | None = None) -> bool:
         """Block until the bank writes (distillation and merge) of every submitted batch are
@@ -221,7 +326,7 @@ class ExtractorTrack:
             self._queue.put(None)
             self._thread.join(timeout=600)
 
-    # -- worker --------------------------------------------------------------------------------
+    # -- the thread ----------------------------------------------------------------------------
     def _worker(self) -> None:
         while True:
             item = self._queue.get()
@@ -239,6 +344,12 @@ class ExtractorTrack:
                     self._cond.notify_all()
 
     def _process(self, step: int, trajectories: list[Any]) -> None:
+        self.log(self.extractor_step(self, step, trajectories))
+
+    # -- the verbs -----------------------------------------------------------------------------
+    def distil(self, step: int, trajectories: list[Any]) -> dict[str, Any]:
+        """Each trajectory -> at most ``max_ops`` bank operations, written at once; each call is an
+        extractor sample, kept while its entries may still be credited (a malformed one: -1)."""
         from crl_bench.extractor.extraction import (build_extraction_messages, parse_operations,
                                                      parse_operations_official, trajectory_to_text)
 
@@ -305,21 +416,22 @@ class ExtractorTrack:
                 if s.entry_ids or (s.malformed and train_malformed):
                     self.samples.append(s)
                     if s.malformed:  # its reward (-1) is known now
-                        self._enter_buffer(s)
+                        self.policy.credited(self, s)
                     for eid in s.entry_ids:
                         self._entry_to_samples.setdefault(eid, []).append(s)
             self._pending = [(st, tr) for st, tr in self._pending if st != step]
-        metrics: dict[str, Any] = {"step": step, "extractor/extract_s": time.perf_counter() - t0,
-                                   "extractor/malformed_frac": sum(s.malformed for s in new_samples)
-                                   / max(1, len(new_samples))}
-        due = self.merge_every and step - self.last_merge_step >= self.merge_every
-        if due and not self.fence_merges:
-            metrics.update(self.merge(step))
-        with self._cond:  # bank writes of this batch are done: a waiting rollout may start
-            self._writes_done += 1
-            self._cond.notify_all()
-        metrics.update(self._maybe_train(step))
-        self.log(metrics)
+        return {"step": step, "extractor/extract_s": time.perf_counter() - t0,
+                "extractor/malformed_frac": sum(s.malformed for s in new_samples)
+                / max(1, len(new_samples))}
+
+    def merge_due(self, step: int) -> bool:
+        """Whether ``merge_every`` steps have passed since the last merge (never when 0)."""
+        return bool(self.merge_every) and step - self.last_merge_step >= self.merge_every
+
+    def merge_in_step(self, step: int) -> bool:
+        """Whether the extractor's own step merges now: due, and not fenced (official fencing
+        merges only inside the actor's pre-rollout flush, see :attr:`fence_merges`)."""
+        return self.merge_due(step) and not self.fence_merges
 
     @property
     def training(self) -> bool:
@@ -327,14 +439,16 @@ class ExtractorTrack:
         return self._training_now
 
     def merge(self, step: int) -> dict[str, Any]:
-        """One merge pass over the bank (the extractor's merge calls); returns its metrics."""
+        """Consolidate the bank (:func:`~crl_bench.extractor.merge.merge_bank`); with
+        ``extractor.train_merges`` the merge calls become extractor samples."""
         from crl_bench.extractor.merge import ItemTemplate, merge_bank
 
         t1 = time.perf_counter()
         items = self.cfg.merge_format == "items"  # small models: the item template
+        template = (ItemTemplate(one_sentence=self.cfg.answer_template == "sentence")
+                    if items and self.template else None)
         result = merge_bank(self.manager, self.generate, step=step, chunk=self.merge_chunk,
-                            fmt=self.cfg.merge_format,
-                            template=ItemTemplate() if items and self.template else None)
+                            fmt=self.cfg.merge_format, template=template)
         self.last_merge_step = step
         self.stats["merges"] += 1
         metrics: dict[str, Any] = {"extractor/merge_s": time.perf_counter() - t1}
@@ -342,6 +456,12 @@ class ExtractorTrack:
         if self.cfg.train_merges:
             self._add_merge_samples(result, step)
         return metrics
+
+    def writes_done(self) -> None:
+        """This batch's bank writes are done: a rollout waiting for them (``wait_writes``) may start."""
+        with self._cond:
+            self._writes_done += 1
+            self._cond.notify_all()
 
     def _add_merge_samples(self, result: Any, step: int) -> None:
         """Merge calls become extractor samples, credited like adds: by the use of the entries
@@ -363,52 +483,31 @@ class ExtractorTrack:
                     for eid in sample.entry_ids:
                         self._entry_to_samples.setdefault(eid, []).append(sample)
 
-    def _maybe_train(self, step: int) -> dict[str, Any]:
-        if self.policy == "buffer":
-            return self._maybe_train_buffer(step)
-        return self._maybe_train_pool(step)
-
-    def _maybe_train_buffer(self, step: int) -> dict[str, Any]:
-        """``_maybe_train_memory_model_from_buffer``: pop exactly ``buffer_size`` samples (the
-        oldest first) once the buffer holds that many; each is trained once on the credit it
-        gathered in the buffer, and leaves it."""
+    def train(self, step: int, *, count_aware: bool = True) -> dict[str, Any]:
+        """One CISPO update on the samples the sample policy hands over (none yet: only the
+        pool's figures): advantage ``r - mean r`` times the count-aware weight
+        ``(1 + n_trained)^-power``, 0 inside the cooldown (``count_aware=False``, or
+        ``extractor.count_reweight`` off: weight 1). :attr:`training` is up while it runs."""
         with self._state_lock:
-            # a sample outside the buffer whose entries have all left the bank (replaced,
-            # merged, evicted) can never be credited again: let it go
-            alive = {e.id for e in self.manager.get(sorted({i for s in self.samples for i in s.entry_ids}))}
-            self.samples = [s for s in self.samples if s.uid in self.buffer
-                            or any(i in alive for i in s.entry_ids)]
-            self._entry_to_samples = {}
-            for smp in self.samples:
-                for eid in smp.entry_ids:
-                    self._entry_to_samples.setdefault(eid, []).append(smp)
-            out: dict[str, Any] = {"extractor/pool": len(self.samples),
-                                   "extractor/ready": len(self.buffer)}
-            if self.trainer is None or len(self.buffer) < self.cfg.buffer_size:
-                return out
-            batch_samples = [self.buffer.popitem(last=False)[1] for _ in range(self.cfg.buffer_size)]
-            usage = [list(s.usage) for s in batch_samples]
-            for s in batch_samples:  # re-enters with new credit only
-                s.usage = []
-        return self._train(step, batch_samples, usage, out)
-
-    def _train(self, step: int, ready: list[ExtractorSample], usage: list[list[float]],
-               out: dict[str, Any]) -> dict[str, Any]:
+            out, ready, usage = self.policy.take(self, step, self.trainer is not None)
+        if not ready:
+            return out
         self._training_now = True
         try:
-            return self._train_batch(step, ready, usage, out)
+            return self._train_batch(step, ready, usage, out, count_aware=count_aware)
         finally:
             self._training_now = False
 
     def _train_batch(self, step: int, ready: list[ExtractorSample], usage: list[list[float]],
-                     out: dict[str, Any]) -> dict[str, Any]:
+                     out: dict[str, Any], *, count_aware: bool) -> dict[str, Any]:
         import torch
 
-        from crl_bench.algorithms.credit import count_aware_weights, extractor_advantages, extractor_rewards
+        from crl_bench.algorithms.credit import (count_aware_weights, extractor_advantages,
+                                                 extractor_rewards)
 
         rewards = extractor_rewards(usage, [s.malformed for s in ready])
         adv = extractor_advantages(rewards)
-        if self.count_reweight:
+        if count_aware and self.cfg.count_reweight:  # as launched: off (docs/fidelity.md 1c)
             weights = count_aware_weights(torch.tensor([s.times_trained for s in ready]),
                                           torch.tensor([s.last_trained_step for s in ready]), self.updates,
                                           power=self.cfg.count_power, cooldown=self.cfg.cooldown)
@@ -433,27 +532,8 @@ class ExtractorTrack:
         out["extractor/reward_mean"] = float(rewards.mean())
         out["extractor/updates"] = self.updates
         out["extractor/batch"] = len(ready)
-        return out
-
-    def _maybe_train_pool(self, step: int) -> dict[str, Any]:
-        """Train on every credited sample in the pool once ``buffer_size`` are ready; a sample
-        stays (its count-aware weight shrinking) until trained ``max_reuse`` times."""
         with self._state_lock:
-            # drop samples whose entries were never used in time
-            keep = []
-            for s in self.samples:
-                if not s.resolved and step - s.created_step > self.cfg.credit_horizon:
-                    self.stats["dropped_uncredited"] += 1
-                    continue
-                keep.append(s)
-            self.samples = keep
-            ready = [s for s in self.samples if s.resolved and s.times_trained < self.cfg.max_reuse]
-        out: dict[str, Any] = {"extractor/pool": len(self.samples), "extractor/ready": len(ready)}
-        if self.trainer is None or len(ready) < self.cfg.buffer_size:
-            return out
-        out = self._train(step, ready, [s.usage for s in ready], out)
-        with self._state_lock:
-            self.samples = [s for s in self.samples if s.times_trained < self.cfg.max_reuse]
+            self.policy.trained(self)
         return out
 
     # -- checkpoints ---------------------------------------------------------------------------
@@ -464,7 +544,7 @@ class ExtractorTrack:
             if also is not None:
                 also()
             return {"samples": [s.to_json() for s in self.samples], "updates": self.updates,
-                    "buffer": list(self.buffer),
+                    **self.policy.state_dict(),
                     "last_merge_step": self.last_merge_step, "stats": dict(self.stats),
                     "pending": list(self._pending)}
 
@@ -472,12 +552,9 @@ class ExtractorTrack:
         """Restore the pool; returns the unprocessed batches (to resubmit)."""
         with self._state_lock:
             self.samples = [ExtractorSample(**s) for s in state["samples"]]
-            self._entry_to_samples = {}
-            for s in self.samples:
-                for eid in s.entry_ids:
-                    self._entry_to_samples.setdefault(eid, []).append(s)
+            self.index_samples()
             by_uid = {s.uid: s for s in self.samples if s.uid >= 0}
-            self.buffer = OrderedDict((u, by_uid[u]) for u in state.get("buffer", []) if u in by_uid)
+            self.policy.load_state_dict(state, by_uid)
             self._uids = itertools.count(max(by_uid, default=-1) + 1)
             self.updates = int(state["updates"])
             self.last_merge_step = int(state["last_merge_step"])

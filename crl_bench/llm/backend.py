@@ -1,4 +1,4 @@
-"""The generation-backend contract (DESIGN §2) and a factory for the concrete backends.
+"""The generation-backend contract and a factory for the concrete backends.
 
 A backend serves one base model and a set of *roles* (``"actor"``, ``"extractor"``), each a
 trainable LoRA adapter (or a full copy of the model), and offers:

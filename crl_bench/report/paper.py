@@ -1,7 +1,7 @@
-"""The numbers the paper reports, to print beside ours (DESIGN §1).
+"""The numbers the paper reports, to print beside ours.
 
-Source: Muhtar et al., *Complementary Reinforcement Learning*, arXiv 2603.17621 (2026), as
-summarised in docs/DESIGN.md §1. The paper gives single numbers without intervals; every value
+Source: Muhtar et al., *Complementary Reinforcement Learning*, arXiv 2603.17621 (2026), its
+results tables. The paper gives single numbers without intervals; every value
 here is a success rate in [0, 1] unless its name says otherwise. Nothing else in the report
 hard-codes a paper number.
 

@@ -285,7 +285,7 @@ def _ablation_tables(rs: RunSet, vals: _Values, conf: float) -> list[Table]:
             rs, vals, conf, mix, agents, f"ablation_{mix}",
             f"Ablations on {mix}: Comp. RL with one mechanism off",
             ["Each row switches off one mechanism of Comp. RL (the paper reports no numbers for "
-             "its ablations in DESIGN §1)."]))
+             "its ablations)."]))
     return tables
 
 

@@ -24,7 +24,7 @@ def run_experiment(agent: str | None, tasks: str | None, preset: str | None, see
     """Train and evaluate ``agent`` on ``tasks``; returns the run directory.
 
     ``ray``: run on a Ray cluster (``{"address": None or "HOST:PORT", "plan": "cpu"}``, the
-    keyword arguments of :func:`crl_bench.distributed.context.attach_ray`); None: one process.
+    keyword arguments of :func:`crl_bench.distributed.context.ray_context`); None: one process.
 
     With ``resume`` and an existing checkpoint in ``out_dir`` the run continues after the last
     checkpointed step (records of later, unfinished steps are cut first); a finished run is left
@@ -143,7 +143,8 @@ def _run_locked(run: Any, *, agent: str | None, tasks: str | None, preset: str |
                 resume: bool, progress: bool, repair: bool,
                 ray: dict[str, Any] | None = None) -> Path:
     from crl_bench.runner.config import ConfigError, apply_resume_overrides, build_config
-    from crl_bench.runner.loop import Trainer, kill_point, write_config
+    from crl_bench.runner.context import RunContext
+    from crl_bench.runner.loop import Trainer, write_config
 
     status = run.status()
     checkpoint, start = None, 0
@@ -188,11 +189,12 @@ def _run_locked(run: Any, *, agent: str | None, tasks: str | None, preset: str |
                 return run.path
     if not resuming:
         _keep_start_bank(run)  # before anything opens the bank
-    trainer = Trainer(cfg, agent_obj, run, progress=progress)
+    context: Any = RunContext
     if ray is not None:  # envs, generation, learner, bank, extractor on a Ray cluster
-        from crl_bench.distributed.context import attach_ray
+        from crl_bench.distributed.context import ray_context
 
-        attach_ray(trainer, **ray)
+        context = ray_context(**ray)
+    trainer = Trainer(cfg, agent_obj, run, progress=progress, context=context)
     write_config(run, cfg, agent_obj, trainer.tasks)
     try:
         if checkpoint is not None and (checkpoint / "bank.sqlite").is_file():
@@ -218,7 +220,7 @@ def _run_locked(run: Any, *, agent: str | None, tasks: str | None, preset: str |
         else:
             run.truncate_after(-1)  # a crash before the first checkpoint: start clean
         run.set_status("running", start)
-        kill_point("startup")  # test-only (CRL_BENCH_KILL_AT); inert otherwise
+        trainer.reached("startup")
         trainer.run_steps(start)
     except BaseException as exc:
         run.set_status("failed", trainer.step, error=f"{type(exc).__name__}: {exc}",

@@ -36,9 +36,7 @@ import json
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-
-class ConfigError(ValueError):
-    """A configuration that cannot work; the message says what to change."""
+from crl_bench.runner.errors import ConfigError  # raised by the config and its validation
 
 
 @dataclass
@@ -331,7 +329,7 @@ class RunConfig:
         into with/without-experience halves (then K must be even and >= 4)."""
         from crl_bench.runner.validation import validate_config
 
-        validate_config(self)
+        validate_config(self, presets=PRESETS)
         r = self.rollout
         if split and r.group_size % 2:
             raise ConfigError(

@@ -18,11 +18,19 @@ import random
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from crl_bench.mixes import EVAL_SEED_BLOCK, MixTask, resolve_tasks
 from crl_bench.runner.config import ConfigError, RunConfig
 from crl_bench.runner.records import RunDir
+
+if TYPE_CHECKING:  # pragma: no cover  (the parts' types; the Ray context puts proxies there)
+    import gymnasium
+
+    from crl_bench.experience.manager import ExperienceManager
+    from crl_bench.extractor.track import ExtractorTrack
+    from crl_bench.llm.backend import Backend
+    from crl_bench.runner.trainer import RoleTrainer
 
 
 def train_seed(run_seed: int, index: int, eval_seed_offset: int) -> int:
@@ -37,6 +45,16 @@ def train_seed(run_seed: int, index: int, eval_seed_offset: int) -> int:
     """
     raw = run_seed * 1_000_003 + index
     return raw + EVAL_SEED_BLOCK if raw >= eval_seed_offset else raw
+
+
+def sampling_seed(run_seed: int, step: int, phase: str = "train") -> int:
+    """The sampling seed of a step's episodes: ``run_seed * 7919 + step`` for training, and for
+    the evaluation at ``step`` the same moved by 10,007. Each run seed samples its own actions
+    (runs of different seeds are independent replicates, so a confidence interval over seeds
+    means something) on the same held-out task instances, and an evaluation's seed never equals
+    a training step's seed within 10,007 steps."""
+    base = run_seed * 7919 + step
+    return base if phase == "train" else 10_007 + base
 
 
 class WaitTimingLock:
@@ -163,6 +181,9 @@ def swe_verified_file() -> Any:
     return path if path is not None and path.is_file() else None
 
 
+sampling_seed_of = sampling_seed  # the module function, where ``play`` has an argument of its name
+
+
 class RunContext:
     """Everything a run builds once: config, tasks, envs, the model backend, trainers, the bank
     and the extractor track. Parts an agent did not ask for stay ``None``.
@@ -183,15 +204,15 @@ class RunContext:
         self.tasks = resolve_tasks(cfg.tasks)
         self.step = 0
         self.lock = WaitTimingLock()
-        self._envs: dict[tuple[str, str], list[Any]] = {}
-        self.raw_backend: Any = None
-        self.ext_raw: Any = None
-        self.backend: Any = None
-        self.ext_backend: Any = None
-        self.actor_trainer: Any = None
-        self.extractor_trainer: Any = None
-        self.manager: Any = None
-        self.extractor: Any = None
+        self._envs: dict[tuple[str, str], list[gymnasium.Env]] = {}
+        self.raw_backend: Backend | None = None
+        self.ext_raw: Backend | None = None
+        self.backend: LockedBackend | None = None
+        self.ext_backend: LockedBackend | None = None
+        self.actor_trainer: RoleTrainer | None = None
+        self.extractor_trainer: RoleTrainer | None = None
+        self.manager: ExperienceManager | None = None
+        self.extractor: ExtractorTrack | None = None
         self.search_ask = False
         self.gate = False
         """The actor judges each retrieved entry before acting (accept / refine / reject;
@@ -209,17 +230,18 @@ class RunContext:
 
     # -- building ------------------------------------------------------------------------------
     def seed_everything(self) -> None:
+        """torch's thread count (``threads``) and the run seed in every RNG."""
         import numpy as np
         import torch
-
-        from crl_bench.runner.memory import limit_malloc_arenas
 
         if self.cfg.threads:
             torch.set_num_threads(self.cfg.threads)
         random.seed(self.cfg.seed)
         np.random.seed(self.cfg.seed)
         torch.manual_seed(self.cfg.seed)
-        limit_malloc_arenas(2)
+
+    def check_tasks(self) -> None:
+        """Make one env of every task: a missing family is named before any model loads."""
         for task in self.tasks:
             check_family_available(task, self.env_kwargs(task, "train"))
 
@@ -268,29 +290,37 @@ class RunContext:
         """The bank (``RUN_DIR/bank.sqlite``), the embedder and the manager. ``search_ask``: the
         with-experience episodes may query the bank mid-episode (train and evaluation).
         ``gate``: the actor accepts / refines / rejects each retrieved entry before it acts."""
+        from crl_bench.experience.manager import RetrievalConfig
+
+        x = self.cfg.experience
+        retrieval = RetrievalConfig(k=x.k, oversample=x.oversample, diversify=diversify, lam=x.lam,
+                                    recent_s=x.recent_s, drop_recent_top1_p=x.drop_recent_top1_p,
+                                    seed=self.cfg.seed, usage_per=x.usage_per)
+        self.manager = self.new_manager(retrieval)
+        self.search_ask = search_ask
+        self.gate = gate
+
+    def new_manager(self, retrieval: Any) -> Any:
+        """The experience manager over ``RUN_DIR/bank.sqlite`` with ``retrieval`` settings; its
+        recency runs on the run's logical clock (steps, see ``RetrievalConfig.step_s``), not wall
+        time, so that a resumed run takes the uninterrupted run's decisions."""
         from crl_bench.experience.bank import ExperienceBank
         from crl_bench.experience.embedder import load_embedder
-        from crl_bench.experience.manager import ExperienceManager, RetrievalConfig, step_clock
+        from crl_bench.experience.manager import ExperienceManager, step_clock
 
         x = self.cfg.experience
         embedder = load_embedder(x.embedder)
         bank = ExperienceBank(self.run.bank_path, dim=embedder.dim, capacity=x.capacity,
                               embedder_name=embedder.name)
-        retrieval = RetrievalConfig(k=x.k, oversample=x.oversample, diversify=diversify, lam=x.lam,
-                                    recent_s=x.recent_s, drop_recent_top1_p=x.drop_recent_top1_p,
-                                    seed=self.cfg.seed, usage_per=x.usage_per)
-        # recency on the run's logical clock (steps, see RetrievalConfig.step_s), not wall time:
-        # a resumed run must take the uninterrupted run's decisions
         clock = step_clock(lambda: self.step, retrieval.step_s,
                            origin=float(bank.meta.get("created_at", 0.0)))
-        self.manager = ExperienceManager(bank, embedder, retrieval, clock=clock)
-        self.search_ask = search_ask
-        self.gate = gate
+        return ExperienceManager(bank, embedder, retrieval, clock=clock)
 
-    def build_extractor(self, *, train: bool, merge: bool = True, count_reweight: bool = True) -> None:
-        """The extractor track (after :meth:`build_experience`). ``train``: give the extractor its
-        own optimiser (on the shared adapter when the parameters are shared)."""
-        from crl_bench.extractor.track import ExtractorTrack
+    def build_extractor(self, extractor_step: Any, *, train: bool, merge: bool = True) -> None:
+        """The extractor track (after :meth:`build_experience`), running the agent's
+        ``extractor_step`` on each step's episodes. ``train``: give the extractor its own
+        optimiser (on the shared adapter when the parameters are shared). ``merge``: the bank
+        is merged every ``experience.merge_every`` steps (False: never)."""
         from crl_bench.runner.trainer import RoleTrainer
 
         if self.manager is None:
@@ -300,16 +330,22 @@ class RunContext:
             self.extractor_trainer = RoleTrainer(self.ext_raw, "extractor", self.cfg.extractor,
                                                  total_steps=self.cfg.steps, lock=self.lock,
                                                  seed=self.cfg.seed + 1)
-        self.extractor = ExtractorTrack(
-            self.manager, self.extractor_generate, self.extractor_trainer, self.cfg.extractor,
-            temperature=self.extractor_sampling.logprob_temperature,
-            merge_every=x.merge_every if merge else 0, merge_chunk=x.merge_chunk,
-            count_reweight=count_reweight and self.cfg.extractor.count_reweight,
-            asynchronous=self.cfg.extractor.asynchronous,
-            log=self._log_extractor, run_name=self.run.path.name,
-            key_by_episode_start=x.key == "episode_start")
-        self.extractor.fence_merges = (self.cfg.extractor.fence == "official"
-                                       and self.cfg.extractor.wait_before_rollout)
+        settings = dict(extractor_step=extractor_step,
+                        temperature=self.extractor_sampling.logprob_temperature,
+                        merge_every=x.merge_every if merge else 0, merge_chunk=x.merge_chunk,
+                        asynchronous=self.cfg.extractor.asynchronous, run_name=self.run.path.name,
+                        key_by_episode_start=x.key == "episode_start",
+                        fence_merges=(self.cfg.extractor.fence == "official"
+                                      and self.cfg.extractor.wait_before_rollout))
+        self.extractor = self.new_track(settings, train=train)
+
+    def new_track(self, settings: dict[str, Any], *, train: bool) -> Any:
+        """The :class:`~crl_bench.extractor.track.ExtractorTrack` with ``settings`` (its keyword
+        arguments but ``log``) over this context's manager, extractor model and trainer."""
+        from crl_bench.extractor.track import ExtractorTrack
+
+        return ExtractorTrack(self.manager, self.extractor_generate, self.extractor_trainer,
+                              self.cfg.extractor, log=self._log_extractor, **settings)
 
     def _log_extractor(self, metrics: dict[str, Any]) -> None:
         with self._extractor_metrics_lock:
@@ -460,11 +496,9 @@ class RunContext:
 
     def _engine(self, ask: Any, seed: int) -> Any:
         from crl_bench.llm.rollout import PromptConfig, RolloutEngine
-        from crl_bench.llm.types import SamplingParams
 
         r = self.cfg.rollout
-        sampling = SamplingParams(temperature=r.temperature, top_p=r.top_p, top_k=r.top_k,
-                                  max_new_tokens=r.max_new_tokens, seed=seed)
+        sampling = dataclasses.replace(self.actor_sampling, seed=seed)
         kwargs = dict(history=r.history, think=r.think, max_episode_tokens=r.max_episode_tokens,
                       sequence_length=r.sequence_length or None,
                       ask_style=self.cfg.experience.ask_style,
@@ -481,8 +515,10 @@ class RunContext:
                              progress=False, on_progress=self.progress.on_play_progress,
                              ask_requires_experience=self.cfg.experience.ask_offer != "all")
 
-    def play(self, phase: str, step: int, plan: list[GroupPlan], *, sampling_seed: int) -> list[Any]:
-        """Play every episode of ``plan`` concurrently (one batched model call per turn).
+    def play(self, phase: str, step: int, plan: list[GroupPlan], *,
+             sampling_seed: int | None = None) -> list[Any]:
+        """Play every episode of ``plan`` concurrently (one batched model call per turn), with
+        the phase's sampling seed (:func:`sampling_seed`) unless ``sampling_seed`` is given.
 
         With Search-and-Ask on (:meth:`build_experience`) the with-experience episodes may query
         the bank; on training episodes of a trained extractor the asks become extractor samples
@@ -495,7 +531,8 @@ class RunContext:
             self.search_ask, record=(phase == "train" and self.extractor_trainer is not None))
         self.progress.begin_play("playing" if phase == "train" else "evaluating", len(specs))
         with timed(self.timings, f"timing_s/{'rollout' if phase == 'train' else 'eval_rollout'}"):
-            trajectories = self._engine(callback, sampling_seed).run(specs)
+            seed = sampling_seed_of(self.cfg.seed, step, phase) if sampling_seed is None else sampling_seed
+            trajectories = self._engine(callback, seed).run(specs)
         self.progress.end_play()
         for spec, traj in zip(specs, trajectories):
             traj.meta.update(spec.meta)

@@ -15,56 +15,26 @@ from __future__ import annotations
 import json
 import os
 import random
-import signal
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from crl_bench.agent import Agent
 from crl_bench.runner.config import RunConfig
 from crl_bench.runner.context import RunContext
-from crl_bench.runner.memory import peak_rss_gb, release_free_memory, rss_gb
+from crl_bench.memory import limit_malloc_arenas, peak_rss_gb, release_free_memory, rss_gb
 from crl_bench.runner.records import RunDir, write_json_atomic
 from crl_bench.runner.trainer import timed
 
 
-KILL_ENV = "CRL_BENCH_KILL_AT"
-KILL_MOMENTS = ("startup", "rollout", "episodes", "checkpoint")
-
-
-def kill_point(moment: str, step: int | None = None) -> None:
-    """Test-only crash hook (tests/test_resume_exact.py), inert unless ``CRL_BENCH_KILL_AT`` is set.
-
-    ``CRL_BENCH_KILL_AT=<moment>[@<step>]`` makes the process SIGKILL itself the first time it
-    reaches ``moment`` (at actor step ``step``, when given): ``startup`` (models, bank and config
-    ready, nothing recorded; api), ``rollout`` (after the first actor generation call of the
-    step: retrievals already counted in the bank), ``episodes`` (the step's episodes and
-    trajectories written, its metrics not), ``checkpoint`` (inside the checkpoint write: the
-    temporary folder holds the adapters, trainers, RNG and bank, not the loop state). A real
-    SIGKILL: no handler, no cleanup, as a crash or the OOM killer would end the run.
-    """
-    spec = os.environ.get(KILL_ENV)
-    if not spec:
-        return
-    name, _, at = spec.partition("@")
-    if name == moment and (not at or (step is not None and int(at) == step)):
-        os.kill(os.getpid(), signal.SIGKILL)
-
-
-def _arm_rollout_kill(ctx: RunContext) -> None:
-    """For ``CRL_BENCH_KILL_AT=rollout[@step]``: the actor's generation calls pass the kill point
-    (after the call, so the step's retrievals and first turn have happened). Nothing is wrapped
-    when the variable names another moment or is unset."""
-    if not os.environ.get(KILL_ENV, "").startswith("rollout") or ctx.backend is None:
-        return
-    generate = ctx.backend.generate
-
-    def killing_generate(*args: Any, **kwargs: Any) -> Any:
-        out = generate(*args, **kwargs)
-        if kwargs.get("adapter", args[2] if len(args) > 2 else "actor") == "actor":
-            kill_point("rollout", ctx.step)
-        return out
-    ctx.backend.generate = killing_generate
+MOMENTS = ("startup", "steps", "episodes", "checkpoint")
+HOOKS: list[Callable[[str, "int | None", "Trainer"], None]] = []
+"""Observers of a run's moments, called as ``hook(moment, step, trainer)``: ``startup`` (models,
+bank and config ready, nothing recorded), ``steps`` (this process's first step is about to
+start), ``episodes`` (a step's episodes and trajectories written, its metrics not) and
+``checkpoint`` (inside the checkpoint write: the temporary folder holds the adapters, trainers,
+RNG and bank, not the loop state). Empty unless a caller installs one; the resume tests install
+a fault injector here (tests/_faults.py)."""
 
 
 def episode_record(traj: Any, phase: str, step: int) -> dict[str, Any]:
@@ -76,14 +46,6 @@ def episode_record(traj: Any, phase: str, step: int) -> dict[str, Any]:
             "n_tool_calls": traj.n_tool_calls, "tokens": traj.tokens,
             "experience_ids": list(traj.experience_ids), "wall_s": round(traj.wall_s, 3),
             "error": traj.error}  # the env raised: the episode ended there (rollout.py)
-
-
-def eval_sampling_seed(run_seed: int, step: int) -> int:
-    """The sampling seed of the evaluation at ``step``: the same held-out task instances in every
-    run, but each run seed samples its own actions (runs of different seeds are independent
-    replicates, so a confidence interval over seeds means something), and it never equals a
-    training step's seed (``run_seed * 7919 + step``, baselines/grpo.py) within 10,007 steps."""
-    return 10_007 + step + run_seed * 7919
 
 
 def combine_extractor_batches(batches: list[dict[str, Any]]) -> dict[str, Any]:
@@ -107,15 +69,19 @@ def combine_extractor_batches(batches: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 class Trainer:
-    """Runs ``agent`` for ``cfg.steps`` steps in ``run_dir``. See the module docstring."""
+    """Runs ``agent`` for ``cfg.steps`` steps in ``run_dir``. See the module docstring.
 
-    def __init__(self, cfg: RunConfig, agent: Agent, run_dir: RunDir, *, progress: bool = True) -> None:
+    ``context``: builds the run's parts, ``context(cfg, run_dir)`` (default: :class:`RunContext`,
+    one process; :func:`crl_bench.distributed.context.ray_context` spreads them over Ray)."""
+
+    def __init__(self, cfg: RunConfig, agent: Agent, run_dir: RunDir, *, progress: bool = True,
+                 context: Callable[[RunConfig, RunDir], RunContext] = RunContext) -> None:
         cfg.validate(split=agent.split_groups)
         self.cfg = cfg
         self.agent = agent
         self.run = run_dir
         self.progress = progress
-        self.ctx = RunContext(cfg, run_dir)
+        self.ctx = context(cfg, run_dir)
         self.tasks = self.ctx.tasks
         self.tb: Any = None
         self.wandb: Any = None
@@ -125,6 +91,11 @@ class Trainer:
     def step(self) -> int:
         return self.ctx.step
 
+    def reached(self, moment: str, step: int | None = None) -> None:
+        """Tell the installed :data:`HOOKS` that the run is at ``moment`` (one of :data:`MOMENTS`)."""
+        for hook in HOOKS:
+            hook(moment, step, self)
+
     def setup(self) -> None:
         from crl_bench.runner.progress import NullProgress, ProgressReporter
 
@@ -132,6 +103,8 @@ class Trainer:
         self.ctx.progress = (ProgressReporter().start() if self.progress else NullProgress())
         self.ctx.progress.set_phase("loading models")
         self.ctx.seed_everything()
+        limit_malloc_arenas(2)
+        self.ctx.check_tasks()
         self.agent.build(self.ctx)
         self.wandb = _start_wandb(self.cfg, self.run)
         try:
@@ -150,8 +123,7 @@ class Trainer:
         records, summaries = [], []
         out: dict[str, Any] = {}
         for with_exp in modes:
-            trajs = ctx.play("eval", step, ctx.eval_plan(with_exp),
-                             sampling_seed=eval_sampling_seed(ctx.cfg.seed, step))
+            trajs = ctx.play("eval", step, ctx.eval_plan(with_exp))
             records.extend(episode_record(t, "eval", step) for t in trajs)
             for task in self.tasks:
                 mine = [t for t in trajs if t.task_name == task.name]
@@ -171,7 +143,7 @@ class Trainer:
     def run_steps(self, start_step: int) -> None:
         cfg, ctx = self.cfg, self.ctx
         progress = ctx.progress
-        _arm_rollout_kill(ctx)  # test-only (CRL_BENCH_KILL_AT); inert otherwise
+        self.reached("steps", start_step + 1)
         eval_steps = [s for s in range(start_step + 1, cfg.steps + 1)
                       if s == cfg.steps or (cfg.eval.every and s % cfg.eval.every == 0)]
         if start_step == 0 and cfg.eval.at_start:
@@ -202,7 +174,7 @@ class Trainer:
             trajs = result.trajectories
             self.run.append("episodes.jsonl", [episode_record(t, "train", step) for t in trajs])
             self.run.write_trajectories(step, "train", [t.to_json() for t in trajs])
-            kill_point("episodes", step)  # test-only (CRL_BENCH_KILL_AT); inert otherwise
+            self.reached("episodes", step)
             if ctx.extractor is not None and step == cfg.steps:
                 # the last batches (and a due merge) land in this record
                 progress.set_phase("extracting (final drain)")
@@ -326,7 +298,7 @@ class Trainer:
                  # run totals the gate reads: the historical score per task (its verdict
                  # counts are the extractor track's stats, saved with the track's state)
                  "task_scores": dict(ctx.task_scores)}
-        kill_point("checkpoint", step)  # test-only (CRL_BENCH_KILL_AT); inert otherwise
+        self.reached("checkpoint", step)
         (tmp / "loop_state.json").write_text(json.dumps(state))
         self.run.commit_checkpoint(tmp)
 

@@ -32,83 +32,11 @@ import math
 import random
 import threading
 import time
-from dataclasses import dataclass
 from typing import Any, Sequence
 
+from crl_bench.llm.types import TrainSample
 from crl_bench.runner.config import OptimConfig
 from crl_bench.runner.precision import MixedPrecision
-
-
-@dataclass
-class TrainSample:
-    """One sequence to learn from: a model call, or a whole multi-turn episode.
-
-    ``prompt_ids + completion_ids`` is the token sequence fed to the model. The loss is taken on
-    the completion tokens where ``completion_mask`` is 1 (default: all of them). A per-turn
-    sample (one model call) has no mask; a trajectory-level sample (``actor.sample_unit:
-    trajectory``) is the last turn's full sequence: ``prompt_ids`` the first turn's prompt,
-    ``completion_ids`` everything after it, ``completion_mask`` 1 on every assistant turn's
-    sampled tokens and 0 on the observation / chat-template tokens between them.
-
-    Attributes:
-        prompt_ids: the prompt token ids exactly as fed to the model.
-        completion_ids: the tokens after the prompt.
-        old_logprobs: sampling log-prob of each *trained* token, in order
-            (len == number of 1s in ``completion_mask``, or len(completion_ids) without a mask).
-        advantage: the scalar advantage of the episode / extractor sample this call belongs to.
-        weight: multiplies the advantage (count-aware reweighting; 1.0 for the actor).
-        completion_mask: optional 0/1 per completion token; None = every completion token.
-    """
-
-    prompt_ids: list[int]
-    completion_ids: list[int]
-    old_logprobs: list[float]
-    advantage: float
-    weight: float = 1.0
-    completion_mask: list[int] | None = None
-
-    @property
-    def n_tokens(self) -> int:
-        """Trained (masked) tokens."""
-        if self.completion_mask is None:
-            return len(self.completion_ids)
-        return int(sum(1 for m in self.completion_mask if m))
-
-    @property
-    def length(self) -> int:
-        return len(self.prompt_ids) + len(self.completion_ids)
-
-    @classmethod
-    def from_turns(cls, turns: Sequence[Any], advantage: float, weight: float = 1.0) -> "TrainSample":
-        """One trajectory-level sample from an episode's turns (each with ``prompt_ids``,
-        ``completion_ids``, ``logprobs``) played as one conversation: the last turn's full
-        sequence, the loss on every turn's completion tokens, their sampling log-probs aligned.
-
-        Raises:
-            ValueError: a turn's prompt + completion is not a prefix of the last turn's sequence
-                (the episode was not played with ``rollout.conversation: full``).
-        """
-        if not turns:
-            raise ValueError("an episode without turns has nothing to train")
-        last = turns[-1]
-        seq = list(last.prompt_ids) + list(last.completion_ids)
-        first = len(turns[0].prompt_ids)
-        mask = [0] * len(seq)
-        old: list[float] = []
-        for k, t in enumerate(turns):
-            p, c = len(t.prompt_ids), len(t.completion_ids)
-            if len(t.logprobs) != c:
-                raise ValueError(f"turn {k}: {len(t.logprobs)} log-probs for {c} tokens")
-            if seq[:p] != list(t.prompt_ids) or seq[p:p + c] != list(t.completion_ids):
-                raise ValueError(f"turn {k}'s prompt + completion is not a prefix of the episode's "
-                                 "last sequence: trajectory-level samples need episodes played "
-                                 "as one conversation (rollout.conversation: full)")
-            if p < first:
-                raise ValueError(f"turn {k}'s prompt is shorter than the first turn's")
-            mask[p:p + c] = [1] * c
-            old.extend(float(x) for x in t.logprobs)
-        return cls(seq[:first], seq[first:], old, float(advantage), float(weight),
-                   completion_mask=mask[first:])
 
 
 def _schedule_factor(step: int, cfg: OptimConfig, total_steps: int) -> float:

@@ -10,9 +10,12 @@ import json
 import math
 import re
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from crl_bench.runner.config import PRESETS, ConfigError, RunConfig
+from crl_bench.runner.errors import ConfigError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from crl_bench.runner.config import RunConfig
 
 
 MAX_GROUP_SIZE = 1024
@@ -256,8 +259,9 @@ def _sections(cfg: "RunConfig") -> list[tuple[str, Any]]:
                           if str(f.type) in _SECTION_TYPES]
 
 
-def validate_config(cfg: "RunConfig") -> None:
-    """Every check of :meth:`RunConfig.validate` that does not depend on the agent."""
+def validate_config(cfg: "RunConfig", *, presets: Any) -> None:
+    """Every check of :meth:`RunConfig.validate` that does not depend on the agent (``presets``:
+    the preset names; the config passes them, so that this module needs nothing from it)."""
     # 1. types and numeric ranges, section by section (so the first error is the first field)
     for prefix, obj in _sections(cfg):
         if not dataclasses.is_dataclass(obj) or isinstance(obj, type):
@@ -270,7 +274,7 @@ def validate_config(cfg: "RunConfig") -> None:
             _check_type(key, value, str(f.type))
             rng = FIELD_RANGES.get(key)
             if rng is not None and value not in rng:
-                default = getattr(type(obj)(), f.name) if prefix else getattr(RunConfig(), f.name)
+                default = getattr(type(obj)(), f.name) if prefix else getattr(type(cfg)(), f.name)
                 raise ConfigError(f"{key}={value!r}: must be "
                                   f"{rng.describe(str(f.type).strip() == 'int')}; "
                                   f"{_fix(key, default)}.")
@@ -301,8 +305,8 @@ def validate_config(cfg: "RunConfig") -> None:
     from crl_bench.llm.backend import BACKENDS
     from crl_bench.registry import AGENTS, RegistryError
 
-    if cfg.preset not in PRESETS:
-        _check_name("preset", cfg.preset, PRESETS, "preset")
+    if cfg.preset not in presets:
+        _check_name("preset", cfg.preset, presets, "preset")
     _check_name("agent", cfg.agent, AGENTS.names(), "agent (`crl-bench list agents`)")
     try:  # loading the agent imports a plugin, which may register advantages or losses it uses
         AGENTS.get(cfg.agent)

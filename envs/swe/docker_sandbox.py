@@ -21,8 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any, Mapping
 
-from crl_bench.envs.swe.sandbox import (MiB, WORKDIR, CommandResult, Sandbox, SandboxError,
-                                        SandboxLimits, SandboxPathError, collect_output)
+from crl_bench.envs.swe.sandbox_base import (MiB, WORKDIR, CommandResult, Sandbox, SandboxError,
+                                             SandboxLimits, SandboxPathError)
+from crl_bench.envs.swe.sandbox_proc import collect_output
 
 DEFAULT_IMAGE = "swebench/sweb.eval.x86_64.{docker_id}:latest"
 ACTIVATE = "source /opt/miniconda3/bin/activate && conda activate testbed"

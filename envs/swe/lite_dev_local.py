@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from crl_bench.envs.swe import workspaces as ws
 
 if TYPE_CHECKING:
-    from crl_bench.envs.swe.tasks import LiteDevLocalTaskSet, LocalRuntime, SWETask
+    from crl_bench.envs.swe.tasks import LiteDevLocalTaskSet, SWETask
 
 
 def root_dir() -> Path:
@@ -113,13 +113,12 @@ def template(task_set: "LiteDevLocalTaskSet", task: "SWETask") -> Path:
     return ws.build_cached(root_dir() / "templates" / task.instance_id, build)
 
 
-def runtime(task_set: "LiteDevLocalTaskSet", task: "SWETask") -> "LocalRuntime":
-    from crl_bench.envs.swe.tasks import LocalRuntime
-
+def runtime_fields(task_set: "LiteDevLocalTaskSet", task: "SWETask") -> dict[str, Any]:
+    """The fields of ``task``'s :class:`~crl_bench.envs.swe.tasks.LocalRuntime`."""
     recipe = task_set.recipe_by_id[task.instance_id]
     venv = shared_venv(task_set)
     pythonpath = recipe.get("pythonpath", ".")
     pp = "{workdir}" if pythonpath in (".", "") else "{workdir}/" + pythonpath
-    return LocalRuntime(template=template(task_set, task), venv=venv,
-                        ro_binds=(ws.interpreter_prefix_of_venv(venv),),
-                        env={"PYTHONPATH": pp}, test_command=recipe["test_command"])
+    return dict(template=template(task_set, task), venv=venv,
+                ro_binds=(ws.interpreter_prefix_of_venv(venv),),
+                env={"PYTHONPATH": pp}, test_command=recipe["test_command"])

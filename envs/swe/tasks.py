@@ -280,7 +280,7 @@ class LiteDevLocalTaskSet(TaskSet):
     def local_runtime(self, task: SWETask) -> LocalRuntime:
         from crl_bench.envs.swe import lite_dev_local
 
-        return lite_dev_local.runtime(self, task)
+        return LocalRuntime(**lite_dev_local.runtime_fields(self, task))
 
 
 def make_task_set(task_set: str, data_dir: str | os.PathLike[str] | None = None,

@@ -63,7 +63,7 @@ class GRPOLeaveOneOut(Agent):
 
         from crl_bench.algorithms.advantages import group_keys
 
-        trajectories = ctx.play("train", step, ctx.plan(step), sampling_seed=ctx.cfg.seed * 7919 + step)
+        trajectories = ctx.play("train", step, ctx.plan(step))
         returns = ctx.returns(trajectories)
         keys = group_keys(torch.tensor([t.group_id for t in trajectories]),
                           torch.zeros(len(trajectories), dtype=torch.bool), split=False)
