@@ -163,10 +163,29 @@ def test_count_aware_weighting_is_not_in_effect_as_launched():
     assert PRESETS["cpu"]().extractor.count_reweight is True
 
 
-def test_count_reweight_switch_reaches_the_track(tmp_path):
-    ctx = make_ctx(tmp_path, **{"extractor.count_reweight": False})
+@pytest.mark.parametrize("count_reweight", [True, False])
+def test_count_reweight_switch_reaches_the_track(tmp_path, count_reweight):
+    """Two credited samples, one trained at the last update (inside the cooldown of 1: count-aware
+    weight 0) and one fresh (weight 1): with ``extractor.count_reweight=false`` (as launched)
+    both are trained with weight 1, with it on the cooled-down one gets 0."""
+    from crl_bench.extractor.track import ExtractorSample
+
+    ctx = make_ctx(tmp_path, **{"extractor.count_reweight": count_reweight,
+                                "extractor.buffer_size": 2, "extractor.cooldown": 1})
     try:
-        assert ctx.extractor.count_reweight is False
+        track = ctx.extractor
+        track.updates = 1
+        ids = ctx.backend.tokenizer("a b c", add_special_tokens=False)["input_ids"]
+        track.samples = [ExtractorSample(ids, ids, [-1.0] * len(ids), "extract", 0, usage=[1.0],
+                                         times_trained=1, last_trained_step=1, uid=0),
+                         ExtractorSample(ids, ids, [-1.0] * len(ids), "extract", 0, usage=[-1.0],
+                                         uid=1)]
+        seen = []
+        update = track.trainer.update
+        track.trainer.update = lambda batch, **kw: (seen.append([s.weight for s in batch]),
+                                                    update(batch, **kw))[1]
+        track.train(1, count_aware=True)
+        assert seen == ([[0.0, 1.0]] if count_reweight else [[1.0, 1.0]])
     finally:
         ctx.close()
 

@@ -31,7 +31,7 @@ else:
     pytest.importorskip("vllm")
 torch = pytest.importorskip("torch")
 
-from crl_bench.distributed.generation import StaleWeights  # noqa: E402
+from crl_bench.llm.types import StaleWeights  # noqa: E402
 from crl_bench.llm.batching import collate_sequences  # noqa: E402
 from crl_bench.llm.types import SamplingParams  # noqa: E402
 from crl_bench.llm.vllm_backend import VLLMBackend  # noqa: E402

@@ -26,6 +26,7 @@ import os
 from typing import Any, Sequence
 
 from crl_bench.distributed import remote_class, require_ray
+from crl_bench.llm.types import StaleWeights  # noqa: F401 (raised here; callers catch it from either)
 
 
 def make_backend(kind: str, spec: dict[str, Any]) -> Any:
@@ -41,10 +42,6 @@ def make_backend(kind: str, spec: dict[str, Any]) -> Any:
         return legacy(kind, spec.pop("model_name"), **spec)
     spec = dict(spec)
     return cls(spec.pop("model_name"), **spec)
-
-
-class StaleWeights(RuntimeError):
-    """A generation engine does not hold the weights the caller expects (it was restarted)."""
 
 
 class GenerationEngineImpl:

@@ -185,3 +185,8 @@ class TrainSample:
             old.extend(float(x) for x in t.logprobs)
         return cls(seq[:first], seq[first:], old, float(advantage), float(weight),
                    completion_mask=mask[first:])
+
+
+class StaleWeights(RuntimeError):
+    """A generation engine does not hold the weights the caller expects (it was restarted, or
+    an in-place weight push did not reach it)."""

@@ -13,7 +13,7 @@ Generation runs in a vLLM engine; training (``forward_token_logprobs``, ``traina
 
 Every push advances the engine's weight version (:meth:`VLLMBackend.weight_versions`);
 ``generate(..., weight_versions=...)`` refuses an engine holding another version with
-:class:`~crl_bench.distributed.generation.StaleWeights`.
+:class:`~crl_bench.llm.types.StaleWeights`.
 
 Log-probs: vLLM runs with ``logprobs_mode="processed_logprobs"``, i.e. log-probs after
 temperature (and after top-k/top-p renormalisation when those are set). Without top-k/top-p this
@@ -55,7 +55,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Sequence
 
-from crl_bench.distributed.generation import StaleWeights
+from crl_bench.llm.types import StaleWeights
 from crl_bench.llm.hf_backend import HFBackend
 from crl_bench.llm.models import DEFAULT_MODEL, pick_device
 from crl_bench.llm.types import Generation, LoraSpec, SamplingParams
