@@ -116,3 +116,19 @@ def test_landmark_kinds_all_appear_under_their_names() -> None:
         obs, _ = env.reset(seed=seed)
         assert f"- {landmark_name(LANDMARKS[seed][0])}" in obs, (seed, obs)
     env.close()
+
+
+def test_the_benchmark_floors_are_one_eighth_and_the_rule_is_the_ceiling() -> None:
+    """``benchmarks/minihack_landmark.py --baselines`` on 16 held-out levels: every constant move
+    and the move toward the landmark score exactly 2/16 (each direction twice), the rule 16/16."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from minihack_landmark import baselines
+
+    b = baselines(list(range(1_000_000, 1_000_016)), seed=0, view="compact")
+    constants = [r["k"] for n, r in b["policies"].items() if n.startswith("always ")]
+    assert constants == [2] * 8 and b["best_constant"]["k"] == 2
+    assert b["policies"]["toward the landmark"]["k"] == 2
+    assert b["ceiling"]["k"] == 16 and b["chance"]["n"] == 16
