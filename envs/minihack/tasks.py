@@ -2,15 +2,18 @@
 
 Each :class:`MiniHackTask` names a MiniHack gymnasium id (``MiniHack-Room-5x5-v0``) and says how
 the text env presents it: the goal sentence shown in ``info["goal"]`` and the default episode
-cap. The registration module turns every entry into ``crl/<minihack id>``. Two levels are our own
-(``MiniHack-Room-Adjacent-3x3-v0`` and its ``-Balanced-`` variant, des-files run by MiniHack's
-custom navigation class; only their ``crl/`` ids exist, MiniHack itself does not register them).
+cap. The registration module turns every entry into ``crl/<minihack id>``. Three levels are our
+own (``MiniHack-Room-Adjacent-3x3-v0``, its ``-Balanced-`` variant and
+``MiniHack-Room-Landmark-5x5-v0``, des-files run by MiniHack's custom navigation class; only their
+``crl/`` ids exist, MiniHack itself does not register them).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Callable
+
+from crl_bench.envs.minihack.landmark import landmark_des
 
 # Paper setting: 30 actions per MiniHack Room episode.
 PAPER_MAX_STEPS = 30
@@ -125,6 +128,14 @@ def adjacent_3x3_balanced_des(level_seed: int) -> str:
             + f"STAIR:({1 + dx},{1 + dy}),down\n")
 
 
+# A level of our own where the knowledge the actor needs is not in its observation: the stairs
+# are hidden under one of eight identical rocks, and which one is fixed by the room's landmark
+# (crl_bench.envs.minihack.landmark). The goal says that such a rule exists, not what it is.
+_LANDMARK_GOAL = (_ROOM_GOAL + " You start in the centre; the stairs are hidden under one of the "
+                  "eight rocks next to you. Which rock hides them depends only on the room's "
+                  "landmark (the same landmark always means the same place). You have one "
+                  "action.")
+
 _ADJACENT_GOAL = (_ROOM_GOAL + " You start in the centre; the stairs are next to you. You have "
                   "one action.")
 
@@ -138,6 +149,10 @@ TASKS: tuple[MiniHackTask, ...] = (
     MiniHackTask("MiniHack-Room-Adjacent-3x3-Balanced-v0", _ADJACENT_GOAL, 1,
                  "ours: Adjacent-3x3 with the stairs' direction set by the level seed (seed mod 8)",
                  des_file=adjacent_3x3_balanced_des(0), des_for_seed=adjacent_3x3_balanced_des),
+    MiniHackTask("MiniHack-Room-Landmark-5x5-v0", _LANDMARK_GOAL, 1,
+                 "ours: lit 5x5 room, stairs hidden under 1 of 8 rocks, the landmark's kind says "
+                 "which (1 action; knowledge not in the observation)",
+                 des_file=landmark_des(0), des_for_seed=landmark_des),
     MiniHackTask("MiniHack-Corridor-R2-v0", _CORRIDOR_GOAL, 100,
                  "MiniHack Corridor: 2 random rooms joined by corridors"),
     MiniHackTask("MiniHack-Corridor-R3-v0", _CORRIDOR_GOAL, 100,
