@@ -56,6 +56,10 @@ SMOKE: dict[str, list[str]] = {
     "alfworld_expert.py": ["--data-dir", "{data:alfworld}", "--train-per-type", "0"],
     "scale_envs.py": ["--family", "alfworld", "--workers", "1", "--envs", "1", "--episodes", "1"],
     "swe_sandbox.py": ["--commands", "2", "--tasks", "1"],
+    "plan_memory.py": ["--smoke", "--precision", "fp32"],
+    "precision_memory.py": ["--model", "tiny-random"],
+    "quick_preset_cost.py": ["--tokens-only"],
+    "minihack_landmark.py": ["--smoke", "--baselines", "--levels", "8"],
 }
 NEEDS: dict[str, tuple[str, ...]] = {
     "webshop_throughput.py": ("webshop",), "webshop_oracle_ceiling.py": ("webshop",),
