@@ -121,7 +121,8 @@ def test_paper_evaluates_swe_on_verified_only_where_its_data_exists(tmp_path, mo
     from crl_bench.runner.context import SWE_VERIFIED_ENV, RunContext
     from crl_bench.runner.records import RunDir
 
-    paper = build_config(agent="grpo", tasks="swe", preset="paper", overrides={"model.device": "cpu"})
+    paper = build_config(agent="grpo", tasks="swe", preset="paper",
+                         overrides={"model.device": "cpu", "model.backend": "hf"})
     tiny = build_config(agent="grpo", tasks="swe", preset="tiny")
     monkeypatch.delenv(SWE_VERIFIED_ENV, raising=False)
     ctx = RunContext(paper, RunDir(tmp_path / "a"))
