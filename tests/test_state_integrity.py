@@ -237,9 +237,9 @@ def test_a_changed_start_bank_is_named_before_it_replaces_the_runs_bank(one_step
     out = tmp_path / "run"
     out.mkdir()
     shutil.copyfile(one_step_run / "bank.sqlite", out / "bank.sqlite")
-    env = {k: v for k, v in os.environ.items() if k != "CRL_BENCH_KILL_AT"}
-    env.update(TQDM_DISABLE="1", OMP_NUM_THREADS="1", CRL_WANDB="0", CRL_BENCH_KILL_AT="startup")
-    res = subprocess.run([sys.executable, "-m", "crl_bench.cli", "run", *RUN_ARGS, "--steps", "1",
+    env = dict(os.environ, TQDM_DISABLE="1", OMP_NUM_THREADS="1", CRL_WANDB="0")
+    faults = Path(__file__).with_name("_faults.py")  # the tests' fault injector: SIGKILL at startup
+    res = subprocess.run([sys.executable, str(faults), "startup", "run", *RUN_ARGS, "--steps", "1",
                           "--out", str(out)], capture_output=True, text=True, timeout=900, env=env)
     assert res.returncode == -9, res.stderr[-3000:]          # SIGKILLed before any checkpoint
     start = out / "checkpoints/bank_at_start.sqlite"
