@@ -1,5 +1,5 @@
 """Does the actor learn? ``grpo`` and ``comp_rl`` on MiniHack Room, N seeds, evaluation success
-at the start and at the end with 95% CIs, and the learning curve (issue 18, "must show").
+at the start and at the end with 95% CIs, and the learning curve.
 
     # what results/learning_minihack holds (2 runs at a time on 2 cores, one torch thread each)
     python benchmarks/learning_minihack.py --tasks crl/MiniHack-Room-Random-5x5-v0 --preset cpu \\
@@ -399,7 +399,7 @@ def write_markdown(out: Path, summary: dict[str, Any], command: str, preset: str
         lines += ["", f"Extractor rows of {', '.join(lower_bound)}: a lower bound (runs without "
                   "`extractor.jsonl`: batches that finished between the same two steps were one record)."]
     lo, hi = floor["wilson95"]
-    lines += ["", "Target (issue 18): grpo end - start >= +0.25 with the CI excluding 0, <= 2 h per "
+    lines += ["", "Target: grpo end - start >= +0.25 with the CI excluding 0, <= 2 h per "
               f"seed on 2 cores. Chance level of {floor['env_id']} with <= {floor['max_actions']} "
               f"actions (a uniform random walker over the 8 moves, {floor['episodes']} held-out "
               f"seeds, measured by this script): {floor['success']:.3f} [{lo:.3f}, {hi:.3f}]."]
