@@ -26,7 +26,7 @@ import os
 from typing import Any, Sequence
 
 from crl_bench.distributed import remote_class, require_ray
-from crl_bench.llm.types import StaleWeights  # noqa: F401 (raised here; callers catch it from either)
+from crl_bench.llm.types import StaleWeights
 
 
 def make_backend(kind: str, spec: dict[str, Any]) -> Any:

@@ -162,6 +162,23 @@ def _check_type(key: str, value: Any, annotation: str) -> None:
                           + (" or null" if optional else "") + ".")
 
 
+FIXED_CHOICES: dict[str, tuple[tuple[str, ...], str]] = {
+    "extractor.extraction_style": (("short", "official"), "extraction prompt and parser style"),
+    "extractor.fence": (("always", "official"), "bank fencing"),
+    "extractor.merge_format": (("items", "ops"), "merge answer format"),
+    "extractor.distill": (("all", "with_experience"), "distillation set"),
+    "extractor.sample_policy": (("pool", "buffer"), "extractor sample policy"),
+    "extractor.update_mode": (("in_place", "replace"), "update mode"),
+    "experience.key": (("entry", "episode_start"), "retrieval key"),
+    "experience.ask_offer": (("with_experience", "all"), "Search-and-Ask offer"),
+    "experience.ask_style": (("short", "official"), "Search-and-Ask answer style"),
+    "experience.query": (("goal_observation", "family"), "retrieval query"),
+    "experience.usage_per": (("pick", "batch"), "retrieval usage update"),
+    "eval.modes": (("both", "with_experience"), "evaluation modes"),
+}
+"""Config fields whose value is one of a fixed set of names: ``key: (choices, what it is)``."""
+
+
 def _check_name(key: str, value: str, known: Any, what: str) -> None:
     names = sorted(known)
     if value not in names:
@@ -356,27 +373,9 @@ def validate_config(cfg: "RunConfig", *, presets: Any) -> None:
     _check_name("actor.advantage", cfg.actor.advantage, ADVANTAGES.names(), "advantage estimator")
     _check_name("extractor.answer_template", cfg.extractor.answer_template, ANSWER_TEMPLATES,
                 "answer template")
-    _check_name("extractor.extraction_style", cfg.extractor.extraction_style,
-                ("short", "official"), "extraction prompt and parser style")
-    _check_name("extractor.fence", cfg.extractor.fence, ("always", "official"), "bank fencing")
-    _check_name("extractor.merge_format", cfg.extractor.merge_format, ("items", "ops"),
-                "merge answer format")
-    _check_name("extractor.distill", cfg.extractor.distill, ("all", "with_experience"),
-                "distillation set")
-    _check_name("extractor.sample_policy", cfg.extractor.sample_policy, ("pool", "buffer"),
-                "extractor sample policy")
-    _check_name("extractor.update_mode", cfg.extractor.update_mode, ("in_place", "replace"),
-                "update mode")
-    _check_name("experience.key", cfg.experience.key, ("entry", "episode_start"), "retrieval key")
-    _check_name("experience.ask_offer", cfg.experience.ask_offer, ("with_experience", "all"),
-                "Search-and-Ask offer")
-    _check_name("experience.ask_style", cfg.experience.ask_style, ("short", "official"),
-                "Search-and-Ask answer style")
-    _check_name("experience.query", cfg.experience.query, ("goal_observation", "family"),
-                "retrieval query")
-    _check_name("experience.usage_per", cfg.experience.usage_per, ("pick", "batch"),
-                "retrieval usage update")
-    _check_name("eval.modes", cfg.eval.modes, ("both", "with_experience"), "evaluation modes")
+    for key, (choices, what) in FIXED_CHOICES.items():
+        section, field = key.split(".")
+        _check_name(key, getattr(getattr(cfg, section), field), choices, what)
     one_base = not cfg.model.extractor or cfg.model.extractor == cfg.model.actor
     if (cfg.model.lora_r == 0 and cfg.model.backend == "vllm" and one_base
             and cfg.agent not in ("grpo", "comp_rl_shared_params")):
