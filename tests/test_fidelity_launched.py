@@ -167,7 +167,10 @@ def test_count_aware_weighting_is_not_in_effect_as_launched():
 def test_count_reweight_switch_reaches_the_track(tmp_path, count_reweight):
     """Two credited samples, one trained at the last update (inside the cooldown of 1: count-aware
     weight 0) and one fresh (weight 1): with ``extractor.count_reweight=false`` (as launched)
-    both are trained with weight 1, with it on the cooled-down one gets 0."""
+    both are trained with weight 1, with it on the cooled-down one gets 0. The weights come from
+    the official formula (``(1 + n)^-power``, 0 while steps since training < cooldown,
+    ``async_memory_manager.py`` count-aware reweighting; pinned by tests/test_algorithms_credit.py):
+    n=1, power 0.5 inside the cooldown -> 0; a fresh sample -> 1."""
     from crl_bench.extractor.track import ExtractorSample
 
     ctx = make_ctx(tmp_path, **{"extractor.count_reweight": count_reweight,
