@@ -10,6 +10,10 @@ at the start and at the end with 95% CIs, and the learning curve.
         --out OUT
     # then, to summarise what has finished without running the rest:
     python benchmarks/learning_minihack.py ... --summary-only
+    # from the committed records alone (no run directory): a results table's per-seed evaluation
+    # records, and summary.md from a committed summary.json
+    python benchmarks/learning_minihack.py --records results/learning_minihack/adjacent_3x3_balanced_16groups/five_seeds
+    python benchmarks/learning_minihack.py --markdown-only --out results/learning_minihack/adjacent_3x3
 
 Each (agent, seed) is one ``run_experiment`` on ``--tasks`` (default the ``minihack`` task set,
 ``crl/MiniHack-Room-Ultimate-5x5-v0``) in ``OUT/runs/<tasks>__<agent>__<seed>``; with ``--jobs N``
@@ -26,7 +30,9 @@ Written to ``OUT``:
   Student-t CI over seeds (n = seeds; no CI with one seed) and, pooled over every evaluated
   episode, a 95% Wilson interval; end - start with a 95% CI over seeds and, pooled, a paired
   per-episode 95% t interval (episodes of one seed are not independent draws of the policy's
-  success, so the pooled interval is the optimistic one); the wall time per run; the command.
+  success, so the pooled interval is the optimistic one: ``summary.json`` keeps it, the table in
+  ``summary.md`` shows intervals over seeds only and the pooled counts bare); the wall time per
+  run; the command.
 * ``learning_curve.png`` — evaluation success per evaluated step (mean over seeds) and the
   training success per step.
 
@@ -202,6 +208,70 @@ def summarise(runs: dict[tuple[str, int], Path],
     return out
 
 
+def eval_records(folder: Path, with_experience: bool = False) -> dict[int, dict[int, float]]:
+    """The committed per-seed evaluation records of ``folder``: ``eval_seed<N>.jsonl``, each a
+    run's own ``eval.jsonl`` (one line per evaluated step and mode, success over its held-out
+    levels) -> {seed: {step: success}} for one mode (with or without experience)."""
+    out: dict[int, dict[int, float]] = {}
+    for path in sorted(folder.glob("eval_seed*.jsonl")):
+        seed = int(path.stem.removeprefix("eval_seed"))
+        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        curve = {int(r["step"]): float(r["success_rate"]) for r in rows
+                 if bool(r["with_experience"]) == with_experience}
+        if curve:
+            out[seed] = curve
+    if not out:
+        raise SystemExit(f"no eval_seed<N>.jsonl records in {folder}: pass the folder beside a "
+                         "results table, e.g. results/learning_minihack/adjacent_3x3_balanced_16groups/five_seeds")
+    return out
+
+
+def sign_test(values: list[float]) -> dict[str, Any]:
+    """Exact two-sided sign test of "the median is 0" on ``values`` (zeros dropped): the
+    binomial(n, 1/2) probability of a split at least as uneven as the one seen."""
+    pos, neg = sum(v > 0 for v in values), sum(v < 0 for v in values)
+    n, k = pos + neg, min(pos, neg)
+    p = min(1.0, 2 * sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n) if n else 1.0
+    return {"positive": pos, "negative": neg, "p_two_sided": p}
+
+
+def summarise_records(folder: Path, with_experience: bool = False,
+                      seeds: list[int] | None = None) -> dict[str, Any]:
+    """Re-derive a results table from committed evaluation records only (no run directory):
+    per seed the success at every evaluated step, start (first step), end (last step) and
+    end - start; across seeds the mean end - start with its 95% Student-t interval over seeds
+    (n = seeds, df = n - 1: each seed one value, the episodes of a seed are not independent
+    draws) and an exact sign test. ``seeds`` keeps only those seeds."""
+    curves = eval_records(folder, with_experience)
+    if seeds is not None:
+        curves = {s: c for s, c in curves.items() if s in seeds}
+    per_seed = {s: {"curve": c, "start": c[min(c)], "end": c[max(c)],
+                    "delta": c[max(c)] - c[min(c)], "first_last_step": (min(c), max(c))}
+                for s, c in sorted(curves.items())}
+    deltas = [r["delta"] for r in per_seed.values()]
+    return {"folder": str(folder), "with_experience": with_experience, "seeds": per_seed,
+            "start": t_ci([r["start"] for r in per_seed.values()]),
+            "end": t_ci([r["end"] for r in per_seed.values()]),
+            "delta_over_seeds": t_ci(deltas), "sign_test": sign_test(deltas)}
+
+
+def records_markdown(summary: dict[str, Any]) -> str:
+    """``summarise_records`` as the per-seed table and the line under it."""
+    steps = sorted({t for r in summary["seeds"].values() for t in r["curve"]})
+    lines = [f"| seed | steps {' / '.join(map(str, steps))} | end - start |",
+             "|---|---|---|"]
+    for seed, r in summary["seeds"].items():
+        cells = " / ".join(f"{r['curve'][t]:.3f}" if t in r["curve"] else "-" for t in steps)
+        lines.append(f"| {seed} | {cells} | {r['delta']:+.3f} |")
+    d, sign = summary["delta_over_seeds"], summary["sign_test"]
+    interval = ("no interval (one seed)" if d["low"] is None else
+                "every seed equal: no interval" if d["high"] - d["low"] < 1e-9 else
+                f"95% t interval over seeds [{d['low']:+.3f}, {d['high']:+.3f}] (df = {d['n'] - 1})")
+    lines += ["", f"end - start over {d['n']} seeds: {d['mean']:+.3f}, {interval}; sign test: "
+              f"{sign['positive']} up, {sign['negative']} down, two-sided p = {sign['p_two_sided']:.4f}"]
+    return "\n".join(lines)
+
+
 def blind_episode(env: Any, seed: int, move: Callable[[], str]) -> bool:
     """Play level ``seed`` of ``env`` to its end with ``move()`` as every action (a policy that
     ignores the observation); True when it reached the goal."""
@@ -332,22 +402,26 @@ def turn_stats(run: Path) -> dict[int, dict[str, float]]:
 def fmt(c: dict[str, Any]) -> str:
     if c["low"] is None:
         return f"{c['mean']:+.3f} (n={c['n']}, no CI)" if c["mean"] < 0 else f"{c['mean']:.3f} (n={c['n']}, no CI)"
+    if c["high"] - c["low"] < 1e-9:  # every seed the same value: a zero-width t interval says nothing
+        return f"{c['mean']:.3f} (n={c['n']}, every seed equal: no interval)"
     return f"{c['mean']:.3f} [{c['low']:.3f}, {c['high']:.3f}] (n={c['n']})"
 
 
 def write_markdown(out: Path, summary: dict[str, Any], command: str, preset: str,
-                   floor: dict[str, Any]) -> None:
+                   floor: dict[str, Any], generated: str | None = None) -> None:
+    """``summary.md`` from the summary's data. Intervals in the table are over seeds only: the
+    pooled counts are shown without one (episodes of one seed are not independent draws; the
+    pooled and paired per-episode intervals stay in ``summary.json``, not in a headline)."""
+    generated = generated or f"generated {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
     lines = [f"# Learning on MiniHack ({floor['env_id']})", "", f"Command: `{command}`", "",
-             f"Preset `{preset}`; generated {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.", "",
-             "| agent | start (mean over seeds, 95% t CI) | end | end - start over seeds | start pooled k/n [Wilson 95%] | end pooled | end - start, paired episodes (95% t) | min per run |",
-             "|---|---|---|---|---|---|---|---|"]
+             f"Preset `{preset}`; {generated}.", "",
+             "| agent | start (mean over seeds, 95% t CI over seeds) | end | end - start over seeds | start, k/n pooled over seeds | end, pooled | min per run |",
+             "|---|---|---|---|---|---|---|"]
     for key, r in summary.items():
         sp, ep = r["start_pooled"], r["end_pooled"]
         lines.append(
             f"| {key} | {fmt(r['start'])} | {fmt(r['end'])} | {fmt(r['delta_over_seeds'])} | "
-            f"{sp['k']}/{sp['n']} [{sp['wilson95'][0]:.2f}, {sp['wilson95'][1]:.2f}] | "
-            f"{ep['k']}/{ep['n']} [{ep['wilson95'][0]:.2f}, {ep['wilson95'][1]:.2f}] | "
-            f"{fmt(r['delta_paired_episodes'])} | {r['wall_min_per_run']} |")
+            f"{sp['k']}/{sp['n']} | {ep['k']}/{ep['n']} | {r['wall_min_per_run']} |")
     lines += ["", "Evaluated steps (first, last) of each seed: "
               + "; ".join(f"{key} {[tuple(x) for x in r['first_last_step']]}" for key, r in summary.items())
               + ".", ""]
@@ -377,12 +451,13 @@ def write_markdown(out: Path, summary: dict[str, Any], command: str, preset: str
             return "n/a" if a is None or b is None else f"{a:.2f} → {b:.2f}"
         lines.append(f"| {agent} | {pair('valid')} | {pair('toward_goal')} | "
                      f"{pair('copies_example')} | {bits()} | {pair('flat_groups')} |")
-    lines += ["", "Where a run's time went, minutes (mean over seeds; `time_breakdown`, to the last "
-              "recorded step): evaluating, playing and updating the actor add up to the whole run; "
-              "waiting is the part of those three the loop spent waiting for the model while the "
-              "extractor track held it; the extractor columns are the track's own work.", "",
-              "| agent | " + " | ".join(label for _, label in TIME_PHASES) + " |",
-              "|---|" + "---|" * len(TIME_PHASES)]
+    if any(r.get("time_min_per_run") for r in summary.values()):
+        lines += ["", "Where a run's time went, minutes (mean over seeds; `time_breakdown`, to the last "
+                  "recorded step): evaluating, playing and updating the actor add up to the whole run; "
+                  "waiting is the part of those three the loop spent waiting for the model while the "
+                  "extractor track held it; the extractor columns are the track's own work.", "",
+                  "| agent | " + " | ".join(label for _, label in TIME_PHASES) + " |",
+                  "|---|" + "---|" * len(TIME_PHASES)]
     timed: list[str] = []
     lower_bound: list[str] = []
     for key, r in summary.items():
@@ -542,8 +617,33 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--include-unfinished", action="store_true",
                    help="with --summary-only: also runs that were stopped (their end is their last "
                         "evaluation; the summary names each run's first and last evaluated step)")
+    p.add_argument("--records", metavar="DIR", default=None,
+                   help="run nothing: re-derive the per-seed table and the interval over seeds from "
+                        "the committed eval_seed<N>.jsonl in DIR (with --seeds: only those seeds)")
+    p.add_argument("--markdown-only", action="store_true",
+                   help="run nothing: rewrite OUT/summary.md from OUT/summary.json (committed "
+                        "summaries whose run directories were not committed)")
     p.add_argument("--runs-only", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    given = argv if argv is not None else sys.argv[1:]
+    if args.records:
+        chosen = args.seeds if "--seeds" in given else None
+        for mode in (False, True):
+            try:
+                summary = summarise_records(Path(args.records), mode, chosen)
+            except SystemExit:
+                if mode:
+                    break
+                raise
+            print(("with experience" if mode else "without experience") + ":\n")
+            print(records_markdown(summary) + "\n")
+        return 0
+    if args.markdown_only:
+        data = json.loads((Path(args.out) / "summary.json").read_text())
+        write_markdown(Path(args.out), data["agents"], data["command"], data["preset"],
+                       data["chance"], generated="rendered from summary.json by --markdown-only")
+        print((Path(args.out) / "summary.md").read_text())
+        return 0
     command = "python benchmarks/learning_minihack.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
 
     from crl_bench.cli import parse_overrides
