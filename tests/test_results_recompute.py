@@ -483,7 +483,10 @@ def experience_helps() -> list[str]:
         for r in rows if name == "probe_64x2" else rows[1:]:
             s = r["success"]
             out.append(
-                f"{s['k']}/{s['n']} = {s['share']:.3f} | [{s['low']:.3f}, {s['high']:.3f}] | {r['valid']['share']:.0%}"
+                f"{s['k']}/{s['n']} = {s['share']:.3f} | [{s['low']:.3f}, {s['high']:.3f}] | "
+                f"{r['valid']['share']:.0%} | "
+                + ", ".join(f"{move} {n}" for move, n in r["top_actions"][:2])
+                + " |"
             )
     p64, p256 = (load(tf / f"{n}.json")["probe"] for n in ("probe_64x2", "probe_256x1"))
     out.append(
@@ -587,6 +590,7 @@ UNCOMMITTED = {
     "README.md": [
         "8 min 19 s wall, 808 CPU-seconds, 7.2 GB peak memory",
         "output was not committed",
+        "about 50 minutes on 2 cores (a figure not recorded in the repository",
     ],
     "results/README.md": [
         "8 min 19 s (808 CPU-s, 7.2 GB) on a fresh clone, timed once (output not committed)"
