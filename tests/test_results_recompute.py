@@ -711,3 +711,37 @@ def test_markdown_headline_has_no_pooled_interval(tmp_path: Path) -> None:
         if "Wilson 95%]" in p.read_text() or "paired episodes" in p.read_text()
     ]
     assert not committed, committed
+
+
+@pytest.mark.parametrize(
+    "folder", sorted(str(p.parent.relative_to(REPO)) for p in LM.rglob("summary.json"))
+)
+def test_committed_summary_md_is_its_summary_json_rendered(folder: str, tmp_path: Path) -> None:
+    """Each committed ``summary.md`` is what ``--markdown-only`` renders from the ``summary.json``
+    beside it, so its table says nothing the JSON does not."""
+    (tmp_path / "summary.json").write_text((REPO / folder / "summary.json").read_text())
+    assert lm.main(["--markdown-only", "--out", str(tmp_path)]) == 0
+    assert (tmp_path / "summary.md").read_text() == (REPO / folder / "summary.md").read_text()
+
+
+@pytest.mark.parametrize(
+    ("folder", "key", "with_experience"),
+    [
+        (FIVE, "grpo", False),
+        (DISTILL, "comp_rl without exp", False),
+        (DISTILL, "comp_rl with exp", True),
+    ],
+)
+def test_summary_json_agrees_with_the_committed_records(
+    folder: Path, key: str, with_experience: bool
+) -> None:
+    """Where both are committed, the per-seed records and the run summary give the same start,
+    end and end - start (mean and interval over seeds)."""
+    records = lm.summarise_records(folder, with_experience)
+    summary = agent(folder, key)
+    for name in ("start", "end", "delta_over_seeds"):
+        for part in ("mean", "low", "high", "n"):
+            assert records[name][part] == pytest.approx(summary[name][part], abs=1e-9), (name, part)
+    assert [list(r["first_last_step"]) for r in records["seeds"].values()] == [
+        list(x) for x in summary["first_last_step"]
+    ]
