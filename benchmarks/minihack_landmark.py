@@ -106,7 +106,7 @@ def first_turns(ctx: Any, levels: list[int], samples: int, seed: int, view: str)
     from crl_bench.llm.rollout import EpisodeSpec
 
     envs = [gymnasium.make(ENV_ID, view=view) for _ in range(len(levels) * samples)]
-    engine = ctx._engine(None, seed)
+    engine = ctx.player.engine(None, seed)
     engine.prompt = replace(engine.prompt, max_turns=1)
     specs = [EpisodeSpec(env=envs[i * samples + j], seed=level, group_id=i)
              for i, level in enumerate(levels) for j in range(samples)]
@@ -131,7 +131,7 @@ def labelled(ctx: Any, levels: range, seed: int, view: str) -> list[tuple[list[i
     from crl_bench.envs.minihack.landmark import landmark_layout
     from crl_bench.llm.rollout import EpisodeSpec
 
-    engine = ctx._engine(None, seed)
+    engine = ctx.player.engine(None, seed)
     tok = ctx.backend.tokenizer
     a = engine.prompt.answer_tag
     start = engine.prompt.response_prefix or ""

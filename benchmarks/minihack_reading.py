@@ -67,7 +67,7 @@ def probe(ctx: Any, env_id: str, view: str, example: str, levels: list[int], sam
     for level in levels:
         obs, _ = envs[0].reset(seed=level)
         goals[level] = stairs_direction(obs)
-    engine = ctx._engine(None, seed)
+    engine = ctx.player.engine(None, seed)
     engine.prompt = replace(engine.prompt, max_turns=None if max_steps else 1,
                             example_pick=example, **(prompt or {}))
     specs = [EpisodeSpec(env=envs[i * samples + j], seed=level, group_id=i)

@@ -50,7 +50,7 @@ def labelled_first_turns(ctx: Any, env_id: str, view: str, example: str, levels:
 
     from crl_bench.llm.rollout import EpisodeSpec
 
-    engine = ctx._engine(None, seed)
+    engine = ctx.player.engine(None, seed)
     engine.prompt = replace(engine.prompt, example_pick=example)
     tok = ctx.backend.tokenizer
     a = engine.prompt.answer_tag

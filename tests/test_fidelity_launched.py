@@ -210,7 +210,7 @@ def test_retrieval_query_per_family_as_official():
 def test_minihack_query_contains_no_goal_text(tmp_path):
     ctx = make_ctx(tmp_path, **{"experience.query": "family"})
     try:
-        specs = ctx._episode_specs("train", 1, ctx.plan(1, with_experience=1))
+        specs = ctx.player.episode_specs("train", 1, ctx.plan(1, with_experience=1))
         with_exp = [s for s in specs if s.with_experience]
         goal = with_exp[0].env.reset(seed=with_exp[0].seed)[1]["goal"]
         assert goal and all(goal not in s.meta["query"] for s in with_exp)

@@ -143,7 +143,7 @@ def test_no_import_cycle_between_modules():
 
 def test_the_checks_see_lazy_imports_and_cycles():
     """The checks can fail: a function-level import is an edge, and a loop is found."""
-    src = ROOT / "crl_bench" / "runner" / "context.py"
+    src = ROOT / "crl_bench" / "runner" / "parts" / "experience.py"
     assert "crl_bench.extractor.track" in imports(src, set(modules()))  # imported inside a method
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set()}) is None

@@ -118,7 +118,8 @@ def test_paper_shaped_run_on_the_tiny_model(tmp_path, gate):
 def test_paper_evaluates_swe_on_verified_only_where_its_data_exists(tmp_path, monkeypatch):
     """SWE-bench Verified (the paper's SWE benchmark) where its data exists, `mini` otherwise."""
     from crl_bench.mixes import SWE
-    from crl_bench.runner.context import SWE_VERIFIED_ENV, RunContext
+    from crl_bench.envs.swe.verified import SWE_VERIFIED_ENV
+    from crl_bench.runner.context import RunContext
     from crl_bench.runner.records import RunDir
 
     paper = build_config(agent="grpo", tasks="swe", preset="paper",

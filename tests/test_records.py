@@ -118,17 +118,19 @@ def test_damaged_status_json_is_named(tmp_path):
 def make_checkpoint(path: Path, step: int = 2) -> Path:
     torch = pytest.importorskip("torch")
     (path / "adapters").mkdir(parents=True)
-    torch.save({"actor": {"updates": 3}}, path / "trainers.pt")
-    torch.save({"torch": torch.get_rng_state()}, path / "rng.pt")
-    (path / "loop_state.json").write_text(json.dumps({"step": step, "track": None}))
+    torch.save({"rng": {"torch": torch.get_rng_state()}, "actor": {"trainer": {"updates": 3}}},
+               path / "state.pt")
+    (path / "loop_state.json").write_text(json.dumps({"step": step}))
     return path
 
 
 @pytest.mark.parametrize("damage,match", [
-    (lambda c: (c / "trainers.pt").write_bytes((c / "trainers.pt").read_bytes()[:100]),
-     r"trainers.pt is damaged or missing \(BadZipFile"),
-    (lambda c: (c / "rng.pt").write_bytes(b""), r"rng.pt is damaged or missing"),
-    (lambda c: (c / "rng.pt").unlink(), r"rng.pt is damaged or missing \(FileNotFoundError"),
+    (lambda c: (c / "state.pt").write_bytes((c / "state.pt").read_bytes()[:100]),
+     r"state.pt is damaged or missing \(BadZipFile"),
+    (lambda c: (c / "state.pt").write_bytes(b""), r"state.pt is damaged or missing"),
+    (lambda c: (c / "state.pt").unlink(), r"state.pt is damaged or missing \(FileNotFoundError"),
+    (lambda c: ((c / "state.pt").rename(c / "trainers.pt"), (c / "rng.pt").write_bytes(b"")),
+     r"a checkpoint of an older layout \(trainers.pt and rng.pt"),
     (lambda c: (c / "loop_state.json").write_text("\x00\x01garbage"),
      r"loop_state.json cannot be read \(JSONDecodeError"),
     (lambda c: (c / "loop_state.json").write_text('{"step": "two"}'),
@@ -222,10 +224,10 @@ def test_checkpoint_beyond_the_run_is_refused(finished_run, tmp_path):
 
 
 @pytest.mark.parametrize("what,damage,error,match", [
-    ("trainers", lambda p: (p / "checkpoints/last/trainers.pt").write_bytes(b"PK\x03\x04trunc"),
-     CheckpointError, r"checkpoints/last/trainers.pt is damaged"),
-    ("rng", lambda p: (p / "checkpoints/last/rng.pt").write_bytes(b""),
-     CheckpointError, r"checkpoints/last/rng.pt is damaged"),
+    ("state", lambda p: (p / "checkpoints/last/state.pt").write_bytes(b"PK\x03\x04trunc"),
+     CheckpointError, r"checkpoints/last/state.pt is damaged"),
+    ("state-empty", lambda p: (p / "checkpoints/last/state.pt").write_bytes(b""),
+     CheckpointError, r"checkpoints/last/state.pt is damaged"),
     ("config", lambda p: (p / "config.json").write_text("{not json"),
      "ConfigError", r"config.json is not a valid run configuration \(Expecting"),
     ("config-field", lambda p: (p / "config.json").write_text(

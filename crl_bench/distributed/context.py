@@ -1,5 +1,6 @@
-"""A Ray-backed :class:`~crl_bench.runner.context.RunContext`: any agent's ``train_step`` runs
-unchanged, its parts spread over a Ray cluster.
+"""The Ray implementations of a run's parts (:mod:`crl_bench.runner.parts`): any agent's
+``train_step`` runs unchanged, its parts spread over a Ray cluster. :func:`ray_context` is the
+context factory that builds them (``Trainer(..., context=ray_context(...))``).
 
 What moves (per the :class:`~crl_bench.distributed.plan.ResourcePlan`, checked against the
 cluster at start):
@@ -39,14 +40,116 @@ from typing import Any, Callable
 from crl_bench.distributed import require_ray
 from crl_bench.distributed.plan import ResourcePlan, check_plan_against_ray, get_plan
 from crl_bench.runner.context import RunContext
+from crl_bench.runner.parts import ActorSide, ExperienceSide, Models, Player, RunInfo
+
+
+class RayCluster:
+    """The cluster a run's Ray parts share: its :class:`ResourcePlan` and whether this run
+    started it (then :meth:`close` shuts it down).
+
+    Args:
+        threads: torch threads of every remote process (the run's ``threads``).
+        address: a Ray cluster to join (``ray.init(address=...)``; "auto" for the local node's
+            cluster); None: start a local cluster with ``num_cpus`` CPUs.
+        plan: a :class:`ResourcePlan` or the name of one (``cpu``, ``gpu1``, ``paper16``).
+        plan_overrides: fields of the plan to replace (``{"env_workers": 4}``).
+        num_cpus: CPUs of a local cluster (default: enough for the plan).
+    """
+
+    def __init__(self, threads: int, *, address: str | None = None,
+                 plan: str | ResourcePlan = "cpu", plan_overrides: dict[str, Any] | None = None,
+                 num_cpus: float | None = None) -> None:
+        self.plan = get_plan(plan, **(plan_overrides or {}))
+        self.threads = threads
+        self.owned = False
+        ray = require_ray()
+        if not ray.is_initialized():
+            env = {"OMP_NUM_THREADS": str(threads)}
+            if address:
+                ray.init(address=address, include_dashboard=False, log_to_driver=False,
+                         runtime_env={"env_vars": env})
+            else:
+                cpus = num_cpus or max(2, int(self.plan.required()["CPU"] + 0.999) + 1)
+                # address="local": always a new cluster, never one named by RAY_ADDRESS or left
+                # behind in /tmp/ray/ray_current_cluster (which would refuse num_cpus)
+                ray.init(address="local", num_cpus=cpus, include_dashboard=False,
+                         log_to_driver=False, runtime_env={"env_vars": env})
+                self.owned = True
+        check_plan_against_ray(self.plan)
+
+    def close(self) -> None:
+        if self.owned:
+            require_ray().shutdown()
+
+
+def _spec_of(info: RunInfo, backend: Any) -> dict[str, Any]:
+    """Keyword arguments that rebuild ``backend`` in another process: what the built backend
+    holds (model, roles, LoRA shape, role layout), with device and dtype as configured (they
+    are resolved on the node the copy lands on) and the run's seed (same initial weights)."""
+    m = info.cfg.model
+    spec: dict[str, Any] = dict(model_name=backend.model_name, roles=tuple(backend.roles),
+                                lora=getattr(backend, "lora", None), dtype=m.dtype,
+                                device=m.device, seed=info.cfg.seed)
+    for key in ("shared_adapter", "separate_bases"):
+        if hasattr(backend, key):
+            spec[key] = getattr(backend, key)
+    return spec
+
+
+class RayModels(Models):
+    """The actor's generation on engine actors
+    (:class:`~crl_bench.distributed.generation.RemoteGenerationBackend`); the driver keeps the
+    tokenizer and chat template (prompts built exactly as in one process) and the extractor's
+    own generation. :meth:`sync_engines` pushes new trainable weights before a rollout."""
+
+    def __init__(self, info: RunInfo, cluster: RayCluster) -> None:
+        super().__init__(info)
+        self.cluster = cluster
+        self.gen: Any = None
+        self.actor_spec: dict[str, Any] = {}
+        self._engine_roles: tuple[str, ...] = ()
+        self._pushed: tuple[int, ...] | None = None
+
+    def build(self, *, extractor: bool, shared_params: bool = False) -> None:
+        from crl_bench.distributed.generation import RemoteGenerationBackend
+        from crl_bench.runner.parts.models import LockedBackend
+
+        super().build(extractor=extractor, shared_params=shared_params)
+        spec = _spec_of(self.info, self.raw_backend)
+        self.actor_spec = spec
+        local_ext = self.ext_backend  # the extractor keeps generating on the driver
+        self.gen = RemoteGenerationBackend.start(
+            self.raw_backend, self.info.cfg.model.backend, spec, self.cluster.plan.generation_engines,
+            options=self.cluster.plan.engine_options(), threads=self.cluster.threads)
+        self._engine_roles = tuple(spec["roles"])
+        self.sync_engines((), force=True)
+        self.backend = LockedBackend(self.gen, self.lock)
+        self.ext_backend = local_ext
+
+    def sync_engines(self, versions: tuple[int, ...], force: bool = False) -> None:
+        """Push the driver's trainable weights to the engines when ``versions`` (the roles'
+        update counts) changed since the last push."""
+        from crl_bench.distributed.learner import role_weights
+
+        if self.gen is None or (not force and versions == self._pushed):
+            return
+        ray = require_ray()
+        with self.lock:
+            for role in self._engine_roles:
+                self.gen.push_weights(role, ray.put(role_weights(self.raw_backend, role)))
+        self._pushed = versions
+
+    def close(self) -> None:
+        if self.gen is not None:
+            self.gen.close()
 
 
 class _LearnerTrainer:
-    """Stands where ``ctx.actor_trainer`` (a RoleTrainer) stands: ``update`` runs on the ranks,
-    then the driver's model gets the new weights; checkpoints hold the ranks' optimiser state."""
+    """Stands where the actor's RoleTrainer stands: ``update`` runs on the ranks, then the
+    driver's model gets the new weights; checkpoints hold the ranks' optimiser state."""
 
-    def __init__(self, ctx: "RayRunContext", learner: Any, local: Any) -> None:
-        self.ctx = ctx
+    def __init__(self, models: Models, learner: Any, local: Any) -> None:
+        self.models = models
         self.learner = learner
         self.local = local  # the driver's RoleTrainer: its counters and parameters
         self.adapter = local.adapter
@@ -62,8 +165,8 @@ class _LearnerTrainer:
 
         metrics = self.learner.update(samples, **kwargs)
         if not metrics.get("skipped"):
-            with self.ctx.lock:
-                load_role_weights(self.ctx.raw_backend, self.adapter, self.learner.weights())
+            with self.models.lock:
+                load_role_weights(self.models.raw_backend, self.adapter, self.learner.weights())
             self.local.updates += 1
         return metrics
 
@@ -75,17 +178,43 @@ class _LearnerTrainer:
 
         self.learner.load_state_dict(state["ray_learner"])
         self.local.updates = int(state["updates"])
-        # the loop loaded the checkpoint's adapters into the driver's model first
-        self.learner.load_weights(role_weights(self.ctx.raw_backend, self.adapter))
+        # the models part loaded the checkpoint's adapters into the driver's model first
+        self.learner.load_weights(role_weights(self.models.raw_backend, self.adapter))
+
+
+class RayActorSide(ActorSide):
+    """The actor's update on :class:`~crl_bench.distributed.learner.DataParallelLearner` ranks
+    (placement group, gloo on CPU, NCCL on GPU)."""
+
+    def __init__(self, info: RunInfo, models: RayModels, cluster: RayCluster) -> None:
+        super().__init__(info, models)
+        self.cluster = cluster
+        self.learner: Any = None
+
+    def build_trainer(self) -> None:
+        from crl_bench.distributed.learner import DataParallelLearner, role_weights
+
+        super().build_trainer()
+        cfg, plan = self.info.cfg, self.cluster.plan
+        self.learner = DataParallelLearner(
+            plan.learner_ranks, self.models.actor_spec, "actor", cfg.actor,
+            total_steps=cfg.steps, seed=cfg.seed, bundle=plan.rank_bundle(),
+            threads=self.cluster.threads)
+        self.learner.load_weights(role_weights(self.models.raw_backend, "actor"))
+        self.trainer = _LearnerTrainer(self.models, self.learner, self.trainer)
+
+    def close(self) -> None:
+        if self.learner is not None:
+            self.learner.close()
 
 
 class _RemoteExtractorTrainer:
-    """Stands where ``ctx.extractor_trainer`` stands when the extractor lives in its actor:
+    """Stands where the extractor's trainer stands when the extractor lives in its actor:
     update counts and checkpoint state come from there."""
 
-    def __init__(self, track: Any, ctx: "RayRunContext") -> None:
+    def __init__(self, track: Any, models: Models) -> None:
         self.track = track
-        self.ctx = ctx
+        self.models = models
         self.adapter = "extractor"
 
     @property
@@ -100,225 +229,166 @@ class _RemoteExtractorTrainer:
 
         ray = require_ray()
         ray.get(self.track.actor.load_trainer_state.remote(state))
-        # the loop loaded the checkpoint's adapters into the driver's model first
-        ray.get(self.track.actor.load_weights.remote(role_weights(self.ctx.ext_raw, "extractor")))
+        # the models part loaded the checkpoint's adapters into the driver's model first
+        ray.get(self.track.actor.load_weights.remote(role_weights(self.models.ext_raw, "extractor")))
 
 
-class RayRunContext(RunContext):
-    """:class:`RunContext` with envs, actor generation and the actor learner on Ray.
+class RayExperienceSide(ExperienceSide):
+    """The bank and its index in the experience service actor
+    (:class:`~crl_bench.distributed.experience.RemoteManager`, on the driver's node: the bank
+    file and checkpoint backups live in the run directory); the extractor track (its model,
+    CISPO trainer and thread) in the extractor actor
+    (:class:`~crl_bench.distributed.extractor.RemoteExtractorTrack`), talking to the service.
+    With shared actor/extractor parameters (the ablation), or when the plan says so, the track
+    stays on the driver."""
 
-    Args:
-        cfg, run_dir: as for :class:`RunContext`.
-        address: a Ray cluster to join (``ray.init(address=...)``; "auto" for the local node's
-            cluster); None: start a local cluster with ``num_cpus`` CPUs.
-        plan: a :class:`ResourcePlan` or the name of one (``cpu``, ``gpu1``, ``paper16``).
-        plan_overrides: fields of the plan to replace (``{"env_workers": 4}``).
-        num_cpus: CPUs of a local cluster (default: enough for the plan).
-    """
-
-    def __init__(self, cfg: Any, run_dir: Any, *, address: str | None = None,
-                 plan: str | ResourcePlan = "cpu", plan_overrides: dict[str, Any] | None = None,
-                 num_cpus: float | None = None) -> None:
-        super().__init__(cfg, run_dir)
-        self.ray_plan = get_plan(plan, **(plan_overrides or {}))
-        self.address = address
-        self.num_cpus = num_cpus
-        self._owns_ray = False
-        self.pool: Any = None
-        self.gen: Any = None
-        self.learner: Any = None
-        self._engine_roles: tuple[str, ...] = ()
-        self._pushed: tuple[int, ...] | None = None
-        self.connect()
-
-    # -- the cluster ---------------------------------------------------------------------------
-    def connect(self) -> None:
-        ray = require_ray()
-        if not ray.is_initialized():
-            env = {"OMP_NUM_THREADS": str(self.cfg.threads or 1)}
-            if self.address:
-                ray.init(address=self.address, include_dashboard=False, log_to_driver=False,
-                         runtime_env={"env_vars": env})
-            else:
-                cpus = self.num_cpus or max(2, int(self.ray_plan.required()["CPU"] + 0.999) + 1)
-                # address="local": always a new cluster, never one named by RAY_ADDRESS or left
-                # behind in /tmp/ray/ray_current_cluster (which would refuse num_cpus)
-                ray.init(address="local", num_cpus=cpus, include_dashboard=False,
-                         log_to_driver=False, runtime_env={"env_vars": env})
-                self._owns_ray = True
-        check_plan_against_ray(self.ray_plan)
-
-    def _threads(self) -> int:
-        return int(self.cfg.threads or 1)
-
-    # -- models --------------------------------------------------------------------------------
-    def _spec_of(self, backend: Any) -> dict[str, Any]:
-        """Keyword arguments that rebuild ``backend`` in another process: what the built backend
-        holds (model, roles, LoRA shape, role layout), with device and dtype as configured (they
-        are resolved on the node the copy lands on) and the run's seed (same initial weights)."""
-        m = self.cfg.model
-        spec: dict[str, Any] = dict(model_name=backend.model_name, roles=tuple(backend.roles),
-                                    lora=getattr(backend, "lora", None), dtype=m.dtype,
-                                    device=m.device, seed=self.cfg.seed)
-        for key in ("shared_adapter", "separate_bases"):
-            if hasattr(backend, key):
-                spec[key] = getattr(backend, key)
-        return spec
-
-    def build_models(self, *, extractor: bool, shared_params: bool = False) -> None:
-        from crl_bench.distributed.generation import RemoteGenerationBackend
-        from crl_bench.runner.context import LockedBackend
-
-        super().build_models(extractor=extractor, shared_params=shared_params)
-        spec = self._spec_of(self.raw_backend)
-        self._actor_spec = spec
-        local_ext = self.ext_backend  # the extractor keeps generating on the driver
-        self.gen = RemoteGenerationBackend.start(
-            self.raw_backend, self.cfg.model.backend, spec, self.ray_plan.generation_engines,
-            options=self.ray_plan.engine_options(), threads=self._threads())
-        self._engine_roles = tuple(spec["roles"])
-        self._sync_engines(force=True)
-        self.backend = LockedBackend(self.gen, self.lock)
-        self.ext_backend = local_ext
-
-    def _versions(self) -> tuple[int, ...]:
-        return tuple(t.updates if t is not None else -1
-                     for t in (self.actor_trainer, self.extractor_trainer))
-
-    def _sync_engines(self, force: bool = False) -> None:
-        """Push the driver's trainable weights to the engines when an update happened since."""
-        from crl_bench.distributed.learner import role_weights
-
-        if self.gen is None:
-            return
-        now = self._versions()
-        if not force and now == self._pushed:
-            return
-        ray = require_ray()
-        with self.lock:
-            for role in self._engine_roles:
-                self.gen.push_weights(role, ray.put(role_weights(self.raw_backend, role)))
-        self._pushed = now
-
-    def build_actor_trainer(self) -> None:
-        from crl_bench.distributed.learner import DataParallelLearner, role_weights
-
-        super().build_actor_trainer()
-        self.learner = DataParallelLearner(
-            self.ray_plan.learner_ranks, self._actor_spec, "actor", self.cfg.actor,
-            total_steps=self.cfg.steps, seed=self.cfg.seed, bundle=self.ray_plan.rank_bundle(),
-            threads=self._threads())
-        self.learner.load_weights(role_weights(self.raw_backend, "actor"))
-        self.actor_trainer = _LearnerTrainer(self, self.learner, self.actor_trainer)
+    def __init__(self, info: RunInfo, models: Models, cluster: RayCluster) -> None:
+        super().__init__(info, models)
+        self.cluster = cluster
+        self._pulled = 0
 
     def new_manager(self, retrieval: Any) -> Any:
-        """The bank and its index in the experience service actor (on this node: the bank file
-        and checkpoint backups live in the run directory), with the single-process retrieval
-        settings and a step clock the driver advances before each rollout."""
         from crl_bench.distributed.experience import RemoteManager
 
-        x = self.cfg.experience
-        return RemoteManager.start(str(self.run.bank_path), x.embedder, x.capacity, retrieval,
-                                   step_clock=True, num_cpus=self.ray_plan.cpus_experience)
+        x = self.info.cfg.experience
+        return RemoteManager.start(str(self.info.run.bank_path), x.embedder, x.capacity, retrieval,
+                                   step_clock=True, num_cpus=self.cluster.plan.cpus_experience)
 
     def new_track(self, settings: dict[str, Any], *, train: bool) -> Any:
-        """The extractor track in its own actor (its model, trainer and track thread there, the
-        bank through the experience service), with the single-process track's settings; on the
-        driver when the plan says so or the parameters are shared with the actor (the
-        shared-parameters ablation)."""
         from crl_bench.distributed.extractor import RemoteExtractorTrack
         from crl_bench.distributed.learner import role_weights
 
-        shared = bool(getattr(self.ext_raw, "shared_adapter", False))
-        if not self.ray_plan.extractor_actor or shared or not hasattr(self.manager, "actor"):
+        ext_raw = self.models.ext_raw
+        if not self.cluster.plan.extractor_actor or getattr(ext_raw, "shared_adapter", False):
             return super().new_track(settings, train=train)
-        spec = self._spec_of(self.ext_raw)
-        p = self.ray_plan
+        cfg, p = self.info.cfg, self.cluster.plan
         track = RemoteExtractorTrack.start(
-            self.manager.actor, self.cfg.model.backend, spec, self.cfg.extractor,
-            self.extractor_sampling, settings, train=train, total_steps=self.cfg.steps,
-            seed=self.cfg.seed + 1, threads=self._threads(),
+            self.manager.actor, cfg.model.backend, _spec_of(self.info, ext_raw), cfg.extractor,
+            self.models.extractor_sampling, settings, train=train, total_steps=cfg.steps,
+            seed=cfg.seed + 1, threads=self.cluster.threads,
             options={"num_cpus": p.cpus_extractor, "num_gpus": p.extractor_gpus})
-        require_ray().get(track.actor.load_weights.remote(role_weights(self.ext_raw, "extractor")))
-        self.extractor_trainer = _RemoteExtractorTrainer(track, self) if train else None
-        self._ext_pulled = 0
+        require_ray().get(track.actor.load_weights.remote(role_weights(ext_raw, "extractor")))
+        self.trainer = _RemoteExtractorTrainer(track, self.models) if train else None
         return track
 
-    def _pull_extractor(self) -> None:
+    def pull_extractor(self) -> None:
         """The extractor actor's newest weights into the driver's model (Search-and-Ask answers
         are generated here; checkpoints save the driver's adapters)."""
         from crl_bench.distributed.learner import load_role_weights
 
-        if not isinstance(self.extractor_trainer, _RemoteExtractorTrainer):
+        if not isinstance(self.trainer, _RemoteExtractorTrainer):
             return
-        n = self.extractor_trainer.updates
-        if n != self._ext_pulled:
+        n = self.trainer.updates
+        if n != self._pulled:
             weights = self.extractor.weights()
-            with self.lock:
-                load_role_weights(self.ext_raw, "extractor", weights)
-            self._ext_pulled = n
+            with self.models.lock:
+                load_role_weights(self.models.ext_raw, "extractor", weights)
+            self._pulled = n
 
-    def take_extractor_metrics(self) -> list[dict[str, Any]]:
+    def take_metrics(self) -> list[dict[str, Any]]:
         from crl_bench.distributed.extractor import RemoteExtractorTrack
 
         if isinstance(self.extractor, RemoteExtractorTrack):
             for m in self.extractor.take_metrics():
-                self._log_extractor(m)
-        return super().take_extractor_metrics()
+                self.log(m)
+        return super().take_metrics()
 
-    # -- envs and episodes ---------------------------------------------------------------------
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            if self.manager is not None:
+                self.manager.close()
+
+
+class RayPlayer(Player):
+    """Envs on :class:`~crl_bench.distributed.env_workers.RemoteEnvPool` workers (SPREAD
+    placement group), every worker stepped at once per turn (a dead worker's episodes are
+    replayed on another); before each play the bank's step clock advances and the engines and
+    the driver get the roles' newest weights."""
+
+    def __init__(self, info: RunInfo, models: RayModels, experience: RayExperienceSide,
+                 actor: ActorSide, cluster: RayCluster) -> None:
+        super().__init__(info, models, experience)
+        self.actor = actor
+        self.cluster = cluster
+        self.pool: Any = None
+
     def envs_for(self, task: Any, phase: str, n: int) -> list[Any]:
         from crl_bench.distributed.env_workers import RemoteEnvPool
 
         if self.pool is None:
-            self.pool = RemoteEnvPool(self.ray_plan.env_workers,
-                                      worker_options=self.ray_plan.env_worker_options(), spread=True)
+            self.pool = RemoteEnvPool(self.cluster.plan.env_workers,
+                                      worker_options=self.cluster.plan.env_worker_options(),
+                                      spread=True)
         pool = self._envs.setdefault((task.env_id, phase), [])
         if len(pool) < n:
             pool.extend(self.pool.make_many(task.env_id, n - len(pool),
                                             **self.env_kwargs(task, phase)))
         return pool[:n]
 
-    def _engine(self, ask: Any, seed: int) -> Any:
+    def engine(self, ask: Any, seed: int, temperature: float | None = None) -> Any:
         from crl_bench.distributed.env_workers import as_batched_engine
 
-        return as_batched_engine(super()._engine(ask, seed))
+        return as_batched_engine(super().engine(ask, seed, temperature))
 
     def play(self, phase: str, step: int, plan: list[Any], *,
              sampling_seed: int | None = None) -> list[Any]:
-        if hasattr(self.manager, "set_step"):
-            self.manager.set_step(self.step)
-        self._pull_extractor()
-        self._sync_engines()
+        manager = self.experience.manager
+        if manager is not None:
+            manager.set_step(self.info.step)
+        self.experience.pull_extractor()
+        versions = tuple(t.updates if t is not None else -1
+                         for t in (self.actor.trainer, self.experience.trainer))
+        self.models.sync_engines(versions)
         if self.pool is not None:
             self.pool.revive(timeout_s=0.5)
         return super().play(phase, step, plan, sampling_seed=sampling_seed)
 
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            if self.pool is not None:
+                self.pool.close()
+
+
+class RayRunContext(RunContext):
+    """A :class:`RunContext` whose parts are the Ray implementations above, on ``cluster``
+    (closed with the run when the run started it)."""
+
+    def __init__(self, cfg: Any, run_dir: Any, cluster: RayCluster) -> None:
+        self.cluster = cluster
+        super().__init__(cfg, run_dir)
+
+    def make_parts(self) -> None:
+        c = self.cluster
+        self.models = RayModels(self.info, c)
+        self.actor = RayActorSide(self.info, self.models, c)
+        self.experience = RayExperienceSide(self.info, self.models, c)
+        self.player = RayPlayer(self.info, self.models, self.experience, self.actor, c)
+
     def ray_stats(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"plan": self.ray_plan.name}
-        if self.pool is not None:
-            out["env_pool"] = self.pool.stats()
+        out: dict[str, Any] = {"plan": self.cluster.plan.name}
+        if self.player.pool is not None:
+            out["env_pool"] = self.player.pool.stats()
         return out
 
     def close(self) -> None:
         try:
             super().close()
         finally:
-            for part in (self.pool, self.gen, self.learner,
-                         self.manager if hasattr(self.manager, "actor") else None):
-                if part is not None:
-                    try:
-                        part.close()
-                    except Exception:
-                        pass
-            if self._owns_ray:
-                require_ray().shutdown()
+            self.cluster.close()
 
 
 def ray_context(*, address: str | None = None, plan: str | ResourcePlan = "cpu",
                 plan_overrides: dict[str, Any] | None = None, num_cpus: float | None = None
                 ) -> Callable[[Any, Any], RayRunContext]:
     """The context factory of a run on Ray, for ``Trainer(..., context=ray_context(...))``:
-    ``factory(cfg, run_dir)`` builds a :class:`RayRunContext` with these cluster settings."""
-    return functools.partial(RayRunContext, address=address, plan=plan,
+    ``factory(cfg, run_dir)`` joins or starts the cluster with these settings and builds a
+    :class:`RayRunContext` on it."""
+    def factory(cfg: Any, run_dir: Any) -> RayRunContext:
+        cluster = RayCluster(int(cfg.threads or 1), address=address, plan=plan,
                              plan_overrides=plan_overrides, num_cpus=num_cpus)
+        return RayRunContext(cfg, run_dir, cluster)
+    return factory

@@ -43,7 +43,7 @@ class Operation:
 
 @dataclass
 class RetrievalConfig:
-    """How entries are retrieved (official defaults in the comments of DESIGN §1)."""
+    """How entries are retrieved (the official defaults in the field comments; docs/fidelity.md)."""
 
     k: int = 1
     """Entries returned per query."""

@@ -297,6 +297,9 @@ class EvalConfig:
     modes: str = "both"
     """Evaluation modes: "both" (without and with experience) or "with_experience" (official:
     ``eval_memory_split`` off, every evaluation episode with memory)."""
+    temperature: float | None = None
+    """The actor's sampling temperature in evaluation: None samples as in training
+    (``rollout.temperature``); 0 is greedy decoding (the policy's most likely move)."""
 
 
 @dataclass
@@ -412,7 +415,7 @@ def _cpu() -> RunConfig:
 
 
 def _paper() -> RunConfig:
-    """The official MiniHack single-task configuration (DESIGN §1; the ComplementaryRL fork of
+    """The official MiniHack single-task configuration (the ComplementaryRL fork of
     ROLL at ab2574f, ``examples/singletask-agentic/single_task_complementaryrl.yaml``; every
     mechanism, its source and its test: ``docs/fidelity.md``).
 

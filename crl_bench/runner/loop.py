@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -256,83 +255,32 @@ class Trainer:
                 self.wandb = None
 
     # -- checkpoints ---------------------------------------------------------------------------
-    def _trainers(self) -> dict[str, Any]:
-        ctx = self.ctx
-        return {name: t for name, t in (("actor", ctx.actor_trainer),
-                                        ("extractor", ctx.extractor_trainer)) if t is not None}
-
     def save_checkpoint(self, step: int) -> None:
-        import numpy as np
+        """Each part's state (``state.pt``, keyed by part) and files (adapters, the bank) into a
+        new checkpoint folder, under the model lock so that weights and optimiser states agree;
+        then the loop's own state (``loop_state.json``)."""
         import torch
 
         ctx = self.ctx
         tmp = self.run.new_checkpoint_tmp()
         with ctx.lock:
-            ctx.raw_backend.save_adapters(tmp / "adapters")
-            if ctx.ext_raw is not ctx.raw_backend:
-                ctx.ext_raw.save_adapters(tmp / "extractor_adapters")
-            torch.save({k: t.state_dict() for k, t in self._trainers().items()}, tmp / "trainers.pt")
-        torch.save({"python": random.getstate(), "numpy": np.random.get_state(),
-                    "torch": torch.get_rng_state()}, tmp / "rng.pt")
-        # the bank as of this checkpoint, copied under the track's lock so that it agrees with
-        # the track's list of unprocessed batches (a resumed run re-extracts exactly those)
-        manager_state: dict[str, Any] = {}
-
-        def backup() -> None:
-            # the bank and the manager's RNG, counters and query cache at the same moment
-            ctx.manager.bank.backup(tmp / "bank.sqlite")
-            if hasattr(ctx.manager, "state"):  # the Ray service proxy has no state yet
-                manager_state.update(ctx.manager.state())
-                np.save(tmp / "query_cache.npy",
-                        ctx.manager.query_cache_vectors(manager_state["query_cache"]))
-        also = backup if ctx.manager is not None else None
-        track_state = None
-        if ctx.extractor is not None:
-            track_state = ctx.extractor.state(also=also)
-        elif also is not None:
-            also()
-        pending = ctx.take_extractor_metrics()  # finished batches not yet in a metrics record
-        ctx.put_back_extractor_metrics(pending)
-        state = {"step": step, "track": track_state, "track_metrics": pending,
-                 "manager": manager_state or None, "bank_counters": list(self._bank_counters),
-                 # run totals the gate reads: the historical score per task (its verdict
-                 # counts are the extractor track's stats, saved with the track's state)
-                 "task_scores": dict(ctx.task_scores)}
+            states = {part.name: part.state_dict(tmp) for part in ctx.parts}
+        torch.save(states, tmp / "state.pt")
         self.reached("checkpoint", step)
+        state = {"step": step, "bank_counters": list(self._bank_counters)}
         (tmp / "loop_state.json").write_text(json.dumps(state))
         self.run.commit_checkpoint(tmp)
 
     def load_checkpoint(self, path: Path) -> int:
-        import numpy as np
         import torch
 
-        ctx = self.ctx
-        ctx.raw_backend.load_adapters(path / "adapters")
-        if ctx.ext_raw is not ctx.raw_backend:
-            ctx.ext_raw.load_adapters(path / "extractor_adapters")
-        trainers = torch.load(path / "trainers.pt", weights_only=False)
-        for name, trainer in self._trainers().items():
-            if name in trainers:
-                trainer.load_state_dict(trainers[name])
-        rng = torch.load(path / "rng.pt", weights_only=False)
-        random.setstate(rng["python"])
-        np.random.set_state(rng["numpy"])
-        torch.set_rng_state(rng["torch"])
+        states = torch.load(path / "state.pt", weights_only=False)
+        for part in self.ctx.parts:
+            part.load_state_dict(states.get(part.name, {}), path)
         state = json.loads((path / "loop_state.json").read_text())
-        ctx.put_back_extractor_metrics(list(state.get("track_metrics", [])))
-        if ctx.manager is not None and state.get("manager") and hasattr(ctx.manager, "load_state"):
-            cache = path / "query_cache.npy"
-            ctx.manager.load_state(state["manager"], np.load(cache) if cache.is_file() else None)
         if state.get("bank_counters") is not None:  # (queries, empty results) at the last step
             queries, empty = state["bank_counters"]
             self._bank_counters = (float(queries), float(empty))
-        if isinstance(state.get("task_scores"), dict):
-            ctx.task_scores = {k: list(v) for k, v in state["task_scores"].items()}
-        if ctx.extractor is not None and state.get("track"):
-            from crl_bench.llm.rollout import Trajectory
-
-            for step, trajs in ctx.extractor.load_state(state["track"], Trajectory):
-                ctx.extractor.submit(step, trajs)
         return int(state["step"])
 
     def close(self) -> None:

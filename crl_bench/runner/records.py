@@ -10,8 +10,9 @@ Layout (read by ``crl-bench report``)::
       eval.jsonl         one line per (eval step, task, with/without experience)
       trajectories/      step_XXXXX.jsonl.gz: full trajectories (token ids, log-probs) per step
       bank.sqlite        the experience bank (SQLite, WAL)
-      checkpoints/last/  adapters, optimiser states, RNG states, the bank and the experience
-                         manager's RNG/counters, loop state (atomic rename), and
+      checkpoints/last/  every part's state (state.pt: RNG, optimisers, the track, the
+                         manager's RNG/counters), the adapters, the bank, the loop's
+                         state (loop_state.json), written by atomic rename, and
                          checksums.json: size and SHA-256 of each of these files
       checkpoints/bank_at_start.sqlite (or .none)  the bank as the run found it
       .lock              held (flock) by the process training the run; holds its pid
@@ -389,7 +390,12 @@ class RunDir:
         step = state.get("step") if isinstance(state, dict) else None
         if isinstance(step, bool) or not isinstance(step, int) or step < 0:
             raise CheckpointError(f"{state_path} holds no valid step (got {step!r}). " + way_out)
-        for name in ("trainers.pt", "rng.pt"):
+        if not (path / "state.pt").exists() and (path / "trainers.pt").exists():
+            raise CheckpointError(
+                f"{path} is a checkpoint of an older layout (trainers.pt and rng.pt; this version "
+                "keeps every part's state in state.pt): resume it with the version that wrote it, "
+                "or restart. " + way_out)
+        for name in ("state.pt",):
             p = path / name
             try:  # torch.save writes a zip archive: a truncated or empty file has no directory
                 with zipfile.ZipFile(p) as zf:

@@ -120,6 +120,7 @@ FIELD_RANGES: dict[str, Range] = {
     "extractor.mini_batches": Range(1, 1024),
     "eval.every": Range(0, MAX_STEPS, note="0: only at the end"),
     "eval.episodes_per_task": Range(1, MAX_EPISODES_PER_STEP),
+    "eval.temperature": Range(0, 10, note="0: greedy; unset: as in training"),
 }
 """Allowed range of every numeric field, by dotted name (``--set`` spelling)."""
 
@@ -290,7 +291,7 @@ def validate_config(cfg: "RunConfig", *, presets: Any) -> None:
             key = prefix + f.name
             _check_type(key, value, str(f.type))
             rng = FIELD_RANGES.get(key)
-            if rng is not None and value not in rng:
+            if rng is not None and value is not None and value not in rng:
                 default = getattr(type(obj)(), f.name) if prefix else getattr(type(cfg)(), f.name)
                 raise ConfigError(f"{key}={value!r}: must be "
                                   f"{rng.describe(str(f.type).strip() == 'int')}; "

@@ -1,0 +1,193 @@
+"""The experience side of a run: the bank and its manager, the extractor track and the
+extractor's trainer; the pre-rollout flush."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+from crl_bench.runner.parts.base import Part, RunInfo
+from crl_bench.runner.parts.models import Models
+
+
+class ExperienceSide(Part):
+    """``manager``: the :class:`~crl_bench.experience.manager.ExperienceManager` over
+    ``RUN_DIR/bank.sqlite`` (None: no bank); ``extractor``: the
+    :class:`~crl_bench.extractor.track.ExtractorTrack` (None: no extractor); ``trainer``: the
+    extractor's :class:`~crl_bench.runner.trainer.RoleTrainer` (None: frozen). ``search_ask`` /
+    ``gate``: the with-experience episodes may query the bank mid-episode / the actor judges
+    each retrieved entry first.
+
+    Checkpoint: the bank (``bank.sqlite``, with the manager's RNG, counters and query cache)
+    copied under the track's lock together with the track's state, so that the two agree (a
+    resumed run re-extracts exactly the batches the copy lacks); the extractor trainer's state;
+    the metrics of finished batches not yet in a step record."""
+
+    name = "experience"
+
+    def __init__(self, info: RunInfo, models: Models) -> None:
+        self.info = info
+        self.models = models
+        self.manager: Any = None
+        self.extractor: Any = None
+        self.trainer: Any = None
+        self.search_ask = False
+        self.gate = False
+        self._metrics: list[dict[str, Any]] = []
+        self._metrics_lock = threading.Lock()
+
+    # -- building ------------------------------------------------------------------------------
+    def build_bank(self, *, diversify: bool = True, search_ask: bool = False,
+                   gate: bool = False) -> None:
+        """The bank, the embedder and the manager."""
+        from crl_bench.experience.manager import RetrievalConfig
+
+        cfg = self.info.cfg
+        x = cfg.experience
+        retrieval = RetrievalConfig(k=x.k, oversample=x.oversample, diversify=diversify, lam=x.lam,
+                                    recent_s=x.recent_s, drop_recent_top1_p=x.drop_recent_top1_p,
+                                    seed=cfg.seed, usage_per=x.usage_per)
+        self.manager = self.new_manager(retrieval)
+        self.search_ask = search_ask
+        self.gate = gate
+
+    def new_manager(self, retrieval: Any) -> Any:
+        """The experience manager over ``RUN_DIR/bank.sqlite`` with ``retrieval`` settings; its
+        recency runs on the run's logical clock (steps, see ``RetrievalConfig.step_s``), not wall
+        time, so that a resumed run takes the uninterrupted run's decisions."""
+        from crl_bench.experience.bank import ExperienceBank
+        from crl_bench.experience.embedder import load_embedder
+        from crl_bench.experience.manager import ExperienceManager, step_clock
+
+        x = self.info.cfg.experience
+        embedder = load_embedder(x.embedder)
+        bank = ExperienceBank(self.info.run.bank_path, dim=embedder.dim, capacity=x.capacity,
+                              embedder_name=embedder.name)
+        clock = step_clock(lambda: self.info.step, retrieval.step_s,
+                           origin=float(bank.meta.get("created_at", 0.0)))
+        return ExperienceManager(bank, embedder, retrieval, clock=clock)
+
+    def build_extractor(self, extractor_step: Any, *, train: bool, merge: bool = True) -> None:
+        """The extractor track (after :meth:`build_bank`), running the agent's ``extractor_step``
+        on each step's episodes. ``train``: give the extractor its own optimiser (on the shared
+        adapter when the parameters are shared). ``merge``: the bank is merged every
+        ``experience.merge_every`` steps (False: never)."""
+        from crl_bench.runner.trainer import RoleTrainer
+
+        if self.manager is None:
+            raise RuntimeError("build_experience() must come before build_extractor()")
+        cfg = self.info.cfg
+        x = cfg.experience
+        if train:
+            self.trainer = RoleTrainer(self.models.ext_raw, "extractor", cfg.extractor,
+                                       total_steps=cfg.steps, lock=self.models.lock,
+                                       seed=cfg.seed + 1)
+        settings = dict(extractor_step=extractor_step,
+                        temperature=self.models.extractor_sampling.logprob_temperature,
+                        merge_every=x.merge_every if merge else 0, merge_chunk=x.merge_chunk,
+                        asynchronous=cfg.extractor.asynchronous, run_name=self.info.run.path.name,
+                        key_by_episode_start=x.key == "episode_start",
+                        fence_merges=(cfg.extractor.fence == "official"
+                                      and cfg.extractor.wait_before_rollout))
+        self.extractor = self.new_track(settings, train=train)
+
+    def new_track(self, settings: dict[str, Any], *, train: bool) -> Any:
+        """The :class:`~crl_bench.extractor.track.ExtractorTrack` with ``settings`` (its keyword
+        arguments but ``log``) over this side's manager, the extractor model and trainer."""
+        from crl_bench.extractor.track import ExtractorTrack
+
+        return ExtractorTrack(self.manager, self.models.extractor_generate, self.trainer,
+                              self.info.cfg.extractor, log=self.log, **settings)
+
+    # -- the extractor's records ---------------------------------------------------------------
+    def log(self, metrics: dict[str, Any]) -> None:
+        with self._metrics_lock:
+            self._metrics.append(metrics)
+
+    def take_metrics(self) -> list[dict[str, Any]]:
+        """Metrics of extractor batches finished since the last call."""
+        with self._metrics_lock:
+            done, self._metrics = self._metrics, []
+        return done
+
+    def put_back_metrics(self, metrics: list[dict[str, Any]]) -> None:
+        with self._metrics_lock:
+            self._metrics = list(metrics) + self._metrics
+
+    # -- the pre-rollout flush -----------------------------------------------------------------
+    def wait_for_bank(self) -> None:
+        """``extractor.wait_before_rollout``: pending bank writes finish before a rollout (the
+        official flush before each rollout); the wait is logged as ``timing_s/bank_wait``."""
+        cfg = self.info.cfg
+        if self.extractor is None or not cfg.extractor.wait_before_rollout:
+            return
+        from crl_bench.runner.trainer import timed
+
+        fenced = cfg.extractor.fence == "official"
+        if fenced and self.extractor.training:  # official: no flush (nor merge) while it trains
+            self.extractor.stats["flush_skipped"] = self.extractor.stats.get("flush_skipped", 0) + 1
+            return
+        timings = self.info.timings
+        with timed(timings, "timing_s/bank_wait"):
+            self.extractor.wait_writes()
+        every = cfg.experience.merge_every
+        step = self.info.step
+        if fenced and self.extractor.merge_every and every and step % every == 0:
+            with timed(timings, "timing_s/merge"):  # the merge sits inside the flush
+                self.log({"step": step, **self.extractor.merge(step)})
+
+    def count(self, key: str) -> None:
+        """Add one to the extractor's run total ``key`` (logged as ``extractor/<key>``)."""
+        if self.extractor is not None:
+            self.extractor.stats[key] = self.extractor.stats.get(key, 0) + 1
+
+    # -- checkpoints ---------------------------------------------------------------------------
+    def state_dict(self, folder: Path) -> dict[str, Any]:
+        import numpy as np
+
+        if self.manager is None:
+            return {}
+        manager_state: dict[str, Any] = {}
+
+        def backup() -> None:
+            # the bank and the manager's RNG, counters and query cache at the same moment
+            self.manager.bank.backup(folder / "bank.sqlite")
+            manager_state.update(self.manager.state())
+            np.save(folder / "query_cache.npy",
+                    self.manager.query_cache_vectors(manager_state["query_cache"]))
+        track = None
+        if self.extractor is not None:
+            track = self.extractor.state(also=backup)
+        else:
+            backup()
+        pending = self.take_metrics()  # finished batches not yet in a metrics record
+        self.put_back_metrics(pending)
+        return {"manager": manager_state, "track": track, "track_metrics": pending,
+                "trainer": self.trainer.state_dict() if self.trainer is not None else None}
+
+    def load_state_dict(self, state: dict[str, Any], folder: Path) -> None:
+        """Restores the trainer, the manager and the track (the bank file itself is restored
+        before the run is built, :func:`crl_bench.runner.api.run_experiment`) and resubmits the
+        batches the checkpoint's bank lacks."""
+        import numpy as np
+
+        if not state:
+            return
+        if self.trainer is not None and state.get("trainer") is not None:
+            self.trainer.load_state_dict(state["trainer"])
+        self.put_back_metrics(list(state.get("track_metrics", [])))
+        if self.manager is not None and state.get("manager"):
+            cache = folder / "query_cache.npy"
+            self.manager.load_state(state["manager"], np.load(cache) if cache.is_file() else None)
+        if self.extractor is not None and state.get("track"):
+            from crl_bench.llm.rollout import Trajectory
+
+            for step, trajs in self.extractor.load_state(state["track"], Trajectory):
+                self.extractor.submit(step, trajs)
+
+    def close(self) -> None:
+        if self.extractor is not None:
+            self.extractor.close()
+        if self.manager is not None:
+            self.manager.bank.close()
