@@ -124,7 +124,7 @@ def cli(capsys, *args: str) -> tuple[int, str]:
     (["--set", "threads=-1"], "threads=-1: must be an integer >= 0"),
     (["--set", "checkpoint_every=0"], "checkpoint_every=0: must be an integer >= 1"),
     (["--set", "actor.loss=bogus"], "actor.loss='bogus': unknown policy loss"),
-    (["--set", "actor.schedule=bogus"], "actor.schedule='bogus': unknown learning-rate schedule"),
+    (["--set", "actor.schedule=bogus"], "actor.schedule='bogus': must be one of constant, cosine"),
     (["--set", "eval.episodes_per_task=0"], "eval.episodes_per_task=0: must be an integer >= 1"),
     (["--set", "rollout.group_size=1000000"], "rollout.group_size=1000000: must be an integer >= 1 and <= 1024"),
     (["--seed", "-1"], "--seed -1: seeds must be >= 0"),

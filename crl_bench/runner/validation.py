@@ -392,5 +392,5 @@ def _check_split(cfg: "RunConfig", split: bool) -> None:
             f"uses experience and half does not. Use an even K (e.g. --set "
             f"rollout.group_size={k + 1}) or switch the split off.")
     if split and k < 4:
-        raise ConfigError("with the split on each half needs >= 2 rollouts for a non-zero "
-                          "advantage: use rollout.group_size >= 4.")
+        raise ConfigError(f"rollout.group_size={k}: with the experience split on each half needs "
+                          ">= 2 rollouts for a non-zero advantage: use rollout.group_size >= 4.")
