@@ -116,7 +116,8 @@ def test_the_commands_preset_choices_are_the_registry(capsys):
     parser = build_parser()
     run = parser._subparsers._group_actions[0].choices["run"]  # noqa: SLF001 - argparse has no API
     plan = parser._subparsers._group_actions[0].choices["plan"]  # noqa: SLF001
-    for sub in (run, plan):
+    reproduce = parser._subparsers._group_actions[0].choices["reproduce"]  # noqa: SLF001
+    for sub in (run, plan, reproduce):
         action = next(a for a in sub._actions if a.dest == "preset")  # noqa: SLF001
         assert list(action.choices) == list(PRESETS)
     assert main(["list", "presets"]) == 0
