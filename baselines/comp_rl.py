@@ -7,7 +7,7 @@ The actor's half of a step (:meth:`CompRL.train_step`):
 2. play them all (the with-experience half may Search-and-Ask mid-episode);
 3. credit the entries each with-experience episode used with its outcome (the extractor's reward);
 4. advantages inside each (group, with/without) half — split GRPO — and one PPO-clip actor update
-   (not during the bank's warm-up steps);
+   (not during the first ``experience.bank_fill_steps`` steps, which only fill the bank);
 5. hand the episodes to the extractor and go on without waiting.
 
 The extractor's half (:meth:`CompRL.extractor_step`, run by the extractor track in the
@@ -50,18 +50,14 @@ class CompRLConfig:
     count_reweight: bool = True
     """Count-aware reweighting of extractor samples ((1 + times trained)^-power, cooldown)."""
     merge: bool = True
-    """Merge the bank every ``experience.merge_every`` steps."""
+    """Merge the bank every ``experience.merge_every`` steps (the one switch of the merge)."""
     search_ask: bool = True
-    """The with-experience episodes may query the bank mid-episode (``<ask>...</ask>``)."""
+    """The with-experience episodes may query the bank mid-episode (``<ask>...</ask>``, at most
+    ``experience.max_asks`` times; the one switch of Search-and-Ask)."""
     shared_params: bool = False
     """Actor and extractor share one set of parameters (one adapter, or one fully trained model
     with ``model.lora_r=0``); each role keeps its own optimiser and settings. The actor's model
     serves both roles (``model.extractor`` is not used), so the ablation is this one switch."""
-    gate: bool | None = None
-    """The actor accepts / refines / rejects each retrieved entry before it acts
-    (:mod:`crl_bench.extractor.gate`; official default on): the verdict sets what it is shown
-    and the credit it gives the entry's writer (score + 1, 0.5, -1). None: the run's
-    ``experience.gate`` (on in the ``paper`` preset); ``--set method.gate=false`` forces it off."""
 
 
 class CompRL(Agent):
@@ -89,7 +85,7 @@ class CompRL(Agent):
         if c.train_actor:
             ctx.build_actor_trainer()
         ctx.build_experience(diversify=c.diversify, search_ask=c.search_ask,
-                             gate=ctx.cfg.experience.gate if c.gate is None else c.gate)
+                             gate=ctx.cfg.experience.gate)
         ctx.build_extractor(self.extractor_step, train=c.train_extractor, merge=c.merge)
 
     def train_step(self, ctx: RunContext, step: int) -> StepResult:
@@ -101,9 +97,9 @@ class CompRL(Agent):
         returns = ctx.returns(trajectories)
         advantages = ctx.advantages(trajectories, returns, split=c.split_advantages)
         metrics = {"charts/adv_abs_mean": float(advantages.abs().mean())}
-        if c.train_actor and step > ctx.cfg.experience.warmup_steps:
+        if c.train_actor and step > ctx.cfg.experience.bank_fill_steps:
             metrics.update(ctx.update_actor(trajectories, advantages))
-        else:  # warm-up steps only fill the bank
+        else:  # the first steps only fill the bank
             metrics["losses/actor_skipped"] = 1.0
         ctx.extractor.submit(step, trajectories)  # the extractor's half, in the background
         return StepResult(trajectories, metrics)

@@ -14,7 +14,7 @@ from typing import Callable, Sequence
 
 # name -> "module:configure"; configure(subparser) adds arguments and sets ``func``.
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "list": ("crl_bench.cli:_configure_list", "list registered envs, agents or task mixes"),
+    "list": ("crl_bench.cli:_configure_list", "list registered envs, agents, task mixes or presets"),
     "check-env": ("crl_bench.cli:_configure_check_env", "check a text env against the contract"),
     "play": ("crl_bench.cli:_configure_play", "play a text env yourself in the terminal"),
     "run": ("crl_bench.runner.cli:configure", "train and evaluate an agent on a task set"),
@@ -98,7 +98,7 @@ def _describe(exc: BaseException) -> str:
 # ---------------------------------------------------------------------------------------------
 
 def _configure_list(p: argparse.ArgumentParser) -> None:
-    p.add_argument("what", choices=["envs", "agents", "mixes"], help="what to list")
+    p.add_argument("what", choices=["envs", "agents", "mixes", "presets"], help="what to list")
     p.add_argument("--family", help="only envs of this family (minihack, webshop, ...)")
     p.set_defaults(func=_cmd_list)
 
@@ -118,11 +118,27 @@ def _cmd_list(args: argparse.Namespace) -> int:
             src = "" if e.source == "builtin" else f" [{e.source}]"
             desc = e.metadata.get("description", "(plugin; `crl-bench run --agent NAME` loads it)")
             print(f"{e.name:<22} {desc}{src}")
-    else:
+    elif args.what == "mixes":
         for e in MIXES.entries():
             tasks = e.load()
             print(f"{e.name:<10} " + ", ".join(f"{t.name} ({t.env_id})" for t in tasks))
+    else:
+        print("\n".join(preset_lines()))
     return 0
+
+
+def preset_lines() -> list[str]:
+    """Each preset: its name, what it is for, and its settings that differ from the base
+    ``RunConfig()`` (``crl-bench list presets``; docs/usage.md shows the same)."""
+    import json
+
+    from crl_bench.runner.config import PRESETS, default_preset
+
+    lines = [f"the base is RunConfig(); default preset here: {default_preset()}"]
+    for preset in PRESETS.values():
+        lines += ["", f"{preset.name}: {preset.summary}"]
+        lines += [f"  {key}={json.dumps(value)}" for key, value in preset.changes.items()]
+    return lines
 
 
 def _configure_check_env(p: argparse.ArgumentParser) -> None:
@@ -232,7 +248,10 @@ def _cmd_play(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------------------------------
 
 def _configure_plan(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--preset", default="paper", help="configuration preset (default paper)")
+    from crl_bench.runner.config import PRESETS
+
+    p.add_argument("--preset", default="paper", choices=list(PRESETS),
+                   help="configuration preset (default paper)")
     p.add_argument("--gpus", type=int, default=16, help="GPUs in all (a multiple of 4; paper: 16)")
     p.add_argument("--gpu-memory", type=float, default=80.0, metavar="GB",
                    help="memory of one GPU in GB (default 80)")
@@ -257,10 +276,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     import json
 
     from crl_bench.distributed.memory_plan import build_plan, format_plan, refusal, to_dict
-    from crl_bench.runner.config import PRESETS, ConfigError, apply_overrides
+    from crl_bench.runner.config import PRESETS, apply_overrides
 
-    if args.preset not in PRESETS:
-        raise ConfigError(f"Unknown preset {args.preset!r}. Available: {', '.join(PRESETS)}.")
     cfg = apply_overrides(PRESETS[args.preset](), parse_overrides(args.overrides))
     plan = build_plan(cfg, args.gpus, args.gpu_memory, checkpointing=args.checkpointing == "on",
                       precision=args.precision, peak_tflops=args.peak_tflops, mfu=args.mfu)

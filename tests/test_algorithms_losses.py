@@ -108,7 +108,7 @@ def test_ppo_dual_clip_caps_negative_advantage_tokens():
     loss.backward()
     torch.testing.assert_close(logprobs.grad, torch.zeros(1, 2))
     assert m["dual_clip_frac"] == pytest.approx(0.5)
-    with pytest.raises(ValueError, match="dual_clip must be > 1"):
+    with pytest.raises(ValueError, match="dual_clip must be a finite number > 1"):
         ppo_clip_loss(logprobs, old, adv, mask, dual_clip=0.5)
 
 
@@ -327,19 +327,22 @@ def test_log_ratio_is_clamped_both_ways():
 
 def test_clip_bounds_are_validated_at_their_edges():
     t = torch.zeros(1, 1)
+    # the messages name the loss and the range it registers (crl_bench.algorithms), which the
+    # run configuration checks too
     for eps in (0.0, 1.0, 1.5):
-        _refuses(ValueError, f"clip_eps must be in (0, 1), got {eps}", ppo_clip_loss, t, t, t, t,
-                 clip_eps=eps)
-    _refuses(ValueError, "clip_eps_high must be > 0, got 0.0", ppo_clip_loss, t, t, t, t,
-             clip_eps_high=0.0)
-    _refuses(ValueError, "dual_clip must be > 1 (a cap in units of |A|), got 1.0; use None to "
-             "turn it off", ppo_clip_loss, t, t, t, t, dual_clip=1.0)
+        _refuses(ValueError, f"ppo_clip: clip_eps must be a finite number > 0 and < 1, got {eps}",
+                 ppo_clip_loss, t, t, t, t, clip_eps=eps)
+    _refuses(ValueError, "ppo_clip: clip_eps_high must be a finite number > 0 and <= 10, got 0.0",
+             ppo_clip_loss, t, t, t, t, clip_eps_high=0.0)
+    _refuses(ValueError, "ppo_clip: dual_clip must be a finite number > 1 and <= 1000000 (a cap in "
+             "units of |A|; None: off), got 1.0", ppo_clip_loss, t, t, t, t, dual_clip=1.0)
     ppo_clip_loss(t, t, t, t, dual_clip=1.5)  # allowed
     ppo_clip_loss(t, t, t, t, clip_eps=0.9)
-    _refuses(ValueError, "eps_high must be > 0, got 0.0", cispo_loss, t, t, t, t, eps_high=0.0)
+    _refuses(ValueError, "cispo: eps_high must be a finite number > 0 and <= 100, got 0.0",
+             cispo_loss, t, t, t, t, eps_high=0.0)
     for eps in (0.0, 1.0, 1.5):
-        _refuses(ValueError, f"eps_low must be in (0, 1), got {eps} (or pass one_sided=True)",
-                 cispo_loss, t, t, t, t, eps_low=eps)
+        _refuses(ValueError, f"cispo: eps_low must be a finite number > 0 and < 1 (ignored with "
+                 f"one_sided), got {eps}", cispo_loss, t, t, t, t, eps_low=eps)
     cispo_loss(t, t, t, t, eps_low=5.0, one_sided=True)  # ignored when one-sided
     _refuses(ValueError, "logits must have a vocabulary dimension [..., V]", entropy_from_logits,
              torch.tensor(1.0))

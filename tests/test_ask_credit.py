@@ -47,10 +47,13 @@ def ctx(tmp_path):
     from crl_bench.runner.context import RunContext
     from crl_bench.runner.records import RunDir
 
-    # 2 groups of 2 (one with experience each); 2 turns: the ask, then the one move that counts
+    # 2 groups of 2 (one with experience each); 2 turns: the ask, then the one move that counts.
+    # Groups of 2 are too small for split advantages (validation asks the agent); this context
+    # is built for the ask's credit, not trained with split GRPO
     cfg = build_config(agent="comp_rl", tasks=TASK, preset="tiny", overrides={
         "threads": 1, "extractor.asynchronous": False, "rollout.groups": 2,
-        "rollout.group_size": 2, "rollout.env_max_steps": {"minihack": 2}})
+        "rollout.group_size": 2, "rollout.env_max_steps": {"minihack": 2},
+        "method.split_advantages": False})
     context = RunContext(cfg, RunDir(tmp_path / "run"))
     context.seed_everything()
     load_agent("comp_rl").build(context)

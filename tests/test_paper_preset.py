@@ -26,7 +26,7 @@ TINY_PAPER = {
     "rollout.max_episode_tokens": 2048, "rollout.env_max_steps": {"minihack": 3},
     "extractor.max_new_tokens": 48, "extractor.buffer_size": 1,
     "actor.lr": 1e-4, "extractor.lr": 1e-4,
-    "experience.warmup_steps": 1, "experience.merge_every": 2,
+    "experience.bank_fill_steps": 1, "experience.merge_every": 2,
     "eval.every": 0, "eval.at_start": False, "eval.episodes_per_task": 1, "threads": 1,
     # the tiny model never solves MiniHack in 3 actions: without a format penalty every return is
     # 0 and the actor update has nothing to push (the tiny/cpu presets do the same)
@@ -56,7 +56,7 @@ def test_paper_preset_extractor_and_experience_values():
         "with_experience", "buffer", 64, False)
     assert (e.update_mode, e.train_merges, e.wait_before_rollout) == ("replace", True, True)
     assert (e.cooldown, e.count_power) == (1, 0.5)
-    assert (x.key, x.gate, x.ask_k, x.warmup_steps) == ("episode_start", True, 1, 6)
+    assert (x.key, x.gate, x.ask_k, x.bank_fill_steps) == ("episode_start", True, 1, 6)
     assert cfg.rollout.env_max_steps["alfworld"] == 30
 
 
@@ -80,11 +80,11 @@ def test_paper_shaped_run_on_the_tiny_model(tmp_path, gate):
     """gate on (paper): the tiny model's verdicts do not parse, so nothing is shown and the
     writers are credited with the plain episode score (official: ``critic_score is None`` -> no
     memory shown, writers still credited, memory_integration_mixin.py:108-129); gate off
-    (``method.gate=false``): the entries are shown and credited, and the extractor is trained
+    (``experience.gate=false``): the entries are shown and credited, and the extractor is trained
     from the official buffer."""
     from crl_bench.runner.api import run_experiment
 
-    overrides = dict(TINY_PAPER) if gate else {**TINY_PAPER, "method.gate": False}
+    overrides = dict(TINY_PAPER) if gate else {**TINY_PAPER, "experience.gate": False}
     path = run_experiment("comp_rl", "minihack", "paper", 0, tmp_path / "run", steps=3,
                           progress=False, overrides=overrides)
     metrics = [m for m in read_jsonl(path / "metrics.jsonl") if "timing_s/rollout" in m]

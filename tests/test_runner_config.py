@@ -9,14 +9,15 @@ from crl_bench.runner.config import ConfigError, apply_overrides, build_config
 
 
 def test_odd_group_size_with_split_names_the_fix():
-    from crl_bench.agent import load_agent
-
-    cfg = build_config(agent="comp_rl", tasks="minihack", preset="tiny",
-                       overrides={"rollout.group_size": 5})
+    # the split is the agent's (comp_rl splits, grpo and comp_rl without split advantages do not);
+    # validation asks the agent, with its method.* options
     with pytest.raises(ConfigError, match=r"group_size=5 is odd .* rollout.group_size=6"):
-        cfg.validate(split=load_agent("comp_rl").split_groups)
-    cfg.validate(split=load_agent("grpo").split_groups)  # no split: odd K is fine
-    cfg.validate(split=load_agent("comp_rl", {"split_advantages": False}).split_groups)
+        build_config(agent="comp_rl", tasks="minihack", preset="tiny",
+                     overrides={"rollout.group_size": 5})
+    build_config(agent="grpo", tasks="minihack", preset="tiny",
+                 overrides={"rollout.group_size": 5})  # no split: odd K is fine
+    build_config(agent="comp_rl", tasks="minihack", preset="tiny",
+                 overrides={"rollout.group_size": 5, "method.split_advantages": False})
 
 
 def test_unknown_agent_lists_known_ones():
@@ -54,7 +55,7 @@ def test_paper_preset_is_the_papers_configuration():
     assert (x.k, x.oversample, x.lam, x.recent_s, x.drop_recent_top1_p) == (1, 16, 0.4, 300.0, 0.5)
     # warm-up 6: the official loop skips the actor update while global_step (from 0) <=
     # memory_warmup_interval 5 (multi_agentic_pipeline.py:1202, 1470); ours count from 1
-    assert (x.merge_every, x.merge_chunk, x.max_asks, x.warmup_steps, x.capacity) == (5, 5, 2, 6, 20_000)
+    assert (x.merge_every, x.merge_chunk, x.max_asks, x.bank_fill_steps, x.capacity) == (5, 5, 2, 6, 20_000)
     assert cfg.rollout.env_max_steps["minihack"] == 30 and cfg.rollout.temperature == 0.99
 
 
@@ -123,7 +124,7 @@ def cli(capsys, *args: str) -> tuple[int, str]:
     (["--set", "threads=-1"], "threads=-1: must be an integer >= 0"),
     (["--set", "checkpoint_every=0"], "checkpoint_every=0: must be an integer >= 1"),
     (["--set", "actor.loss=bogus"], "actor.loss='bogus': unknown policy loss"),
-    (["--set", "actor.schedule=bogus"], "actor.schedule='bogus': unknown learning-rate schedule"),
+    (["--set", "actor.schedule=bogus"], "actor.schedule='bogus': must be one of constant, cosine"),
     (["--set", "eval.episodes_per_task=0"], "eval.episodes_per_task=0: must be an integer >= 1"),
     (["--set", "rollout.group_size=1000000"], "rollout.group_size=1000000: must be an integer >= 1 and <= 1024"),
     (["--seed", "-1"], "--seed -1: seeds must be >= 0"),

@@ -19,12 +19,15 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from crl_bench.algorithms import LOSSES
+from typing import get_args
+
+from crl_bench.algorithms import LOSSES, Aggregation, loss_arg_ranges
+from crl_bench.algorithms.ranges import check_args
 
 __all__ = ["LOSSES", "AGGREGATION_MODES", "aggregate", "ppo_clip_loss", "cispo_loss", "kl_k3",
            "entropy_from_logits"]
 
-AGGREGATION_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
+AGGREGATION_MODES: tuple[str, ...] = get_args(Aggregation)
 
 # exp() of a log-ratio past this overflows float32 long before it means anything; tokens this far
 # off-policy are clipped anyway, so clamping the log-ratio changes no clipped value.
@@ -139,14 +142,10 @@ def ppo_clip_loss(logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, ma
     """
     _check_token_tensors(logprobs=logprobs, old_logprobs=old_logprobs, advantages=advantages,
                          mask=mask)
+    # the ranges this loss registers (crl_bench.algorithms); the run configuration checks the same
+    check_args("ppo_clip", loss_arg_ranges("ppo_clip"), clip_eps=clip_eps,
+               clip_eps_high=clip_eps_high, dual_clip=dual_clip)
     eps_high = clip_eps if clip_eps_high is None else clip_eps_high
-    if not 0 < clip_eps < 1:
-        raise ValueError(f"clip_eps must be in (0, 1), got {clip_eps}")
-    if eps_high <= 0:
-        raise ValueError(f"clip_eps_high must be > 0, got {eps_high}")
-    if dual_clip is not None and dual_clip <= 1:
-        raise ValueError(f"dual_clip must be > 1 (a cap in units of |A|), got {dual_clip}; "
-                         "use None to turn it off")
     old = old_logprobs.detach()
     adv = advantages.detach()
     log_ratio, ratio = _ratio(logprobs, old)
@@ -196,10 +195,8 @@ def cispo_loss(logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask:
     """
     _check_token_tensors(logprobs=logprobs, old_logprobs=old_logprobs, advantages=advantages,
                          mask=mask)
-    if eps_high <= 0:
-        raise ValueError(f"eps_high must be > 0, got {eps_high}")
-    if not one_sided and not 0 < eps_low < 1:
-        raise ValueError(f"eps_low must be in (0, 1), got {eps_low} (or pass one_sided=True)")
+    check_args("cispo", loss_arg_ranges("cispo"), eps_high=eps_high,
+               eps_low=None if one_sided else eps_low)  # eps_low is unused one-sided
     old = old_logprobs.detach()
     adv = advantages.detach()
     log_ratio, ratio = _ratio(logprobs.detach(), old)

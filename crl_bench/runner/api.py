@@ -46,16 +46,17 @@ def run_experiment(agent: str | None, tasks: str | None, preset: str | None, see
     if repair and not resume:
         raise ValueError("--repair only applies to --resume (it repairs the records of the run "
                          "being continued).")
+    new = None
     if not (resume and (Path(out_dir) / "config.json").is_file()):
         # a new run's configuration is checked before OUT is touched: refused, it leaves nothing
-        _new_run_config(agent, tasks, preset, seed, steps, overrides)
+        new = _new_run_config(agent, tasks, preset, seed, steps, overrides)
     run = RunDir(out_dir)
     run.acquire()  # RunInUseError when another process trains this folder
     try:
         run.remove_stale_temporaries()  # left by a killed process; we hold the run now
         return _run_locked(run, agent=agent, tasks=tasks, preset=preset, seed=seed, steps=steps,
                            overrides=overrides, resume=resume, progress=progress, repair=repair,
-                           ray=ray)
+                           ray=ray, new=new)
     finally:
         run.release()
 
@@ -66,14 +67,14 @@ def _new_run_config(agent: str | None, tasks: str | None, preset: str | None, se
     is built or written."""
     from crl_bench.runner.config import build_config
 
-    cfg = build_config(agent=agent or "comp_rl", tasks=tasks or "3mix", preset=preset,
+    cfg = build_config(agent=agent, tasks=tasks, preset=preset,
                        seed=0 if seed is None else seed, steps=steps, overrides=overrides)
     return cfg, _checked_agent(cfg)
 
 
 def _checked_agent(cfg: Any) -> Any:
-    """The run's agent (a plugin is imported now, with its --set method.* options), then every
-    check of ``cfg`` against it and this machine's devices, before anything is built."""
+    """The run's agent (a plugin is imported now, with its --set method.* options) and the check
+    of this machine's devices, before anything is built (``cfg`` is validated already)."""
     from crl_bench.agent import load_agent
     from crl_bench.runner.config import ConfigError
     from crl_bench.runner.validation import check_device_usable
@@ -82,7 +83,6 @@ def _checked_agent(cfg: Any) -> Any:
         agent_obj = load_agent(cfg.agent, cfg.method)
     except ValueError as exc:
         raise ConfigError(str(exc)) from exc
-    cfg.validate(split=agent_obj.split_groups)
     check_device_usable(cfg.model.device)  # before a model is loaded onto it
     return agent_obj
 
@@ -141,8 +141,8 @@ def _check_identity(cfg: Any, run: Any, **given: Any) -> None:
 def _run_locked(run: Any, *, agent: str | None, tasks: str | None, preset: str | None,
                 seed: int | None, steps: int | None, overrides: dict[str, Any] | None,
                 resume: bool, progress: bool, repair: bool,
-                ray: dict[str, Any] | None = None) -> Path:
-    from crl_bench.runner.config import ConfigError, apply_resume_overrides, build_config
+                ray: dict[str, Any] | None = None, new: tuple[Any, Any] | None = None) -> Path:
+    from crl_bench.runner.config import ConfigError, apply_resume_overrides
     from crl_bench.runner.context import RunContext
     from crl_bench.runner.loop import Trainer, write_config
 
@@ -151,20 +151,25 @@ def _run_locked(run: Any, *, agent: str | None, tasks: str | None, preset: str |
     resuming = resume and run.config_path.exists()
     if resuming:
         done = status.get("state") == "done"
-        cfg = _stored_config(run, validate=not done)
+        cfg = _stored_config(run, validate=False)  # validated below, once final
         _check_identity(cfg, run, agent=agent, tasks=tasks, seed=seed, preset=preset)
         if done and (steps is None or steps <= cfg.steps):
             return run.path  # finished; a larger --steps continues it (its last evaluation stays)
         if steps is not None:
             cfg.steps = steps
         cfg = apply_resume_overrides(cfg, overrides)
+        try:
+            cfg.validate()
+        except ConfigError as exc:
+            raise ConfigError(f"{run.config_path} is not a valid run configuration ({exc}). It "
+                              "cannot be resumed: restore the file (or change the --steps / --set "
+                              "given), or start a new run with another --out.") from None
+        agent_obj = _checked_agent(cfg)  # everything is checked before anything is built
     else:
         if run.config_path.exists() and status.get("state") != "missing":
             raise FileExistsError(f"{run.path} already holds a run ({status.get('state')}); pass "
                                   "--resume to continue it, or choose another --out.")
-        cfg = build_config(agent=agent or "comp_rl", tasks=tasks or "3mix", preset=preset,
-                           seed=0 if seed is None else seed, steps=steps, overrides=overrides)
-    agent_obj = _checked_agent(cfg)  # everything is checked before anything is built
+        cfg, agent_obj = new or _new_run_config(agent, tasks, preset, seed, steps, overrides)
     if resuming:
         # damaged records and checkpoints are found (and named) before the model is built
         if repair:

@@ -6,16 +6,17 @@ import argparse
 
 
 def configure(p: argparse.ArgumentParser) -> None:
+    from crl_bench.runner.config import DEFAULT_AGENT, DEFAULT_TASKS, PRESETS
+
     p.add_argument("--agent", default=None,
-                   help="agent name (`crl-bench list agents`); default comp_rl (with --resume: the "
-                        "stored run's; a different one is refused)")
+                   help=f"agent name (`crl-bench list agents`); default {DEFAULT_AGENT} (with "
+                        "--resume: the stored run's; a different one is refused)")
     p.add_argument("--tasks", default=None,
-                   help="task set: a mix (`crl-bench list mixes`: minihack, webshop, alfworld, swe, 3mix, "
-                        "6mix) or comma-separated env ids; default 3mix (with --resume: the stored run's)")
-    p.add_argument("--preset", choices=["tiny", "quick", "cpu", "paper"], default=None,
-                   help="tiny (tests), quick (embedded SmolLM2, sized to end in under 15 min on 2 "
-                        "cores: a look at the whole pipeline), cpu (embedded SmolLM2, longer runs; "
-                        "minutes per step), paper (GPUs); default: quick without a GPU, paper with one")
+                   help="task set: a mix (`crl-bench list mixes`) or comma-separated env ids; "
+                        f"default {DEFAULT_TASKS} (with --resume: the stored run's)")
+    p.add_argument("--preset", choices=list(PRESETS), default=None,
+                   help="; ".join(f"{p.name}: {p.summary}" for p in PRESETS.values())
+                   + " (`crl-bench list presets` shows each one's settings)")
     p.add_argument("--seed", type=int, nargs="+", default=None,
                    help="one or more distinct seeds >= 0 (one run each); default 0")
     p.add_argument("--steps", type=int, default=None, help="actor steps (overrides the preset)")
@@ -53,6 +54,7 @@ def run_command(args: argparse.Namespace) -> int:
 
     from crl_bench.cli import parse_overrides
     from crl_bench.runner.api import default_run_dir, run_experiment
+    from crl_bench.runner.config import DEFAULT_AGENT, DEFAULT_TASKS
 
     overrides = parse_overrides(args.overrides)
     if getattr(args, "wandb", False):
@@ -74,7 +76,7 @@ def run_command(args: argparse.Namespace) -> int:
     bad = [s for s in seeds if s is not None and s < 0]
     if bad:
         raise ValueError(f"--seed {bad[0]}: seeds must be >= 0.")
-    agent, tasks = args.agent or "comp_rl", args.tasks or "3mix"
+    agent, tasks = args.agent or DEFAULT_AGENT, args.tasks or DEFAULT_TASKS
     ray = (None if args.ray is None else
            {"address": None if args.ray == "local" else args.ray, "plan": args.ray_plan})
     for seed in seeds:

@@ -1,7 +1,8 @@
 """Typed run configuration, presets and ``--set key=value`` overrides.
 
-A run is described by one :class:`RunConfig` (nested dataclasses). Presets give whole
-configurations:
+A run is described by one :class:`RunConfig` (nested dataclasses); ``RunConfig()`` is the base.
+A preset is a short list of changes to that base (:data:`PRESETS`, the one table that the
+``--preset`` choices, ``crl-bench list presets`` and the docs read):
 
 * ``tiny`` — a tiny model (``tiny-sft``: 2 layers, SmolLM2's tokenizer, taught the answer formats
   by a few hundred supervised steps when first built); for tests and CI (a run takes
@@ -32,23 +33,104 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import json
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from typing import Any, Callable, ClassVar, Literal
 
+from crl_bench.algorithms import Aggregation
 from crl_bench.runner.errors import ConfigError  # raised by the config and its validation
 
+DEFAULT_AGENT = "comp_rl"
+"""The agent of a run that names none (``RunConfig()``, ``crl-bench run``, ``run_experiment``)."""
+DEFAULT_TASKS = "3mix"
+"""The task set of a run that names none."""
 
+# The choices of string-valued settings: validation reads the allowed values from these types.
+Dtype = Literal["auto", "float32", "fp32", "bfloat16", "bf16", "float16", "fp16"]
+Conversation = Literal["window", "full"]
+ExamplePick = Literal["first", "random", "none"]
+Schedule = Literal["constant", "cosine"]
+SampleUnit = Literal["turn", "trajectory"]
+Distill = Literal["all", "with_experience"]
+SamplePolicy = Literal["pool", "buffer"]
+UpdateMode = Literal["in_place", "replace"]
+ExtractionStyle = Literal["short", "official"]
+MergeFormat = Literal["items", "ops"]
+Fence = Literal["always", "official"]
+AnswerTemplate = Literal["free", "content", "sentence"]
+RetrievalKey = Literal["entry", "episode_start"]
+AskOffer = Literal["with_experience", "all"]
+AskStyle = Literal["short", "official"]
+Query = Literal["goal_observation", "family"]
+UsagePer = Literal["pick", "batch"]
+EvalModes = Literal["both", "with_experience"]
+
+DEPRECATED: dict[str, str] = {
+    "experience.warmup_steps": "experience.bank_fill_steps",
+    "method.gate": "experience.gate",
+    "extractor.asynchronous": "extractor.runs",
+}
+"""Old setting name -> its new name. An old name is refused, naming the new one, wherever a
+setting is given: ``--set``, a stored ``config.json`` (rename the key there to resume an old run),
+the Python API (a section's constructor or attribute). A name is looked up here only once it is no
+longer a field."""
+
+
+def refuse_deprecated(key: str) -> None:
+    """Raise :class:`ConfigError` when ``key`` (dotted, ``--set`` spelling) is an old name."""
+    new = DEPRECATED.get(key)
+    if new is not None:
+        raise ConfigError(f"{key} was renamed {new}: use {new} instead (in --set, in Python, or "
+                          "as the key in a stored config.json, which is how an old run resumes).")
+
+
+class _Section:
+    """A config section refuses an attribute that is not one of its fields (a typo or an old name
+    set from Python would otherwise be ignored, silently)."""
+
+    _section_name: ClassVar[str] = ""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if not name.startswith("_") and name not in self.__dataclass_fields__:  # type: ignore[attr-defined]
+            key = f"{self._section_name}.{name}" if self._section_name else name
+            refuse_deprecated(key)
+            raise ConfigError(f"{key}: no such setting. Settings here: "
+                              f"{', '.join(sorted(self.__dataclass_fields__))}.")  # type: ignore[attr-defined]
+        object.__setattr__(self, name, value)
+
+
+def _section(name: str) -> Callable[[type], type]:
+    """Mark a dataclass as the config section ``name``: an old keyword in its constructor is
+    refused naming the new one (``ExperienceConfig(warmup_steps=1)``)."""
+    def wrap(cls: type) -> type:
+        init = cls.__init__
+
+        @functools.wraps(init)
+        def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+            for key in kwargs:
+                if key not in cls.__dataclass_fields__:  # type: ignore[attr-defined]
+                    refuse_deprecated(f"{name}.{key}" if name else key)
+            init(self, *args, **kwargs)
+
+        cls.__init__ = __init__  # type: ignore[misc]
+        cls._section_name = name  # type: ignore[attr-defined]
+        return cls
+    return wrap
+
+
+@_section("model")
 @dataclass
-class ModelConfig:
+class ModelConfig(_Section):
     actor: str = "smollm2-135m"
     """Model name for the actor: a short name (smollm2-135m, tiny-random), a hub id or a path."""
     extractor: str | None = None
     """Separate base model for the extractor (None: the extractor is a LoRA adapter on the actor's
     base model — separate parameters, one copy of the base in memory)."""
     backend: str = "hf"
-    """Generation backend: "hf" (transformers; CPU or GPU) or "vllm" (GPU)."""
-    dtype: str = "auto"
+    """Generation backend, a name in ``crl_bench.llm.backend.BACKENDS``: "hf" (transformers; CPU or
+    GPU) or "vllm" (GPU)."""
+    dtype: Dtype = "auto"
     device: str = "auto"
     lora_r: int = 16
     """LoRA rank; 0 = full fine-tuning (every parameter of each role's model trains, as the
@@ -65,8 +147,9 @@ class ModelConfig:
     step-0 evaluation of results/learning_minihack solves 4/64 levels at 64 rows, 3/64 at 16."""
 
 
+@_section("rollout")
 @dataclass
-class RolloutConfig:
+class RolloutConfig(_Section):
     groups: int = 2
     """Task groups per step (G). Each group is one task instance played K times."""
     group_size: int = 4
@@ -77,7 +160,7 @@ class RolloutConfig:
     """Sample among the k most likely tokens only (0: off; the official runs use 100)."""
     max_new_tokens: int = 64
     """Tokens per actor turn."""
-    conversation: str = "window"
+    conversation: Conversation = "window"
     """What the actor sees each turn. "window": a fresh prompt with the last ``history`` turns
     (summarised) and the current observation. "full" (official): the whole multi-turn chat, each
     turn appending the assistant's sampled tokens and the next observation, so that a turn's
@@ -95,7 +178,7 @@ class RolloutConfig:
     """Prompt settings under which a ~100M model emits valid answers (no thinking, an example
     answer, the assistant turn pre-filled with ``<answer>``). The pre-filled answer leaves no room
     for an ``<ask>``, so Search-and-Ask is effectively off with it."""
-    example_pick: str = "first"
+    example_pick: ExamplePick = "first"
     """The small-model prompt's example answer: "first" admissible action, a seeded "random"
     one per turn, or "none" (see ``PromptConfig.example_pick``)."""
     observation_last: bool = False
@@ -110,12 +193,12 @@ class RolloutConfig:
 
 
 @dataclass
-class OptimConfig:
+class OptimConfig(_Section):
     lr: float = 1e-5
     weight_decay: float = 0.0
     max_grad_norm: float = 1.0
     warmup_steps: int = 0
-    schedule: str = "constant"
+    schedule: Schedule = "constant"
     """"constant" or "cosine" (after warm-up)."""
     micro_batch_size: int = 4
     """Turn samples per forward/backward; gradients are accumulated over the whole batch."""
@@ -137,7 +220,7 @@ class OptimConfig:
     """Settings of that loss over its registered defaults, e.g. ``{"clip_eps": 0.2}`` for
     ``ppo_clip``, ``{"eps_low": 0.1, "eps_high": 0.1}`` for ``cispo``
     (``--set actor.loss_args.clip_eps=0.3``)."""
-    agg: str = "token-mean"
+    agg: Aggregation = "token-mean"
     """How token losses become one number: ``token-mean``, ``seq-mean-token-mean``, ...
     (``crl_bench.algorithms.losses.aggregate``)."""
     recompute_old_logprobs: bool = False
@@ -155,18 +238,20 @@ class OptimConfig:
         return {**LOSSES.entry(self.loss).metadata.get("defaults", {}), **self.loss_args}
 
 
+@_section("actor")
 @dataclass
 class ActorConfig(OptimConfig):
     advantage: str = "mean"
     """A name in ``crl_bench.algorithms.ADVANTAGES``: "mean" (subtract the subgroup mean: the
     official code), "mean_std", or one a plugin registers."""
-    sample_unit: str = "turn"
+    sample_unit: SampleUnit = "turn"
     """What one training sample is. "turn": every model call (its prompt re-encoded).
     "trajectory" (official; needs ``rollout.conversation: full``): one sequence per episode, the
     last turn's full token sequence with the loss on every assistant turn, the shared prefix
     encoded once."""
 
 
+@_section("extractor")
 @dataclass
 class ExtractorConfig(OptimConfig):
     loss: str = "cispo"
@@ -197,10 +282,10 @@ class ExtractorConfig(OptimConfig):
     keep_reasoning: bool = False
     """Show the extractor each actor turn's whole output, reasoning included (official); False:
     only the parsed action."""
-    distill: str = "all"
+    distill: Distill = "all"
     """Which episodes are distilled: "all" K of each group, or "with_experience" (official: only
     the with-experience half, ``_should_update_trajectory_memory``)."""
-    sample_policy: str = "pool"
+    sample_policy: SamplePolicy = "pool"
     """"pool": every credited sample is trained at each update, up to ``max_reuse`` times, and
     dropped after ``credit_horizon`` steps without credit. "buffer" (official
     ``MemoryTrainingBuffer``): a sample enters a FIFO buffer (``buffer_size`` entries) when
@@ -209,7 +294,7 @@ class ExtractorConfig(OptimConfig):
     train_malformed: bool = True
     """Train malformed extractor outputs at reward -1 (False, official: they write nothing, are
     never retrieved and never trained)."""
-    update_mode: str = "in_place"
+    update_mode: UpdateMode = "in_place"
     """``update`` operations: "in_place" keeps the target's id (its earlier writers keep receiving
     credit); "replace" (official) deletes the targets and adds a new entry credited only to the
     writer of the update."""
@@ -219,21 +304,21 @@ class ExtractorConfig(OptimConfig):
     wait_before_rollout: bool = False
     """Pending bank writes (distillation and merge of submitted steps) finish before each rollout
     (official flush); the wait is logged as ``timing_s/bank_wait``. False: never wait."""
-    extraction_style: str = "short"
+    extraction_style: ExtractionStyle = "short"
     """The extraction prompt and parser: "short" (entries of one to four sentences, at most
     ``max_ops`` operations, texts capped, ``return`` alone) or "official" (detailed step-by-step
     entries; the parser caps nothing, accepts the official operation keys too, and applies the
     operations before a ``return``). See ``crl_bench.extractor.extraction``."""
-    merge_format: str = "ops"
+    merge_format: MergeFormat = "ops"
     """The merge answer: "items" (official: ``<<<KNOWLEDGE_ITEM>>>`` blocks that replace the
     whole window; an entry left out is deleted) or "ops" (merge / rewrite / discard / keep
     decisions as JSON; entries not mentioned are kept). See ``crl_bench.extractor.merge``."""
-    fence: str = "always"
+    fence: Fence = "always"
     """With ``wait_before_rollout``: "always" waits for the pending bank writes before every
     rollout and merges after a batch's writes; "official" (``async_memory_fencing.py:4-5``,
     ``multi_agentic_pipeline.py:1237-1261``) skips the wait while an extractor update runs, and
     merges only inside the wait (every ``experience.merge_every`` steps, skipped with it)."""
-    answer_template: str = "free"
+    answer_template: AnswerTemplate = "free"
     """"free": the extractor writes its JSON operations itself. "content": the answer is
     pre-filled up to the content of one ``add`` and the model writes only that content (for
     models too small for the format; see ``crl_bench.extractor.extraction.ContentTemplate``).
@@ -241,8 +326,9 @@ class ExtractorConfig(OptimConfig):
     (``SentenceTemplate``; merges then write one sentence under the window's title)."""
 
 
+@_section("experience")
 @dataclass
-class ExperienceConfig:
+class ExperienceConfig(_Section):
     embedder: str = "all-MiniLM-L6-v2"
     k: int = 1
     oversample: int = 16
@@ -251,22 +337,26 @@ class ExperienceConfig:
     drop_recent_top1_p: float = 0.5
     capacity: int = 20_000
     merge_every: int = 5
+    """Merge the bank every this many steps (agents with ``method.merge``, which switches it)."""
     merge_chunk: int = 5
     max_asks: int = 2
+    """Search-and-Ask queries per episode (agents with ``method.search_ask``, which switches it)."""
     ask_k: int = 2
     """Entries a Search-and-Ask query retrieves (official: 1, ``memory_fetch_num``)."""
-    key: str = "entry"
+    key: RetrievalKey = "entry"
     """What an entry is embedded by: "entry" (its own title + content) or "episode_start" (the
     starting query, goal + first observation, of the episode it was distilled from: retrieval
     matches episode starts to episode starts, official)."""
     gate: bool = False
-    """Agents that retrieve with the accept / refine / reject gate by default (an agent option
-    ``method.gate`` overrides it; official: on)."""
-    ask_offer: str = "with_experience"
+    """The actor accepts / refines / rejects each retrieved entry before it acts
+    (:mod:`crl_bench.extractor.gate`; official: on, the ``paper`` preset): the verdict sets what it
+    is shown and the credit it gives the entry's writer (score + 1, 0.5, -1). Read by every agent
+    that retrieves; the one switch of the gate."""
+    ask_offer: AskOffer = "with_experience"
     """Which episodes are offered Search-and-Ask: "with_experience" or "all" (official: the tool
     wrapper is on every env, both halves and evaluation; only the asks of with-experience
     training episodes are trained)."""
-    ask_style: str = "short"
+    ask_style: AskStyle = "short"
     """The extractor's Search-and-Ask answer: "short" (at most five sentences / 1,500
     characters; unparseable: the actor gets the entries, the call is malformed) or "official"
     (the long knowledge-specialist prompt, no cap; an answer without ``<answer>`` is the whole
@@ -274,27 +364,29 @@ class ExperienceConfig:
     gate_invalid_credit: bool = False
     """An unparseable gate verdict still credits the entry's writer with the plain episode score
     (official: only the shown knowledge is dropped). False: no credit."""
-    query: str = "goal_observation"
+    query: Query = "goal_observation"
     """The retrieval query: "goal_observation" (goal + first observation, every family) or
     "family" (official ``build_memory_query``: MiniHack ``Observation: ...`` without the goal,
     WebShop ``Goal: ...``, others goal + observation)."""
-    usage_per: str = "pick"
+    usage_per: UsagePer = "pick"
     """When retrieval usage counts are updated inside one retrieval batch: "pick" (each pick is
     seen by the next query of the batch) or "batch" (official: after the whole batch, so a
     group's with-experience rollouts usually share one entry)."""
-    warmup_steps: int = 1
-    """First steps only fill the bank; the actor is not trained (paper text: 5; official code: 6,
-    see ``_paper``)."""
+    bank_fill_steps: int = 1
+    """The first this many steps only fill the bank; the actor is not updated (paper text: 5;
+    official code: 6, see the ``paper`` preset). Not the learning-rate warm-up
+    (``actor.warmup_steps``)."""
 
 
+@_section("eval")
 @dataclass
-class EvalConfig:
+class EvalConfig(_Section):
     every: int = 5
     """Evaluate every N steps (and always at the end). 0: only at the end."""
     episodes_per_task: int = 8
     """Held-out episodes per task, each played with and without experience."""
     at_start: bool = True
-    modes: str = "both"
+    modes: EvalModes = "both"
     """Evaluation modes: "both" (without and with experience) or "with_experience" (official:
     ``eval_memory_split`` off, every evaluation episode with memory)."""
     temperature: float | None = None
@@ -302,15 +394,19 @@ class EvalConfig:
     (``rollout.temperature``); 0 is greedy decoding (the policy's most likely move)."""
 
 
+@_section("")
 @dataclass
-class RunConfig:
-    agent: str = "comp_rl"
+class RunConfig(_Section):
+    agent: str = DEFAULT_AGENT
     """The agent's registered name (``--agent``)."""
     method: dict[str, Any] = field(default_factory=dict)
     """The agent's own options over its defaults (``--set method.merge=false``); the agent checks
     the names (``crl_bench.agent.Agent.with_options``)."""
-    tasks: str = "minihack"
-    preset: str = "cpu"
+    tasks: str = DEFAULT_TASKS
+    """A task mix (``crl-bench list mixes``) or comma-separated env ids (``--tasks``)."""
+    preset: str | None = None
+    """The preset the configuration was built from (``--preset``; None: the base, ``RunConfig()``
+    itself). ``build_config`` sets it; without ``--preset`` that is :func:`default_preset`."""
     seed: int = 0
     steps: int = 10
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -323,37 +419,21 @@ class RunConfig:
     threads: int = 0
     """torch CPU threads (0: leave torch's default)."""
 
-    def validate(self, *, split: bool | None = None) -> None:
-        """Reject configurations that cannot work, naming the field and the fix.
+    def validate(self) -> None:
+        """Reject configurations that cannot work, naming the field and the fix. Run once per run,
+        where the configuration is final (:func:`build_config`; a resumed run's stored one after
+        its resume overrides).
 
-        Checks every field's type and range (:data:`crl_bench.runner.validation.FIELD_RANGES`), names against the registries
-        (agents, task mixes, losses, advantages, aggregation modes, schedules, backends) and the
-        model names, without building anything. ``split``: whether the agent splits each group
-        into with/without-experience halves (then K must be even and >= 4)."""
+        Checks every field's type and range (:data:`crl_bench.runner.validation.FIELD_RANGES`),
+        the choices of the ``Literal``-typed fields, names against the registries (agents and
+        their ``method.*`` options, task mixes, losses and their argument ranges, advantages,
+        backends), old names (:data:`DEPRECATED`) and the model names, without building
+        anything."""
         from crl_bench.runner.validation import validate_config
 
+        for key in self.method:
+            refuse_deprecated(f"method.{key}")
         validate_config(self, presets=PRESETS)
-        r = self.rollout
-        if split and r.group_size % 2:
-            raise ConfigError(
-                f"rollout.group_size={r.group_size} is odd but the experience split is on: half of "
-                "each group uses experience and half does not. Use an even K (e.g. --set "
-                f"rollout.group_size={r.group_size + 1}) or switch the split off.")
-        if r.conversation not in ("window", "full"):
-            raise ConfigError(f"rollout.conversation={r.conversation!r}: use \"window\" (a fresh "
-                              "prompt each turn) or \"full\" (the whole multi-turn chat).")
-        if self.actor.sample_unit not in ("turn", "trajectory"):
-            raise ConfigError(f"actor.sample_unit={self.actor.sample_unit!r}: use \"turn\" or "
-                              "\"trajectory\".")
-        if self.actor.sample_unit == "trajectory" and r.conversation != "full":
-            raise ConfigError("actor.sample_unit=trajectory trains the whole conversation as one "
-                              "sequence and needs rollout.conversation=full (--set "
-                              "rollout.conversation=full), or use actor.sample_unit=turn.")
-        if not isinstance(r.top_k, int) or isinstance(r.top_k, bool) or r.top_k < 0:
-            raise ConfigError(f"rollout.top_k={r.top_k!r}: a whole number >= 0 (0 turns it off).")
-        if split and r.group_size < 4:
-            raise ConfigError("with the split on each half needs >= 2 rollouts for a non-zero "
-                              "advantage: use rollout.group_size >= 4.")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -363,140 +443,162 @@ class RunConfig:
 # presets
 # ---------------------------------------------------------------------------------------------
 
-def _tiny() -> RunConfig:
-    # tiny-sft: the 2-layer test model after a few hundred supervised steps on answers in the
-    # prompts' formats (crl_bench.llm.models), so that tiny runs make real updates: ~80% of its
-    # actor turns in MiniHack runs are valid (a random-ish walk that reaches the stairs in some
-    # episodes: 2 groups, 8 moves), 3/4+ of its extractor answers parse. The format penalty
-    # turns the invalid rest into reward differences inside a group; 24 tokens fit an ask.
-    return RunConfig(
-        preset="tiny", steps=3,
-        model=ModelConfig(actor="tiny-sft", lora_r=4, lora_alpha=8),
-        rollout=RolloutConfig(groups=2, group_size=4, max_new_tokens=24, history=1,
-                              max_episode_tokens=2048, format_penalty=0.1,
-                              env_max_steps={"minihack": 8, "webshop": 4, "alfworld": 4, "swe": 3}),
-        actor=ActorConfig(lr=1e-4, micro_batch_size=8),
-        extractor=ExtractorConfig(lr=1e-4, buffer_size=2, max_new_tokens=64, micro_batch_size=4,
-                                  credit_horizon=2),
-        experience=ExperienceConfig(warmup_steps=1, merge_every=2, max_asks=1),
-        eval=EvalConfig(every=2, episodes_per_task=2),
-    )
+@dataclass(frozen=True)
+class Preset:
+    """A named configuration: the base ``RunConfig()`` with :attr:`changes`."""
+
+    name: str
+    summary: str
+    """One line for ``--preset``'s help, ``crl-bench list presets`` and the docs."""
+    changes: dict[str, Any]
+    """Dotted setting (``--set`` spelling) -> value, where the preset differs from the base."""
+
+    def __call__(self) -> RunConfig:
+        cfg = RunConfig()
+        for key, value in self.changes.items():
+            *path, name = key.split(".")
+            obj: Any = cfg
+            for part in path:
+                obj = getattr(obj, part)
+            setattr(obj, name, copy.deepcopy(value))
+        cfg.preset = self.name
+        return cfg
 
 
-def _cpu() -> RunConfig:
-    # Sized for 2 CPU cores (measured, one torch thread per run, two runs side by side): a step
-    # of 48 sampled turns took 301 s, 185 s of it the actor update; 24 turns halve the update.
-    return RunConfig(
-        preset="cpu", steps=10,
-        model=ModelConfig(actor="smollm2-135m", lora_r=16, lora_alpha=32),
-        # format_penalty: until the 135M model solves a task, every outcome is 0 and GRPO has no
-        # signal; a small penalty per malformed turn gives it one (answer in the format).
-        # example_pick="random": with the first admissible action as the example answer, GRPO
-        # collapsed onto it (89-93% "north" after 10 steps; results/learning_minihack)
-        rollout=RolloutConfig(groups=2, group_size=4, max_new_tokens=16, history=1, small_model_prompt=True,
-                              format_penalty=0.05, example_pick="random",
-                              env_max_steps={"minihack": 10, "webshop": 8, "alfworld": 15, "swe": 10}),
-        # micro-batches of 4 turns: with 8 (x ~400 tokens) the backward pass peaked at 10.5 GB
-        actor=ActorConfig(lr=1e-4, micro_batch_size=4, micro_batch_tokens=2048, max_samples_per_update=24),
-        # answer_template="sentence": SmolLM2-135M writes no valid JSON operations on its own
-        # (0/16 valid: benchmarks/extractor_format.py); with the template it writes only one
-        # sentence of an add's content after a pre-filled stem.
-        extractor=ExtractorConfig(lr=1e-4, buffer_size=8, max_new_tokens=48, micro_batch_size=2,
-                                  micro_batch_tokens=2048,
-                                  max_samples_per_update=8, answer_template="sentence",
-                                  # merges in the official item format, pre-filled up to one
-                                  # sentence of one item (the window's title); the measured
-                                  # shares are in benchmarks/extractor_format.py's docstring
-                                  merge_format="items",
-                                  max_trajectory_chars=1500),
-        experience=ExperienceConfig(warmup_steps=1, merge_every=5),
-        eval=EvalConfig(every=5, episodes_per_task=8),
-    )
+# tiny-sft: the 2-layer test model after a few hundred supervised steps on answers in the prompts'
+# formats (crl_bench.llm.models), so that tiny runs make real updates: ~80% of its actor turns in
+# MiniHack runs are valid (a random-ish walk that reaches the stairs in some episodes: 2 groups, 8
+# moves), 3/4+ of its extractor answers parse. The format penalty turns the invalid rest into
+# reward differences inside a group; 24 tokens fit an ask.
+TINY = Preset("tiny", "a 2-layer test model (tiny-sft) for tests and CI: a run takes a minute or "
+              "two on 2 CPU cores; its numbers mean nothing", {
+                  "steps": 3,
+                  "model.actor": "tiny-sft", "model.lora_r": 4, "model.lora_alpha": 8,
+                  "rollout.max_new_tokens": 24, "rollout.history": 1,
+                  "rollout.max_episode_tokens": 2048, "rollout.format_penalty": 0.1,
+                  "rollout.env_max_steps": {"minihack": 8, "webshop": 4, "alfworld": 4, "swe": 3},
+                  "actor.lr": 1e-4, "actor.micro_batch_size": 8,
+                  "extractor.lr": 1e-4, "extractor.buffer_size": 2, "extractor.max_new_tokens": 64,
+                  "extractor.credit_horizon": 2,
+                  "experience.merge_every": 2, "experience.max_asks": 1,
+                  "eval.every": 2, "eval.episodes_per_task": 2,
+              })
 
+# Sized for 2 CPU cores (measured, one torch thread per run, two runs side by side): a step of 48
+# sampled turns took 301 s, 185 s of it the actor update; 24 turns halve the update.
+_SMALL_MODEL = {
+    # format_penalty: until the 135M model solves a task, every outcome is 0 and GRPO has no
+    # signal; a small penalty per malformed turn gives it one (answer in the format).
+    # example_pick="random": with the first admissible action as the example answer, GRPO
+    # collapsed onto it (89-93% "north" after 10 steps; results/learning_minihack)
+    "rollout.max_new_tokens": 16, "rollout.small_model_prompt": True,
+    "rollout.format_penalty": 0.05, "rollout.example_pick": "random",
+    # micro-batches of 4 turns: with 8 (x ~400 tokens) the backward pass peaked at 10.5 GB
+    "actor.lr": 1e-4, "actor.micro_batch_tokens": 2048,
+    # answer_template="sentence": SmolLM2-135M writes no valid JSON operations on its own (0/16
+    # valid: benchmarks/extractor_format.py); with the template it writes only one sentence of an
+    # add's content after a pre-filled stem. merge_format="items": merges in the official item
+    # format, pre-filled up to one sentence of one item (the window's title); the measured shares
+    # are in benchmarks/extractor_format.py's docstring
+    "extractor.lr": 1e-4, "extractor.max_new_tokens": 48, "extractor.micro_batch_size": 2,
+    "extractor.micro_batch_tokens": 2048, "extractor.max_samples_per_update": 8,
+    "extractor.answer_template": "sentence", "extractor.merge_format": "items",
+    "extractor.max_trajectory_chars": 1500,
+}
+"""What the embedded SmolLM2-135M needs to write valid answers (``cpu`` and ``quick``)."""
 
-def _paper() -> RunConfig:
-    """The official MiniHack single-task configuration (the ComplementaryRL fork of
-    ROLL at ab2574f, ``examples/singletask-agentic/single_task_complementaryrl.yaml``; every
-    mechanism, its source and its test: ``docs/fidelity.md``).
+CPU = Preset("cpu", "the embedded SmolLM2-135M-Instruct and MiniLM embedder, small groups and "
+             "short episodes: minutes per step on 2 CPU cores", {
+                 **_SMALL_MODEL, "rollout.history": 1,
+                 "rollout.env_max_steps": {"minihack": 10, "webshop": 8, "alfworld": 15, "swe": 10},
+                 "actor.max_samples_per_update": 24,
+             })
+"""Measured on 2 CPU cores, two runs side by side with one thread each: 10 MiniHack steps plus 3
+evaluations took 68 min for ``grpo``; a ``comp_rl`` step takes about 7 min (the extractor shares
+the model); ``3mix`` plays three families and takes several hours."""
 
-    * Both models train **all parameters** at lr 1e-6 (yaml ``learning_rate: 1.0e-6`` for
-      ``actor_train`` and ``memory_actor_train``, no LoRA): ``model.lora_r=0``, generated with
-      the ``vllm`` backend (each update's full weights pushed into the engine in place, versioned;
-      docs/vllm.md). Memory: each role keeps a frozen copy of its base
-      beside the trained one, plus AdamW state (the official run spreads this over 16 GPUs).
-    * Extractor: 8,192 new tokens (yaml ``memory_model ... max_new_tokens: 8192``), the full
-      conversation with the actor's reasoning, only the with-experience half distilled, the
-      official training buffer (64, popped whole, once per new credit), malformed outputs not
-      trained, updates replace entries, merge calls trained, entries keyed by their episode's
-      start, bank writes flushed before each rollout, the accept / refine / reject gate.
-    * Search-and-Ask retrieves 1 entry (``memory_fetch_num: 1``); ALFWorld 30 actions (official
-      ALFWorld yaml); warm-up 6 steps: the official loop trains the actor only once
-      ``global_step > memory_warmup_interval`` (5) with steps counted from 0
-      (``multi_agentic_pipeline.py:1202, 1470``), i.e. 6 steps without an actor update; ours
-      count from 1 and skip ``step <= warmup_steps``.
-    * SWE: the paper evaluates on SWE-bench Verified. Where its data exists — a SWE-bench
-      Verified instances file named by ``$CRL_BENCH_SWE_VERIFIED`` (run by the env's docker
-      backend) — ``paper`` evaluates SWE on it; otherwise (as on this project's machines, which
-      have neither the data nor Docker) SWE runs our ``mini`` task set, as under every preset.
-      Training stays on ``mini``: the paper's 124 curated training tasks are not published.
-    """
-    return RunConfig(
-        preset="paper", steps=512,
-        model=ModelConfig(actor="Qwen/Qwen2.5-7B-Instruct", extractor="Qwen/Qwen3-4B-Thinking-2507",
-                          backend="vllm", dtype="bfloat16", device="cuda", lora_r=0, lora_alpha=128),
-        # the actor sees the whole conversation, 4,096 new tokens per turn, top-k 100
-        rollout=RolloutConfig(groups=16, group_size=8, temperature=0.99, top_p=0.99, top_k=100,
-                              max_new_tokens=4096, conversation="full", history=-1, think=True,
-                              max_episode_tokens=32768, sequence_length=32768,
-                              env_max_steps={"minihack": 30, "webshop": 15, "alfworld": 30, "swe": 50}),
-        # one sequence per trajectory, loss on every assistant turn, seq-mean-token-mean, old
-        # log-probs recomputed by the trainer (the official ROLL configs)
-        actor=ActorConfig(lr=1e-6, loss="ppo_clip", loss_args={"clip_eps": 0.2}, micro_batch_size=8,
-                          advantage="mean", sample_unit="trajectory", agg="seq-mean-token-mean",
-                          recompute_old_logprobs=True),
-        extractor=ExtractorConfig(lr=1e-6, loss="cispo", loss_args={"eps_low": 0.1, "eps_high": 0.1},
-                                  buffer_size=64, max_new_tokens=8192, micro_batch_size=4,
-                                  agg="seq-mean-token-mean", recompute_old_logprobs=True,
-                                  max_trajectory_chars=0, keep_reasoning=True,
-                                  distill="with_experience", sample_policy="buffer",
-                                  train_malformed=False, update_mode="replace", train_merges=True,
-                                  wait_before_rollout=True,
-                                  # yaml :251 temperature 1.0; top-k 50: ROLL's generating-args
-                                  # default; count-aware weights not in effect as launched
-                                  temperature=1.0, top_k=50, count_reweight=False,
-                                  merge_format="items", extraction_style="official",
-                                  fence="official"),
-        experience=ExperienceConfig(embedder="Qwen/Qwen3-Embedding-0.6B", k=1, oversample=16, lam=0.4,
-                                    recent_s=300.0, drop_recent_top1_p=0.5, capacity=20_000,
-                                    merge_every=5, merge_chunk=5, max_asks=2, ask_k=1,
-                                    key="episode_start", gate=True, warmup_steps=6,
-                                    ask_offer="all", ask_style="official",
-                                    gate_invalid_credit=True, query="family", usage_per="batch"),
-        # yaml eval_steps: 1, val_batch_size: 128, eval_memory_split off
-        eval=EvalConfig(every=1, episodes_per_task=128, modes="with_experience"),
-    )
+QUICK = Preset("quick", "cpu cut down so that `crl-bench run` ends in under 15 min on 2 idle CPU "
+               "cores: a look at the whole pipeline, not a result (the default without a GPU)", {
+                   **_SMALL_MODEL, "steps": 2,
+                   "rollout.groups": 3, "rollout.history": 0,
+                   "rollout.env_max_steps": {"minihack": 6, "webshop": 5, "alfworld": 6, "swe": 6},
+                   "actor.max_samples_per_update": 16,
+                   "eval.every": 0, "eval.episodes_per_task": 2, "eval.at_start": False,
+               })
+"""On CPU the cost is prompt tokens times turns (results/quick_start.md): 2 steps (the first fills
+the bank, the second trains the actor with experience) of one group of 4 per family, 5-6 actions
+per episode, no previous turn in the prompt (history 0: ~20% shorter prompts), at most 16 turns
+per actor update, and one evaluation at the end only, 2 held-out episodes per task and mode (at
+step 0 the bank is empty, so "with experience" there would replay "without")."""
 
+PAPER = Preset("paper", "the paper's configuration for GPUs (Qwen2.5-7B-Instruct actor, "
+               "Qwen3-4B-Thinking extractor, K=8, 16 groups, 512 steps; the default with a GPU)", {
+                   "steps": 512,
+                   "model.actor": "Qwen/Qwen2.5-7B-Instruct",
+                   "model.extractor": "Qwen/Qwen3-4B-Thinking-2507",
+                   "model.backend": "vllm", "model.dtype": "bfloat16", "model.device": "cuda",
+                   "model.lora_r": 0, "model.lora_alpha": 128,
+                   # the actor sees the whole conversation, 4,096 new tokens per turn, top-k 100
+                   "rollout.groups": 16, "rollout.group_size": 8, "rollout.top_k": 100,
+                   "rollout.max_new_tokens": 4096, "rollout.conversation": "full",
+                   "rollout.history": -1, "rollout.think": True,
+                   "rollout.max_episode_tokens": 32768, "rollout.sequence_length": 32768,
+                   "rollout.env_max_steps": {"minihack": 30, "webshop": 15, "alfworld": 30, "swe": 50},
+                   # one sequence per trajectory, loss on every assistant turn,
+                   # seq-mean-token-mean, old log-probs recomputed by the trainer (official ROLL)
+                   "actor.lr": 1e-6, "actor.loss_args": {"clip_eps": 0.2}, "actor.micro_batch_size": 8,
+                   "actor.sample_unit": "trajectory", "actor.agg": "seq-mean-token-mean",
+                   "actor.recompute_old_logprobs": True,
+                   "extractor.lr": 1e-6, "extractor.loss_args": {"eps_low": 0.1, "eps_high": 0.1},
+                   "extractor.buffer_size": 64, "extractor.max_new_tokens": 8192,
+                   "extractor.agg": "seq-mean-token-mean", "extractor.recompute_old_logprobs": True,
+                   "extractor.max_trajectory_chars": 0, "extractor.keep_reasoning": True,
+                   "extractor.distill": "with_experience", "extractor.sample_policy": "buffer",
+                   "extractor.train_malformed": False, "extractor.update_mode": "replace",
+                   "extractor.train_merges": True, "extractor.wait_before_rollout": True,
+                   # yaml :251 temperature 1.0; top-k 50: ROLL's generating-args default;
+                   # count-aware weights not in effect as launched
+                   "extractor.temperature": 1.0, "extractor.top_k": 50,
+                   "extractor.count_reweight": False, "extractor.merge_format": "items",
+                   "extractor.extraction_style": "official", "extractor.fence": "official",
+                   "experience.embedder": "Qwen/Qwen3-Embedding-0.6B", "experience.ask_k": 1,
+                   "experience.key": "episode_start", "experience.gate": True,
+                   "experience.bank_fill_steps": 6, "experience.ask_offer": "all",
+                   "experience.ask_style": "official", "experience.gate_invalid_credit": True,
+                   "experience.query": "family", "experience.usage_per": "batch",
+                   # yaml eval_steps: 1, val_batch_size: 128, eval_memory_split off
+                   "eval.every": 1, "eval.episodes_per_task": 128, "eval.modes": "with_experience",
+               })
+"""The official MiniHack single-task configuration (the ComplementaryRL fork of ROLL at ab2574f,
+``examples/singletask-agentic/single_task_complementaryrl.yaml``; every mechanism, its source and
+its test: ``docs/fidelity.md``). The rest of the base (k 1, oversample 16, lam 0.4, recent 300 s,
+drop 0.5, capacity 20,000, merge every 5 in chunks of 5, 2 asks, top-p 0.99, temperature 0.99,
+PPO-clip actor, CISPO extractor, mean advantages) is the official value too.
 
-def _quick() -> RunConfig:
-    """``cpu``, sized so that the main command (``crl-bench run --agent comp_rl --tasks 3mix``)
-    ends in under 15 minutes on 2 idle CPU cores: a look at the whole pipeline (play, update,
-    extract, evaluate, report), not a result. On CPU the cost is prompt tokens times turns
-    (results/quick_start.md): 2 steps (the first fills the bank, the second trains the actor
-    with experience) of one group of 4 per family, 5-6 actions per episode, no previous turn in
-    the prompt (history 0: ~20% shorter prompts), at most 16 turns per actor update, and one
-    evaluation at the end only, 2 held-out episodes per task and mode (at step 0 the bank is
-    empty, so "with experience" there would replay "without")."""
-    cfg = _cpu()
-    cfg.preset, cfg.steps = "quick", 2
-    cfg.rollout.groups, cfg.rollout.group_size = 3, 4
-    cfg.rollout.history = 0
-    cfg.rollout.env_max_steps = {"minihack": 6, "webshop": 5, "alfworld": 6, "swe": 6}
-    cfg.actor.max_samples_per_update = 16
-    cfg.eval = EvalConfig(every=0, episodes_per_task=2, at_start=False)
-    return cfg
+* Both models train **all parameters** at lr 1e-6 (yaml ``learning_rate: 1.0e-6`` for
+  ``actor_train`` and ``memory_actor_train``, no LoRA): ``model.lora_r=0``, generated with the
+  ``vllm`` backend (each update's full weights pushed into the engine in place, versioned;
+  docs/vllm.md). Memory: each role keeps a frozen copy of its base beside the trained one, plus
+  AdamW state (the official run spreads this over 16 GPUs).
+* Extractor: 8,192 new tokens (yaml ``memory_model ... max_new_tokens: 8192``), the full
+  conversation with the actor's reasoning, only the with-experience half distilled, the official
+  training buffer (64, popped whole, once per new credit), malformed outputs not trained, updates
+  replace entries, merge calls trained, entries keyed by their episode's start, bank writes
+  flushed before each rollout, the accept / refine / reject gate.
+* Search-and-Ask retrieves 1 entry (``memory_fetch_num: 1``); ALFWorld 30 actions (official
+  ALFWorld yaml); bank fill 6 steps: the official loop trains the actor only once
+  ``global_step > memory_warmup_interval`` (5) with steps counted from 0
+  (``multi_agentic_pipeline.py:1202, 1470``), i.e. 6 steps without an actor update; ours count
+  from 1 and skip ``step <= bank_fill_steps``.
+* SWE: the paper evaluates on SWE-bench Verified. Where its data exists — a SWE-bench Verified
+  instances file named by ``$CRL_BENCH_SWE_VERIFIED`` (run by the env's docker backend) —
+  ``paper`` evaluates SWE on it; otherwise (as on this project's machines, which have neither the
+  data nor Docker) SWE runs our ``mini`` task set, as under every preset. Training stays on
+  ``mini``: the paper's 124 curated training tasks are not published.
+"""
 
-
-PRESETS = {"tiny": _tiny, "quick": _quick, "cpu": _cpu, "paper": _paper}
+PRESETS: dict[str, Preset] = {p.name: p for p in (TINY, QUICK, CPU, PAPER)}
+"""The presets by name: ``PRESETS["cpu"]()`` is that configuration."""
 
 
 def default_preset() -> str:
@@ -529,6 +631,8 @@ def _coerce(value: Any, current: Any, key: str) -> Any:
 def apply_overrides(cfg: RunConfig, overrides: dict[str, Any]) -> RunConfig:
     """Apply ``{"actor.lr": 2e-5, "steps": 4}``; unknown keys list the valid ones."""
     for key, value in overrides.items():
+        if key.startswith("method."):  # the agent's options: an old one is refused here
+            refuse_deprecated(key)
         obj: Any = cfg
         parts = key.split(".")
         for i, part in enumerate(parts[:-1]):
@@ -536,6 +640,7 @@ def apply_overrides(cfg: RunConfig, overrides: dict[str, Any]) -> RunConfig:
                 obj[".".join(parts[i:])] = _coerce(value, None, key)
                 break
             if not dataclasses.is_dataclass(obj) or part not in {f.name for f in fields(obj)}:
+                refuse_deprecated(key)
                 raise ConfigError(f"--set {key}: unknown section {part!r}. Sections: "
                                   + ", ".join(f.name for f in fields(cfg) if dataclasses.is_dataclass(getattr(cfg, f.name))))
             obj = getattr(obj, part)
@@ -550,6 +655,7 @@ def _set_field(obj: Any, name: str, value: Any, key: str) -> None:
         return
     names = {f.name for f in fields(obj)}
     if name not in names:
+        refuse_deprecated(key)
         raise ConfigError(f"--set {key}: unknown field {name!r}. Fields here: {', '.join(sorted(names))}")
     setattr(obj, name, _coerce(value, getattr(obj, name), key))
 
@@ -579,9 +685,13 @@ def apply_resume_overrides(cfg: RunConfig, overrides: dict[str, Any] | None) -> 
     return trial
 
 
-def build_config(*, agent: str, tasks: str, preset: str | None, seed: int = 0, steps: int | None = None,
+def build_config(*, agent: str | None = None, tasks: str | None = None, preset: str | None = None,
+                 seed: int = 0, steps: int | None = None,
                  overrides: dict[str, Any] | None = None) -> RunConfig:
-    """Preset -> overrides -> validation (checks that a GPU preset has a GPU)."""
+    """Preset -> overrides -> validation, the one validation of a new run's configuration
+    (also checks that a GPU preset has a GPU). None: :data:`DEFAULT_AGENT`,
+    :data:`DEFAULT_TASKS`, :func:`default_preset`."""
+    agent, tasks = agent or DEFAULT_AGENT, tasks or DEFAULT_TASKS
     preset = preset or default_preset()
     if preset not in PRESETS:
         raise ConfigError(f"Unknown preset {preset!r}. Available: {', '.join(PRESETS)}.")
@@ -603,7 +713,7 @@ def build_config(*, agent: str, tasks: str, preset: str | None, seed: int = 0, s
                 raise ConfigError(f"--set {key}={value!r} conflicts with {option} {given!r}: give "
                                   f"the {key} with {option} {value} only.")
     apply_overrides(cfg, overrides)
-    cfg.validate()  # every field, before anything is built
+    cfg.validate()  # every field, once, before anything is built
     if cfg.model.device == "cuda" or cfg.model.backend == "vllm":
         try:
             import torch

@@ -75,7 +75,6 @@ class Trainer:
 
     def __init__(self, cfg: RunConfig, agent: Agent, run_dir: RunDir, *, progress: bool = True,
                  context: Callable[[RunConfig, RunDir], RunContext] = RunContext) -> None:
-        cfg.validate(split=agent.split_groups)
         self.cfg = cfg
         self.agent = agent
         self.run = run_dir

@@ -24,7 +24,10 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="single: Baseline vs Comp. RL per env family; multi: the 4 paper agents "
                         "on 3mix + Baseline/Comp. RL on 6mix; ablation: Comp. RL variants on "
                         "3mix; all: everything")
-    p.add_argument("--preset", default="cpu", help="run preset: tiny, cpu or paper (default cpu)")
+    from crl_bench.runner.config import PRESETS
+
+    p.add_argument("--preset", default="cpu", choices=list(PRESETS),
+                   help="run preset (`crl-bench list presets`; default cpu)")
     p.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 per cell (default 3)")
     p.add_argument("--out", type=Path, default=None, metavar="DIR",
                    help="where runs go, DIR/runs/<mix>__<agent>__seed<k> "

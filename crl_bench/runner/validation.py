@@ -6,12 +6,16 @@ name against its registry, model names — before anything is built. A bad value
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import functools
 import json
-import math
 import re
-from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Any
+import types
+import typing
+from dataclasses import fields
+from typing import TYPE_CHECKING, Any, Literal
 
+from crl_bench.algorithms.ranges import Range
 from crl_bench.runner.errors import ConfigError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -28,40 +32,7 @@ MAX_TOKENS = 1 << 20
 """Most tokens per turn / per episode."""
 MAX_STEPS = 1_000_000
 MAX_SEED = 2**31 - 1
-SCHEDULES = ("constant", "cosine")
-"""Learning-rate schedules (``crl_bench.runner.trainer._schedule_factor``)."""
-ANSWER_TEMPLATES = ("free", "content", "sentence")
-DTYPES = ("auto", "float32", "fp32", "bfloat16", "bf16", "float16", "fp16")
 _DEVICE_RE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
-
-
-@dataclass(frozen=True)
-class Range:
-    """Allowed values of one numeric field: ``lo <(=) value <(=) hi``, always finite."""
-
-    lo: float
-    hi: float
-    lo_open: bool = False
-    """True: ``value > lo`` (else ``value >= lo``)."""
-    hi_open: bool = False
-    note: str = ""
-    """What special values mean (shown in the error)."""
-
-    def __contains__(self, value: float) -> bool:
-        if not math.isfinite(value):
-            return False
-        above = value > self.lo if self.lo_open else value >= self.lo
-        below = value < self.hi if self.hi_open else value <= self.hi
-        return above and below
-
-    def describe(self, integer: bool = False) -> str:
-        def num(x: float) -> str:
-            return str(int(x)) if float(x).is_integer() and abs(x) < 1e15 else f"{x:g}"
-
-        lo = f"> {num(self.lo)}" if self.lo_open else f">= {num(self.lo)}"
-        hi = f"< {num(self.hi)}" if self.hi_open else f"<= {num(self.hi)}"
-        kind = "an integer" if integer else "a finite number"
-        return f"{kind} {lo} and {hi}" + (f" ({self.note})" if self.note else "")
 
 
 _OPTIM_RANGES = {
@@ -110,10 +81,11 @@ FIELD_RANGES: dict[str, Range] = {
     "experience.recent_s": Range(0, 1e9),
     "experience.drop_recent_top1_p": Range(0, 1),
     "experience.capacity": Range(1, 100_000_000),
-    "experience.merge_every": Range(0, MAX_STEPS, note="0: never merge"),
+    "experience.merge_every": Range(1, MAX_STEPS, note="merging is switched off by method.merge=false"),
     "experience.merge_chunk": Range(1, 1024),
-    "experience.max_asks": Range(0, 64, note="0: no Search-and-Ask"),
-    "experience.warmup_steps": Range(0, MAX_STEPS),
+    "experience.max_asks": Range(1, 64, note="Search-and-Ask is switched off by "
+                                 "method.search_ask=false"),
+    "experience.bank_fill_steps": Range(0, MAX_STEPS),
     "experience.ask_k": Range(1, 64),
     "rollout.top_k": Range(0, 1 << 20, note="0: off"),
     "actor.mini_batches": Range(1, 1024),
@@ -123,16 +95,6 @@ FIELD_RANGES: dict[str, Range] = {
     "eval.temperature": Range(0, 10, note="0: greedy; unset: as in training"),
 }
 """Allowed range of every numeric field, by dotted name (``--set`` spelling)."""
-
-LOSS_ARG_RANGES: dict[str, Range] = {
-    "clip_eps": Range(0, 10, lo_open=True),
-    "clip_eps_high": Range(0, 10, lo_open=True),
-    "dual_clip": Range(1, 1e6, lo_open=True),
-    "eps_low": Range(0, 1),
-    "eps_high": Range(0, 100),
-}
-"""Ranges of the built-in losses' settings (``ROLE.loss_args.NAME``); a plugin loss's settings
-are checked only for being finite numbers."""
 
 ENV_MAX_STEPS_RANGE = Range(1, 100_000)
 
@@ -163,27 +125,42 @@ def _check_type(key: str, value: Any, annotation: str) -> None:
                           + (" or null" if optional else "") + ".")
 
 
-FIXED_CHOICES: dict[str, tuple[tuple[str, ...], str]] = {
-    "extractor.extraction_style": (("short", "official"), "extraction prompt and parser style"),
-    "extractor.fence": (("always", "official"), "bank fencing"),
-    "extractor.merge_format": (("items", "ops"), "merge answer format"),
-    "extractor.distill": (("all", "with_experience"), "distillation set"),
-    "extractor.sample_policy": (("pool", "buffer"), "extractor sample policy"),
-    "extractor.update_mode": (("in_place", "replace"), "update mode"),
-    "experience.key": (("entry", "episode_start"), "retrieval key"),
-    "experience.ask_offer": (("with_experience", "all"), "Search-and-Ask offer"),
-    "experience.ask_style": (("short", "official"), "Search-and-Ask answer style"),
-    "experience.query": (("goal_observation", "family"), "retrieval query"),
-    "experience.usage_per": (("pick", "batch"), "retrieval usage update"),
-    "eval.modes": (("both", "with_experience"), "evaluation modes"),
-}
-"""Config fields whose value is one of a fixed set of names: ``key: (choices, what it is)``."""
+def literal_choices(annotation: Any) -> tuple[Any, ...] | None:
+    """The allowed values of a ``Literal[...]`` (or ``Literal[...] | None``) type; None for any
+    other type."""
+    if typing.get_origin(annotation) is Literal:
+        return typing.get_args(annotation)
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        for arg in typing.get_args(annotation):
+            choices = literal_choices(arg)
+            if choices is not None:
+                return choices
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def field_choices(section: Any, name: str) -> tuple[Any, ...] | None:
+    """The choices of field ``name`` of a config section (class or instance), read from its
+    ``Literal`` type; None when the field is not a fixed choice."""
+    cls = section if isinstance(section, type) else type(section)
+    return literal_choices(_hints(cls).get(name))
+
+
+def _did_you_mean(value: Any, names: list[str]) -> str:
+    close = difflib.get_close_matches(str(value), names, n=1, cutoff=0.6) or [
+        n for n in names if str(value) and n.startswith(str(value))][:1]
+    return f" Did you mean {close[0]!r}?" if close else ""
 
 
 def _check_name(key: str, value: str, known: Any, what: str) -> None:
     names = sorted(known)
     if value not in names:
-        raise ConfigError(f"{key}={value!r}: unknown {what}. Available: {', '.join(names)} "
+        raise ConfigError(f"{key}={value!r}: unknown {what}. Available: {', '.join(names)}."
+                          f"{_did_you_mean(value, names)} "
                           f"({_fix(key, names[0]) if names else 'none registered'}).")
 
 
@@ -289,6 +266,15 @@ def validate_config(cfg: "RunConfig", *, presets: Any) -> None:
             if str(f.type) in _SECTION_TYPES:
                 continue  # checked as a section
             key = prefix + f.name
+            choices = field_choices(obj, f.name)
+            if choices is not None:
+                if value not in choices:
+                    names = [str(c) for c in choices]
+                    raise ConfigError(
+                        f"{key}={value!r}: must be one of {', '.join(names)}."
+                        f"{_did_you_mean(value, names)} "
+                        f"(e.g. --set {key}={getattr(type(obj)(), f.name)}).")
+                continue
             _check_type(key, value, str(f.type))
             rng = FIELD_RANGES.get(key)
             if rng is not None and value is not None and value not in rng:
@@ -319,17 +305,24 @@ def validate_config(cfg: "RunConfig", *, presets: Any) -> None:
             raise ConfigError(f"rollout.env_kwargs[{family!r}] sets max_steps: use "
                               f"rollout.env_max_steps[{family!r}] for the action cap.")
     # 2. names, against the registries
-    from crl_bench.algorithms import ADVANTAGES, LOSSES
+    from crl_bench.algorithms import ADVANTAGES, LOSSES, loss_arg_ranges
     from crl_bench.llm.backend import BACKENDS
     from crl_bench.registry import AGENTS, RegistryError
 
-    if cfg.preset not in presets:
+    if cfg.preset is not None and cfg.preset not in presets:
         _check_name("preset", cfg.preset, presets, "preset")
     _check_name("agent", cfg.agent, AGENTS.names(), "agent (`crl-bench list agents`)")
     try:  # loading the agent imports a plugin, which may register advantages or losses it uses
-        AGENTS.get(cfg.agent)
+        agent = AGENTS.get(cfg.agent)
     except Exception as exc:  # noqa: BLE001 - a broken plugin is named, never hidden
         raise ConfigError(f"agent={cfg.agent!r} cannot be loaded: {exc}") from exc
+    if not isinstance(cfg.method, dict):
+        raise ConfigError(f"method={cfg.method!r}: must map the agent's option names to values.")
+    try:  # the agent checks its own options (names, types, values)
+        agent = agent.with_options(cfg.method) if hasattr(agent, "with_options") else agent
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    _check_split(cfg, bool(getattr(agent, "split_groups", False)))
     try:
         from crl_bench.mixes import resolve_tasks
 
@@ -341,7 +334,6 @@ def validate_config(cfg: "RunConfig", *, presets: Any) -> None:
     if cfg.model.extractor is not None:
         check_model_name("model.extractor", cfg.model.extractor)
     _check_name("model.backend", cfg.model.backend, BACKENDS, "generation backend")
-    _check_name("model.dtype", cfg.model.dtype, DTYPES, "dtype")
     if not _DEVICE_RE.match(cfg.model.device):
         raise ConfigError(f"model.device={cfg.model.device!r}: must be auto, cpu, mps, cuda or "
                           "cuda:N; e.g. --set model.device=cpu.")
@@ -360,23 +352,15 @@ def validate_config(cfg: "RunConfig", *, presets: Any) -> None:
                 continue
             if value is None and allowed[arg] is None:
                 continue
-            rng = LOSS_ARG_RANGES.get(arg, Range(-1e12, 1e12))
+            rng = loss_arg_ranges(opt.loss).get(arg, Range(-1e12, 1e12))
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value not in rng:
                 raise ConfigError(f"{key}={value!r}: must be {rng.describe(False)}; "
                                   f"{_fix(key, allowed[arg])}.")
-        _check_name(f"{role}.schedule", opt.schedule, SCHEDULES, "learning-rate schedule")
-        _check_name(f"{role}.agg", opt.agg, _aggregation_modes(), "token aggregation mode")
-    from crl_bench.llm.prompting import CONVERSATIONS, EXAMPLE_PICKS
-
-    _check_name("rollout.conversation", cfg.rollout.conversation, CONVERSATIONS, "conversation mode")
-    _check_name("rollout.example_pick", cfg.rollout.example_pick, EXAMPLE_PICKS,
-                "example-answer pick")
     _check_name("actor.advantage", cfg.actor.advantage, ADVANTAGES.names(), "advantage estimator")
-    _check_name("extractor.answer_template", cfg.extractor.answer_template, ANSWER_TEMPLATES,
-                "answer template")
-    for key, (choices, what) in FIXED_CHOICES.items():
-        section, field = key.split(".")
-        _check_name(key, getattr(getattr(cfg, section), field), choices, what)
+    if cfg.actor.sample_unit == "trajectory" and cfg.rollout.conversation != "full":
+        raise ConfigError("actor.sample_unit=trajectory trains the whole conversation as one "
+                          "sequence and needs rollout.conversation=full (--set "
+                          "rollout.conversation=full), or use actor.sample_unit=turn.")
     one_base = not cfg.model.extractor or cfg.model.extractor == cfg.model.actor
     if (cfg.model.lora_r == 0 and cfg.model.backend == "vllm" and one_base
             and cfg.agent not in ("grpo", "comp_rl_shared_params")):
@@ -400,7 +384,14 @@ def validate_config(cfg: "RunConfig", *, presets: Any) -> None:
     check_embedder_name("experience.embedder", cfg.experience.embedder)
 
 
-def _aggregation_modes() -> tuple[str, ...]:
-    from crl_bench.algorithms.losses import AGGREGATION_MODES
-
-    return tuple(AGGREGATION_MODES)
+def _check_split(cfg: "RunConfig", split: bool) -> None:
+    """``split``: the agent splits each group into with/without-experience halves (K even, >= 4)."""
+    k = cfg.rollout.group_size
+    if split and k % 2:
+        raise ConfigError(
+            f"rollout.group_size={k} is odd but the experience split is on: half of each group "
+            f"uses experience and half does not. Use an even K (e.g. --set "
+            f"rollout.group_size={k + 1}) or switch the split off.")
+    if split and k < 4:
+        raise ConfigError(f"rollout.group_size={k}: with the experience split on each half needs "
+                          ">= 2 rollouts for a non-zero advantage: use rollout.group_size >= 4.")
