@@ -206,7 +206,8 @@ def run_micro_batches(trainer: Any, backend: Any, role: str, chunks: list[list[A
         with torch.no_grad():
             for ids, attn, _, _, cmask in collated:
                 lp = backend.forward_token_logprobs(role, ids, attn, temperature=temperature,
-                                                    score_mask=cmask[:, 1:] > 0)
+                                                    score_mask=cmask[:, 1:] > 0,
+                                                    **trainer.scoring_kwargs())
                 recomputed.append(lp.float().detach() * cmask[:, 1:].to(lp.device))
     stats = getattr(backend, "train_stats", None)
     encoded_before = stats["model_tokens"] if stats else 0
@@ -214,7 +215,8 @@ def run_micro_batches(trainer: Any, backend: Any, role: str, chunks: list[list[A
         for ci, chunk in enumerate(runs):
             ids, attn, lp_old, adv, cmask = collated[ci]
             logprobs = backend.forward_token_logprobs(role, ids, attn, temperature=temperature,
-                                                      score_mask=cmask[:, 1:] > 0).float()
+                                                      score_mask=cmask[:, 1:] > 0,
+                                                      **trainer.scoring_kwargs()).float()
             dev = logprobs.device
             lp = logprobs * cmask[:, 1:].to(dev)
             old = recomputed[ci] if recomputed else lp_old[:, 1:].to(dev)

@@ -147,6 +147,11 @@ class OptimConfig:
     """Recompute each decoder layer's activations in the backward instead of keeping them from
     the forward (less memory for long trajectories, ~1/3 more compute); the gradient is the
     same."""
+    logprob_chunk_tokens: int = 0
+    """If > 0, the log-probs of the scored tokens are computed over chunks of this many tokens,
+    each chunk's vocabulary logits recomputed in the backward, so that the logits of a whole
+    micro-batch (16 B x vocab per scored token) never exist at once; same values and gradients.
+    0 = every scored token at once."""
 
     def loss_kwargs(self) -> dict[str, Any]:
         """The loss's keyword arguments: its registered defaults updated by ``loss_args``."""
