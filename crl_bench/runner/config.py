@@ -455,11 +455,11 @@ def _paper() -> RunConfig:
         # log-probs recomputed by the trainer (the official ROLL configs)
         actor=ActorConfig(lr=1e-6, loss="ppo_clip", loss_args={"clip_eps": 0.2}, micro_batch_size=8,
                           advantage="mean", sample_unit="trajectory", agg="seq-mean-token-mean",
-                          recompute_old_logprobs=True),
+                          recompute_old_logprobs=True, logprob_chunk_tokens=4096),
         extractor=ExtractorConfig(lr=1e-6, loss="cispo", loss_args={"eps_low": 0.1, "eps_high": 0.1},
                                   buffer_size=64, max_new_tokens=8192, micro_batch_size=4,
                                   agg="seq-mean-token-mean", recompute_old_logprobs=True,
-                                  max_trajectory_chars=0, keep_reasoning=True,
+                                  logprob_chunk_tokens=4096, max_trajectory_chars=0, keep_reasoning=True,
                                   distill="with_experience", sample_policy="buffer",
                                   train_malformed=False, update_mode="replace", train_merges=True,
                                   wait_before_rollout=True,
