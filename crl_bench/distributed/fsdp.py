@@ -93,6 +93,7 @@ class ShardedLearner:
         compute = pick_dtype(str(backend_spec.get("dtype", "auto")),
                              pick_device(str(backend_spec.get("device", "auto"))))
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
+        self.compute_dtype = compute  # the dtype generation engines get the weights in
         self.role, self.cfg = role, optim
         spec = dict(backend_spec, roles=(role,), lora=None, dtype="float32",
                     share_prompt_prefix=False)
@@ -149,11 +150,23 @@ class ShardedLearner:
     def full_weights(self) -> list[Any]:
         """Every trained weight gathered in full, fp32 on CPU, in ``RoleTrainer.params`` order
         (a collective: every rank calls it)."""
+        return self.gathered_weights(keep_on=None)
+
+    def gathered_weights(self, dtype: Any = None, keep_on: int | None = 0) -> list[Any] | None:
+        """Every trained weight gathered in full, one parameter at a time, on CPU (cast to
+        ``dtype``, e.g. the engines' bf16), in ``RoleTrainer.params`` order: a collective; rank
+        ``keep_on`` returns the list, the others None and drop each gathered weight at once
+        (``keep_on=None``: every rank keeps it). Peak on a rank that drops: one full parameter."""
+        import torch.distributed as dist
+
+        keep = keep_on is None or dist.get_rank() == keep_on
         out = []
         for p in self.trainer.params:
             full = p.full_tensor() if hasattr(p, "full_tensor") else p
-            out.append(full.detach().to("cpu").clone())
-        return out
+            if keep:
+                out.append(full.detach().to(device="cpu", dtype=dtype or full.dtype).clone())
+            del full
+        return out if keep else None
 
     def full_optimizer_state(self) -> dict[str, Any]:
         """AdamW's state gathered in full on CPU, keyed by parameter name (a collective)."""

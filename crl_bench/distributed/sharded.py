@@ -1,0 +1,168 @@
+"""The sharded learner on Ray: FSDP2 ranks as Ray actors, their weights straight to the
+generation engines.
+
+Full fine-tuning (``model.lora_r=0``) in a Ray run trains with :class:`ShardedRayLearner`: one
+Ray actor per rank (:class:`ShardedRankImpl`), placed and joined into one torch.distributed
+process group as the data-parallel learner's ranks are (a PACK placement group, gloo on CPU,
+NCCL on GPU), each holding a :class:`~crl_bench.distributed.fsdp.ShardedLearner`: 1/N of the
+fp32 weights, gradients and AdamW state, the loss and micro-batches of ``RoleTrainer.update``.
+Every rank gets the same samples (one object ref) and runs the same update (SPMD).
+
+Weights to the generation engines (:meth:`ShardedRayLearner.push_weights`): after an update the
+ranks gather the weights one parameter at a time (a collective; only rank 0 keeps them, in the
+compute dtype: bf16 on GPUs), rank 0 puts them in its object store once and has every engine
+load them from there under a new version number; the driver receives the object ref only (to
+refill an engine Ray restarted), never the weights. Engines refuse a generation that names
+another version (:class:`~crl_bench.llm.types.StaleWeights`). The driver's own copy of the
+model is refreshed only when something reads it (:meth:`ShardedRayLearner.weights`: before a
+checkpoint, or when the extractor shares the actor's model).
+
+On GPUs the same control flow carries the weights by NCCL instead of the object store: rank 0
+joins a process group with the engines' workers (vLLM's weight-transfer API,
+:class:`~crl_bench.distributed.generation.EngineWeightPusher`) and broadcasts each gathered
+bf16 parameter into them in place; that path is implemented for ``vllm`` engines and tested on
+CPU in one process with gloo (``crl_bench.llm.vllm_weight_sync``), not yet on GPUs.
+
+Checkpoints: :meth:`ShardedRayLearner.save` / :meth:`~ShardedRayLearner.load` write and read
+``torch.distributed.checkpoint`` folders, each rank its shards (no full copy anywhere).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Sequence
+
+from crl_bench.distributed import require_ray
+from crl_bench.distributed.learner import (join_group, rank_address, start_ranks,
+                                           stop_ranks)
+
+
+class ShardedRankImpl:
+    """One FSDP2 rank (plain class; :func:`~crl_bench.distributed.remote_class` makes the actor).
+
+    Args: as :class:`~crl_bench.distributed.learner.LearnerRankImpl`.
+    """
+
+    def __init__(self, rank: int, world_size: int, backend_spec: dict[str, Any], role: str,
+                 optim: Any, total_steps: int, seed: int = 0, threads: int = 1) -> None:
+        import torch
+
+        torch.set_num_threads(threads)
+        self.rank, self.world_size = rank, world_size
+        self.backend_spec = dict(backend_spec)
+        self.role, self.optim, self.total_steps, self.seed = role, optim, total_steps, seed
+        self.learner: Any = None
+
+    def address(self) -> tuple[str, int]:
+        return rank_address()
+
+    def setup(self, master: tuple[str, int]) -> int:
+        """Join the process group and build the sharded learner (every rank loads the model
+        from the spec, as the single process does, then keeps its shards)."""
+        from crl_bench.distributed.fsdp import ShardedLearner
+
+        join_group(self.backend_spec, self.rank, self.world_size, master)
+        self.learner = ShardedLearner(self.backend_spec, self.role, self.optim,
+                                      total_steps=self.total_steps, seed=self.seed)
+        return os.getpid()
+
+    def update(self, samples: Sequence[Any], **kwargs: Any) -> dict[str, float]:
+        return self.learner.update(samples, **kwargs)
+
+    def updates(self) -> int:
+        return self.learner.updates
+
+    def push_weights(self, engines: list[Any], role: str, version: int) -> list[Any] | None:
+        """Gather the weights (every rank), then rank 0 puts them in the object store once and
+        every engine loads them as ``version``. Rank 0 returns ``[ref]`` (a list, so that the
+        caller gets the ref, not the weights); the other ranks None."""
+        import ray
+
+        weights = self.learner.gathered_weights(dtype=self.learner.compute_dtype)
+        if weights is None:
+            return None
+        ref = ray.put(weights)
+        del weights
+        ray.get([e.load_weights.remote(role, ref, version) for e in engines])
+        return [ref]
+
+    def weights(self) -> list[Any] | None:
+        """The full fp32 weights on rank 0 (a collective; the others return None)."""
+        return self.learner.gathered_weights()
+
+    def save(self, path: str) -> None:
+        self.learner.save(path)
+
+    def load(self, path: str) -> None:
+        self.learner.load(path)
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def shutdown(self) -> None:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+class ShardedRayLearner:
+    """``n_ranks`` FSDP2 ranks for one role (full fine-tuning); the driver-side face.
+
+    Args: as :class:`~crl_bench.distributed.learner.DataParallelLearner` (``backend_spec``
+    without LoRA; ``optim.mini_batches`` 1).
+    """
+
+    def __init__(self, n_ranks: int, backend_spec: dict[str, Any], role: str, optim: Any, *,
+                 total_steps: int, seed: int = 0, bundle: dict[str, float] | None = None,
+                 strategy: str = "PACK", threads: int = 1) -> None:
+        from crl_bench.runner.config import ConfigError
+
+        if backend_spec.get("lora") is not None:
+            raise ConfigError("the sharded learner is for full fine-tuning (model.lora_r=0); "
+                              "LoRA trains with the replicated data-parallel learner")
+        if getattr(optim, "mini_batches", 1) != 1:
+            raise ConfigError(f"{role}.mini_batches={optim.mini_batches}: the sharded learner "
+                              f"takes one optimiser step per update; use --set "
+                              f"{role}.mini_batches=1 or run without Ray.")
+        self._ray = require_ray()
+        self.n_ranks, self.role, self.cfg = n_ranks, role, optim
+        self.ranks, self.placement_group, self.pids = start_ranks(
+            ShardedRankImpl, n_ranks, (backend_spec, role, optim, total_steps, seed, threads),
+            bundle=bundle, strategy=strategy)
+
+    def _all(self, method: str, *args: Any, **kwargs: Any) -> list[Any]:
+        """``method`` on every rank at once (the collectives need all of them)."""
+        return self._ray.get([getattr(r, method).remote(*args, **kwargs) for r in self.ranks])
+
+    def update(self, samples: Sequence[Any], *, loss: str, loss_kwargs: dict[str, Any],
+               agg: str = "token-mean", temperature: float = 1.0) -> dict[str, float]:
+        """One optimiser step on ``samples`` (one object ref, read by every rank); the metrics
+        of ``RoleTrainer.update`` (summed over the ranks, the same on each)."""
+        ref = self._ray.put(list(samples))
+        return self._all("update", ref, loss=loss, loss_kwargs=loss_kwargs, agg=agg,
+                         temperature=temperature)[0]
+
+    @property
+    def updates(self) -> int:
+        return int(self._ray.get(self.ranks[0].updates.remote()))
+
+    def push_weights(self, engines: list[Any], role: str, version: int) -> Any:
+        """The current weights into every engine as ``version`` (see the module docstring);
+        returns the object ref rank 0 put them under (the driver never fetches it)."""
+        return next(out for out in self._all("push_weights", list(engines), role, version)
+                    if out is not None)[0]
+
+    def weights(self) -> list[Any]:
+        """The full fp32 weights, pulled from rank 0 (checkpoints, a shared extractor)."""
+        return self._all("weights")[0]
+
+    def save(self, path: str) -> None:
+        """A sharded checkpoint into the folder ``path`` (each rank writes its shards)."""
+        self._all("save", str(path))
+
+    def load(self, path: str) -> None:
+        self._all("load", str(path))
+
+    def close(self) -> None:
+        stop_ranks(self.ranks, self.placement_group)
