@@ -121,3 +121,16 @@ def test_sharded_ray_learner_trains_pushes_and_resumes(cluster, tmp_path, monkey
         gen.close()
     for a, b in zip(again, whole):
         assert torch.equal(a, b)
+
+
+def test_lora_and_mini_batches_are_refused_before_ray_starts_anything():
+    """LoRA keeps the replicated learner; several optimiser steps per update are refused by
+    name — no cluster needed to see it."""
+    from crl_bench.distributed.sharded import ShardedRayLearner
+    from crl_bench.llm.types import LoraSpec
+    from crl_bench.runner.config import ConfigError, OptimConfig
+
+    with pytest.raises(ConfigError, match="full fine-tuning"):
+        ShardedRayLearner(2, dict(SPEC, lora=LoraSpec()), "actor", OptimConfig(), total_steps=1)
+    with pytest.raises(ConfigError, match=r"actor\.mini_batches=1"):
+        ShardedRayLearner(2, SPEC, "actor", OptimConfig(mini_batches=2), total_steps=1)

@@ -195,19 +195,32 @@ class RayRunContext(RunContext):
         if not force and now == self._pushed:
             return
         ray = require_ray()
+        # roles whose learner pushes its weights into the engines itself (full fine-tuning)
+        direct = getattr(self.actor_trainer, "pushed_roles", ())
         with self.lock:
             for role in self._engine_roles:
-                self.gen.push_weights(role, ray.put(role_weights(self.raw_backend, role)))
+                if role not in direct or force:
+                    self.gen.push_weights(role, ray.put(role_weights(self.raw_backend, role)))
         self._pushed = now
 
     def build_actor_trainer(self) -> None:
+        """The actor's learner ranks: FSDP2-sharded for full fine-tuning (they load the model
+        from its spec in fp32 and push their weights into the engines themselves), replicated
+        data parallelism for LoRA (the driver's adapters loaded into every rank)."""
         from crl_bench.distributed.learner import DataParallelLearner, role_weights
 
+        options = dict(total_steps=self.cfg.steps, seed=self.cfg.seed,
+                       bundle=self.ray_plan.rank_bundle(), threads=self._threads())
+        if self._actor_spec.get("lora") is None:
+            from crl_bench.distributed.sharded import ShardedRayLearner, ShardedRoleTrainer
+
+            self.learner = ShardedRayLearner(self.ray_plan.learner_ranks, self._actor_spec,
+                                             "actor", self.cfg.actor, **options)
+            self.actor_trainer = ShardedRoleTrainer(self, self.learner, "actor")
+            return
         super().build_actor_trainer()
         self.learner = DataParallelLearner(
-            self.ray_plan.learner_ranks, self._actor_spec, "actor", self.cfg.actor,
-            total_steps=self.cfg.steps, seed=self.cfg.seed, bundle=self.ray_plan.rank_bundle(),
-            threads=self._threads())
+            self.ray_plan.learner_ranks, self._actor_spec, "actor", self.cfg.actor, **options)
         self.learner.load_weights(role_weights(self.raw_backend, "actor"))
         self.actor_trainer = _LearnerTrainer(self, self.learner, self.actor_trainer)
 

@@ -54,6 +54,20 @@ def decoder_layers(model: Any) -> list[Any]:
     return list(layers)
 
 
+def check_sharded_config(backend_spec: dict[str, Any], role: str, optim: Any) -> None:
+    """Refuse, by name, what the sharded learner does not train: LoRA, several optimiser steps
+    per update."""
+    from crl_bench.runner.config import ConfigError
+
+    if backend_spec.get("lora") is not None:
+        raise ConfigError("the sharded learner is for full fine-tuning (lora_r=0); LoRA "
+                          "trains with the replicated data-parallel learner")
+    if getattr(optim, "mini_batches", 1) != 1:
+        raise ConfigError(f"{role}.mini_batches={optim.mini_batches}: the sharded learner "
+                          f"takes one optimiser step per update; use --set "
+                          f"{role}.mini_batches=1")
+
+
 class ShardedLearner:
     """One rank of an FSDP2 learner for one role (full fine-tuning).
 
@@ -77,16 +91,9 @@ class ShardedLearner:
 
         from crl_bench.llm.hf_backend import HFBackend
         from crl_bench.llm.models import pick_device, pick_dtype
-        from crl_bench.runner.config import ConfigError
         from crl_bench.runner.trainer import RoleTrainer, enable_checkpointing
 
-        if backend_spec.get("lora") is not None:
-            raise ConfigError("the sharded learner is for full fine-tuning (lora_r=0); LoRA "
-                              "trains with the replicated data-parallel learner")
-        if getattr(optim, "mini_batches", 1) != 1:
-            raise ConfigError(f"{role}.mini_batches={optim.mini_batches}: the sharded learner "
-                              f"takes one optimiser step per update; use --set "
-                              f"{role}.mini_batches=1")
+        check_sharded_config(backend_spec, role, optim)
         if not dist.is_initialized():
             raise RuntimeError("ShardedLearner needs an initialised torch.distributed process "
                                "group: launch with torchrun (gloo on CPU, nccl on GPU)")

@@ -116,15 +116,9 @@ class ShardedRayLearner:
     def __init__(self, n_ranks: int, backend_spec: dict[str, Any], role: str, optim: Any, *,
                  total_steps: int, seed: int = 0, bundle: dict[str, float] | None = None,
                  strategy: str = "PACK", threads: int = 1) -> None:
-        from crl_bench.runner.config import ConfigError
+        from crl_bench.distributed.fsdp import check_sharded_config
 
-        if backend_spec.get("lora") is not None:
-            raise ConfigError("the sharded learner is for full fine-tuning (model.lora_r=0); "
-                              "LoRA trains with the replicated data-parallel learner")
-        if getattr(optim, "mini_batches", 1) != 1:
-            raise ConfigError(f"{role}.mini_batches={optim.mini_batches}: the sharded learner "
-                              f"takes one optimiser step per update; use --set "
-                              f"{role}.mini_batches=1 or run without Ray.")
+        check_sharded_config(backend_spec, role, optim)  # before any actor starts
         self._ray = require_ray()
         self.n_ranks, self.role, self.cfg = n_ranks, role, optim
         self.ranks, self.placement_group, self.pids = start_ranks(
@@ -166,3 +160,84 @@ class ShardedRayLearner:
 
     def close(self) -> None:
         stop_ranks(self.ranks, self.placement_group)
+
+
+CHECKPOINTS = "learner_checkpoints"
+
+
+class ShardedRoleTrainer:
+    """Stands where ``ctx.actor_trainer`` (a RoleTrainer) stands in a Ray run with full
+    fine-tuning: ``update`` runs on the sharded ranks, rank 0 pushes the new weights into the
+    generation engines under the next version, and the driver's copy of the model is refreshed
+    only when it will be read (a checkpoint follows this step, or the extractor shares the
+    actor's model). Checkpoint state: a sharded checkpoint folder in the run directory.
+
+    Args:
+        ctx: the :class:`~crl_bench.distributed.context.RayRunContext` (its ``gen``,
+            ``raw_backend``, ``lock``, ``run``, ``cfg`` and ``step``).
+        learner: the :class:`ShardedRayLearner`.
+        role: the trained role.
+    """
+
+    def __init__(self, ctx: Any, learner: ShardedRayLearner, role: str = "actor") -> None:
+        self.ctx, self.learner = ctx, learner
+        self.adapter = role
+        self.cfg = learner.cfg
+        self.updates = 0
+        self.pushed_roles = (role,)  # the context does not push these through the driver
+        self.driver_updates = 0  # the driver's copy holds the weights after this many updates
+
+    def update(self, samples: Any, **kwargs: Any) -> dict[str, float]:
+        metrics = self.learner.update(samples, **kwargs)
+        if not metrics.get("skipped"):
+            self.updates += 1
+            self.push()
+            if self._driver_copy_read():
+                self.pull()
+        return metrics
+
+    def push(self) -> None:
+        """The ranks' weights into every engine under the next version (not via the driver)."""
+        gen = self.ctx.gen
+        version = gen.version(self.adapter) + 1
+        gen.weights_loaded(self.adapter, self.learner.push_weights(gen.engines, self.adapter,
+                                                                   version), version)
+
+    def pull(self) -> None:
+        """The ranks' weights into the driver's copy of the model."""
+        from crl_bench.distributed.learner import load_role_weights
+
+        weights = self.learner.weights()
+        with self.ctx.lock:
+            load_role_weights(self.ctx.raw_backend, self.adapter, weights)
+        self.driver_updates = self.updates
+
+    def _driver_copy_read(self) -> bool:
+        """The loop saves the driver's model at a checkpoint (every ``checkpoint_every`` steps and
+        at the last); the extractor reads it when both roles share one model."""
+        ctx = self.ctx
+        step, cfg = int(ctx.step), ctx.cfg
+        shared = bool(getattr(ctx.raw_backend, "shared_adapter", False))
+        return shared or step % max(1, cfg.checkpoint_every) == 0 or step >= cfg.steps
+
+    def state_dict(self) -> dict[str, Any]:
+        """The ranks write a sharded checkpoint of this update into the run directory (kept with
+        the one before it); the state names it."""
+        import shutil
+
+        root = self.ctx.run.path / CHECKPOINTS
+        folder = root / f"{self.adapter}_update_{self.updates:06d}"
+        if not folder.is_dir():
+            self.learner.save(str(folder))
+        for old in sorted(root.glob(f"{self.adapter}_update_*"))[:-2]:
+            shutil.rmtree(old, ignore_errors=True)
+        if self.driver_updates != self.updates:
+            self.pull()  # the next checkpoint's copy of the model is current
+        return {"sharded_checkpoint": str(folder.relative_to(self.ctx.run.path)),
+                "updates": self.updates}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.learner.load(str(self.ctx.run.path / state["sharded_checkpoint"]))
+        self.updates = int(state["updates"])
+        self.driver_updates = self.updates  # the loop loaded the checkpoint's copy first
+        self.push()
