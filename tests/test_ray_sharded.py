@@ -4,7 +4,7 @@ model, against ``RoleTrainer.update`` on one process:
 - 2 sharded ranks give the single process's parameters after 3 updates (fp32 tolerance, the
   bounds of tests/test_fsdp.py), and their metrics;
 - after each update rank 0 pushes the weights into the generation engine under a new version:
-  the engine's greedy tokens equal the single-process model's, a generation that names the
+  the engine's sampled tokens and their log-probs equal the single-process model's (seeded), a generation that names the
   previous version is refused (StaleWeights), and the driver process neither fetches nor puts
   a weight tensor (every ``ray.get`` / ``ray.put`` of the driver is inspected) while its own copy
   of the model stays as it was until it pulls the weights on purpose;
@@ -61,8 +61,10 @@ def test_sharded_ray_learner_trains_pushes_and_resumes(cluster, tmp_path, monkey
     driver = HFBackend(**SPEC)  # the driver's copy: must not follow the updates by itself
     prompts = [driver.chat_prompt_ids([{"role": "user", "content": f"Question {i}?"}])
                for i in range(3)]
-    greedy = SamplingParams(temperature=0.0, max_new_tokens=12, seed=0)
-    before = [g.completion_ids for g in driver.generate(prompts, greedy, "actor")]
+    # seeded sampling: the tokens and their log-probs follow the weights closely (the random
+    # model's greedy tokens are one repeated token, whatever the small updates do)
+    sampling = SamplingParams(temperature=1.0, max_new_tokens=12, seed=7)
+    before = driver.generate(prompts, sampling, "actor")
 
     gen = RemoteGenerationBackend.start(driver, "hf", SPEC, 1, options={"num_cpus": 1})
     learner = ShardedRayLearner(2, SPEC, "actor", cfg, total_steps=10, seed=0)
@@ -84,15 +86,20 @@ def test_sharded_ray_learner_trains_pushes_and_resumes(cluster, tmp_path, monkey
             gen.weights_loaded("actor", learner.push_weights(gen.engines, "actor", version),
                                version)
             assert gen.version("actor") == i + 2
-            got = gen.generate(prompts, greedy, "actor")
-            want = ref_backend.generate(prompts, greedy, "actor")
+            got = gen.generate(prompts, sampling, "actor")
+            want = ref_backend.generate(prompts, sampling, "actor")
             assert [g.completion_ids for g in got] == [w.completion_ids for w in want], i
+            for g, w in zip(got, want):
+                torch.testing.assert_close(torch.tensor(g.logprobs), torch.tensor(w.logprobs),
+                                           rtol=0, atol=1e-4)
             with pytest.raises(StaleWeights):  # a caller that expects the previous version
-                real_get(gen.engines[0].generate.remote(prompts, greedy, "actor", None,
+                real_get(gen.engines[0].generate.remote(prompts, sampling, "actor", None,
                                                         {"actor": version - 1}))
             if i == 1:
                 learner.save(str(ckpt))
-        assert [g.completion_ids for g in got] != before  # the updates changed the tokens
+        # the updates changed what the engine samples (or at least its log-probs)
+        assert [g.completion_ids for g in got] != [b.completion_ids for b in before] or max(
+            abs(x - y) for g, b in zip(got, before) for x, y in zip(g.logprobs, b.logprobs)) > 1e-2
         # the driver fetched and put samples, metrics and object refs: no weight tensor
         n_params = sum(t.numel() for t in start)
         assert fetched and put

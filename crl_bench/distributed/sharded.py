@@ -86,9 +86,9 @@ class ShardedRankImpl:
         ray.get([e.load_weights.remote(role, ref, version) for e in engines])
         return [ref]
 
-    def weights(self) -> list[Any] | None:
-        """The full fp32 weights on rank 0 (a collective; the others return None)."""
-        return self.learner.gathered_weights()
+    def weights(self, dtype: Any = None) -> list[Any] | None:
+        """The full weights (fp32, or ``dtype``) on rank 0 (a collective; the others: None)."""
+        return self.learner.gathered_weights(dtype=dtype)
 
     def save(self, path: str) -> None:
         self.learner.save(path)
@@ -147,9 +147,10 @@ class ShardedRayLearner:
         return next(out for out in self._all("push_weights", list(engines), role, version)
                     if out is not None)[0]
 
-    def weights(self) -> list[Any]:
-        """The full fp32 weights, pulled from rank 0 (checkpoints, a shared extractor)."""
-        return self._all("weights")[0]
+    def weights(self, dtype: Any = None) -> list[Any]:
+        """The full weights (fp32, or ``dtype``: the driver's bf16), pulled from rank 0
+        (checkpoints, a shared extractor)."""
+        return self._all("weights", dtype)[0]
 
     def save(self, path: str) -> None:
         """A sharded checkpoint into the folder ``path`` (each rank writes its shards)."""
@@ -207,7 +208,8 @@ class ShardedRoleTrainer:
         """The ranks' weights into the driver's copy of the model."""
         from crl_bench.distributed.learner import load_role_weights
 
-        weights = self.learner.weights()
+        params = self.ctx.raw_backend.trainable_parameters(self.adapter)
+        weights = self.learner.weights(params[0].dtype if params else None)  # the copy's dtype
         with self.ctx.lock:
             load_role_weights(self.ctx.raw_backend, self.adapter, weights)
         self.driver_updates = self.updates
