@@ -204,7 +204,8 @@ def learner_rank(shape: ModelShape, ranks: int, tokens: int, scored: int, *,
     variant holds 16 B per parameter or, for the single-process trainer, 18).
     ``logprob_chunk``: the trainer's ``logprob_chunk_tokens`` (log-probs over chunks of this many
     scored tokens, each chunk's logits recomputed in the backward): the logits line counts one
-    chunk instead of every scored token (0: every scored token at once).
+    chunk instead of every scored token, plus the two output-layer gradients autograd holds while
+    it sums the chunks' contributions (0: every scored token at once).
 
     Returns a dict of lines (bytes): ``weights``, ``grads``, ``masters``, ``optimizer``,
     ``fsdp_gather``, ``activations`` (at the chosen ``checkpointing``), ``activations_no_ckpt``,
@@ -232,6 +233,11 @@ def learner_rank(shape: ModelShape, ranks: int, tokens: int, scored: int, *,
     lines["activations"] = float(ckpt if checkpointing else no_ckpt)
     at_once = min(scored, logprob_chunk) if logprob_chunk > 0 else scored
     lines["logits"] = float(shape.logits_bytes_per_token() * at_once)
+    if logprob_chunk > 0 and scored > logprob_chunk:
+        # the output layer's weight gradient arrives once per chunk: autograd sums the chunks'
+        # contributions in a buffer while the next one is computed (2 x vocab x hidden; measured
+        # by benchmarks/plan_memory.py --precision chunks)
+        lines["logits"] += 2.0 * shape.vocab * shape.hidden * p.compute
     # AdamW's update direction (one fp32 tensor per parameter shard, foreach) while the step runs
     lines["step_temp"] = n * 4 / ranks
     states = sum(lines[k] for k in ("weights", "grads", "masters", "optimizer", "fsdp_gather"))
