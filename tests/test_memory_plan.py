@@ -247,3 +247,20 @@ def test_cli_prints_the_table_and_refuses(tmp_path):
     rc, out, err = run("--precision", "bf16-masters")
     assert "bf16 weights (2 B/param)" in out and "bf16 grads (2 B/param)" in out
     assert main(["plan", "--gpus", "7"]) == 2  # one error line naming the fix
+
+
+def test_chunked_logprobs_bound_the_logits_and_let_32k_trajectories_fit_on_80gb():
+    """``logprob_chunk_tokens``: the logits line is one chunk's (16 B x vocab x chunk) and the
+    output layer's gradient summed over chunks, not every scored token's logits; the paper's 32k-token trajectories, one per micro-batch, then fit 16 x 80 GB,
+    and without chunks the plan names the chunk size as the fix."""
+    t = 8 * 32768
+    # one chunk's logits + the output layer's gradient twice (bf16) while the chunks' sum
+    assert learner_rank(QWEN25_7B, 4, t, t, logprob_chunk=4096)["logits"] == (
+        16 * 152064 * 4096 + 2 * 152064 * 3584 * 2)
+    assert learner_rank(QWEN25_7B, 4, t, 100, logprob_chunk=4096)["logits"] == 16 * 152064 * 100
+    one_seq = {"actor.micro_batch_tokens": 32768, "extractor.micro_batch_tokens": 40960}
+    assert PRESETS["paper"]().actor.logprob_chunk_tokens == 4096
+    assert build_plan(_paper(**one_seq), 16, 80).fits
+    unchunked = build_plan(_paper(**one_seq, **{"actor.logprob_chunk_tokens": 0}), 16, 80)
+    assert not unchunked.fits
+    assert "--set actor.logprob_chunk_tokens=4096" in refusal(unchunked)

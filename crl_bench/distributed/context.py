@@ -126,9 +126,11 @@ class RayModels(Models):
         self.backend = LockedBackend(self.gen, self.lock)
         self.ext_backend = local_ext
 
-    def sync_engines(self, versions: tuple[int, ...], force: bool = False) -> None:
+    def sync_engines(self, versions: tuple[int, ...], force: bool = False,
+                     direct: tuple[str, ...] = ()) -> None:
         """Push the driver's trainable weights to the engines when ``versions`` (the roles'
-        update counts) changed since the last push."""
+        update counts) changed since the last push; ``direct``: roles whose learner pushes its
+        weights into the engines itself (full fine-tuning), skipped unless ``force``."""
         from crl_bench.distributed.learner import role_weights
 
         if self.gen is None or (not force and versions == self._pushed):
@@ -136,7 +138,8 @@ class RayModels(Models):
         ray = require_ray()
         with self.lock:
             for role in self._engine_roles:
-                self.gen.push_weights(role, ray.put(role_weights(self.raw_backend, role)))
+                if role not in direct or force:
+                    self.gen.push_weights(role, ray.put(role_weights(self.raw_backend, role)))
         self._pushed = versions
 
     def close(self) -> None:
@@ -192,16 +195,34 @@ class RayActorSide(ActorSide):
         self.learner: Any = None
 
     def build_trainer(self) -> None:
+        """The actor's learner ranks: FSDP2-sharded for full fine-tuning (they load the model
+        from its spec in fp32 and push their weights into the engines themselves,
+        :mod:`crl_bench.distributed.sharded`), replicated data parallelism for LoRA (the
+        driver's adapters loaded into every rank)."""
         from crl_bench.distributed.learner import DataParallelLearner, role_weights
 
-        super().build_trainer()
         cfg, plan = self.info.cfg, self.cluster.plan
-        self.learner = DataParallelLearner(
-            plan.learner_ranks, self.models.actor_spec, "actor", cfg.actor,
-            total_steps=cfg.steps, seed=cfg.seed, bundle=plan.rank_bundle(),
-            threads=self.cluster.threads)
+        options = dict(total_steps=cfg.steps, seed=cfg.seed, bundle=plan.rank_bundle(),
+                       threads=self.cluster.threads)
+        if self.models.actor_spec.get("lora") is None:
+            from crl_bench.distributed.sharded import ShardedRayLearner, ShardedRoleTrainer
+
+            self.learner = ShardedRayLearner(plan.learner_ranks, self.models.actor_spec, "actor",
+                                             cfg.actor, **options)
+            self.trainer = ShardedRoleTrainer(self.models, self.info, self.learner, "actor")
+            return
+        super().build_trainer()
+        self.learner = DataParallelLearner(plan.learner_ranks, self.models.actor_spec, "actor",
+                                           cfg.actor, **options)
         self.learner.load_weights(role_weights(self.models.raw_backend, "actor"))
         self.trainer = _LearnerTrainer(self.models, self.learner, self.trainer)
+
+    def before_checkpoint(self) -> None:
+        """A sharded learner's weights into the driver's model, whose adapters the checkpoint
+        saves (the only time the driver needs them)."""
+        sync = getattr(self.trainer, "sync_driver", None)
+        if sync is not None:
+            sync()
 
     def close(self) -> None:
         if self.learner is not None:
@@ -340,7 +361,7 @@ class RayPlayer(Player):
         self.experience.pull_extractor()
         versions = tuple(t.updates if t is not None else -1
                          for t in (self.actor.trainer, self.experience.trainer))
-        self.models.sync_engines(versions)
+        self.models.sync_engines(versions, direct=getattr(self.actor.trainer, "pushed_roles", ()))
         if self.pool is not None:
             self.pool.revive(timeout_s=0.5)
         return super().play(phase, step, plan, sampling_seed=sampling_seed)

@@ -54,6 +54,20 @@ def decoder_layers(model: Any) -> list[Any]:
     return list(layers)
 
 
+def check_sharded_config(backend_spec: dict[str, Any], role: str, optim: Any) -> None:
+    """Refuse, by name, what the sharded learner does not train: LoRA, several optimiser steps
+    per update."""
+    from crl_bench.runner.config import ConfigError
+
+    if backend_spec.get("lora") is not None:
+        raise ConfigError("the sharded learner is for full fine-tuning (lora_r=0); LoRA "
+                          "trains with the replicated data-parallel learner")
+    if getattr(optim, "mini_batches", 1) != 1:
+        raise ConfigError(f"{role}.mini_batches={optim.mini_batches}: the sharded learner "
+                          f"takes one optimiser step per update; use --set "
+                          f"{role}.mini_batches=1")
+
+
 class ShardedLearner:
     """One rank of an FSDP2 learner for one role (full fine-tuning).
 
@@ -77,22 +91,16 @@ class ShardedLearner:
 
         from crl_bench.llm.hf_backend import HFBackend
         from crl_bench.llm.models import pick_device, pick_dtype
-        from crl_bench.runner.config import ConfigError
         from crl_bench.runner.trainer import RoleTrainer, enable_checkpointing
 
-        if backend_spec.get("lora") is not None:
-            raise ConfigError("the sharded learner is for full fine-tuning (lora_r=0); LoRA "
-                              "trains with the replicated data-parallel learner")
-        if getattr(optim, "mini_batches", 1) != 1:
-            raise ConfigError(f"{role}.mini_batches={optim.mini_batches}: the sharded learner "
-                              f"takes one optimiser step per update; use --set "
-                              f"{role}.mini_batches=1")
+        check_sharded_config(backend_spec, role, optim)
         if not dist.is_initialized():
             raise RuntimeError("ShardedLearner needs an initialised torch.distributed process "
                                "group: launch with torchrun (gloo on CPU, nccl on GPU)")
         compute = pick_dtype(str(backend_spec.get("dtype", "auto")),
                              pick_device(str(backend_spec.get("device", "auto"))))
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
+        self.compute_dtype = compute  # the dtype generation engines get the weights in
         self.role, self.cfg = role, optim
         spec = dict(backend_spec, roles=(role,), lora=None, dtype="float32",
                     share_prompt_prefix=False)
@@ -149,11 +157,23 @@ class ShardedLearner:
     def full_weights(self) -> list[Any]:
         """Every trained weight gathered in full, fp32 on CPU, in ``RoleTrainer.params`` order
         (a collective: every rank calls it)."""
+        return self.gathered_weights(keep_on=None)
+
+    def gathered_weights(self, dtype: Any = None, keep_on: int | None = 0) -> list[Any] | None:
+        """Every trained weight gathered in full, one parameter at a time, on CPU (cast to
+        ``dtype``, e.g. the engines' bf16), in ``RoleTrainer.params`` order: a collective; rank
+        ``keep_on`` returns the list, the others None and drop each gathered weight at once
+        (``keep_on=None``: every rank keeps it). Peak on a rank that drops: one full parameter."""
+        import torch.distributed as dist
+
+        keep = keep_on is None or dist.get_rank() == keep_on
         out = []
         for p in self.trainer.params:
             full = p.full_tensor() if hasattr(p, "full_tensor") else p
-            out.append(full.detach().to("cpu").clone())
-        return out
+            if keep:
+                out.append(full.detach().to(device="cpu", dtype=dtype or full.dtype).clone())
+            del full
+        return out if keep else None
 
     def full_optimizer_state(self) -> dict[str, Any]:
         """AdamW's state gathered in full on CPU, keyed by parameter name (a collective)."""

@@ -274,6 +274,17 @@ class RemoteGenerationBackend:
         self._weights.pop(role, None)
         self._versions[role] = int(version)
 
+    def version(self, role: str) -> int:
+        """The weight version of ``role`` generations ask for (0: never pushed)."""
+        return self._versions.get(role, 0)
+
+    def weights_loaded(self, role: str, ref: Any, version: int) -> None:
+        """Every engine loaded ``role``'s weights as ``version`` from ``ref``, an object ref
+        another process put (learner rank 0): generations now ask for that version, and an
+        engine Ray restarts is refilled from the same ref (the driver never fetches it)."""
+        self._weights[role] = ref
+        self._versions[role] = int(version)
+
     def push_weights(self, role: str, weights: Any) -> None:
         """Load ``weights`` (a list of tensors or an object ref of one) into every engine."""
         ref = weights if isinstance(weights, self._ray.ObjectRef) else self._ray.put(list(weights))

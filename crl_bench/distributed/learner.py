@@ -55,6 +55,64 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def join_group(backend_spec: dict[str, Any], rank: int, world_size: int,
+               master: tuple[str, int]) -> None:
+    """Join the learner's torch.distributed process group: NCCL when the spec's device is a GPU
+    (Ray sets CUDA_VISIBLE_DEVICES to the bundle's GPU: it is cuda:0 in the rank), gloo
+    otherwise; rank 0's address is ``master``."""
+    import torch
+    import torch.distributed as dist
+
+    device = str(backend_spec.get("device", "cpu"))
+    if device.startswith("cuda"):
+        torch.cuda.set_device(0)
+    dist.init_process_group("nccl" if device.startswith("cuda") else "gloo",
+                            init_method=f"tcp://{master[0]}:{master[1]}", rank=rank,
+                            world_size=world_size)
+
+
+def rank_address() -> tuple[str, int]:
+    """This node's address and a free port (rank 0's, for :func:`join_group`)."""
+    import ray
+
+    return ray.util.get_node_ip_address(), _free_port()
+
+
+def start_ranks(impl: type, n_ranks: int, args: tuple, *, bundle: dict[str, float] | None,
+                strategy: str) -> tuple[list[Any], Any, list[int]]:
+    """(rank actors, placement group, pids): ``n_ranks`` actors of ``impl`` (constructed with
+    ``(rank, n_ranks, *args)``), one bundle each of a placement group with ``strategy``, joined
+    into one process group (``impl.address`` on rank 0, then ``impl.setup(master)`` on all)."""
+    ray = require_ray()
+    from ray.util.placement_group import placement_group
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    bundle = dict(bundle or {"CPU": 1})
+    group = placement_group([bundle] * n_ranks, strategy=strategy)
+    ray.get(group.ready())
+    cls = remote_class(impl)
+    ranks = [cls.options(num_cpus=bundle.get("CPU", 1), num_gpus=bundle.get("GPU", 0),
+                         scheduling_strategy=PlacementGroupSchedulingStrategy(
+                             group, placement_group_bundle_index=r)).remote(r, n_ranks, *args)
+             for r in range(n_ranks)]
+    master = ray.get(ranks[0].address.remote())
+    return ranks, group, ray.get([r.setup.remote(master) for r in ranks])
+
+
+def stop_ranks(ranks: list[Any], group: Any) -> None:
+    """Leave the process group (best effort), kill the rank actors, free their bundles."""
+    ray = require_ray()
+    from ray.util.placement_group import remove_placement_group
+
+    try:
+        ray.get([r.shutdown.remote() for r in ranks], timeout=30)
+    except Exception:
+        pass
+    for r in ranks:
+        ray.kill(r)
+    remove_placement_group(group)
+
+
 class LearnerRankImpl:
     """One rank (plain class; :func:`learner_rank_class` makes it a Ray actor).
 
@@ -90,9 +148,7 @@ class LearnerRankImpl:
         return self.last_grads
 
     def address(self) -> tuple[str, int]:
-        import ray
-
-        return ray.util.get_node_ip_address(), _free_port()
+        return rank_address()
 
     def setup(self, master: tuple[str, int]) -> int:
         """Join the process group, build the model and trainer, broadcast rank 0's weights."""
@@ -102,13 +158,7 @@ class LearnerRankImpl:
         from crl_bench.llm.hf_backend import HFBackend
         from crl_bench.runner.trainer import RoleTrainer
 
-        device = str(self.backend_spec.get("device", "cpu"))
-        backend_name = "nccl" if device.startswith("cuda") else "gloo"
-        if device.startswith("cuda"):
-            # Ray sets CUDA_VISIBLE_DEVICES to the bundle's GPU: it is cuda:0 here
-            torch.cuda.set_device(0)
-        dist.init_process_group(backend_name, init_method=f"tcp://{master[0]}:{master[1]}",
-                                rank=self.rank, world_size=self.world_size)
+        join_group(self.backend_spec, self.rank, self.world_size, master)
         self.backend = HFBackend(**self.backend_spec)
         self.trainer = RoleTrainer(self.backend, self.role, self.optim,
                                    total_steps=self.total_steps, seed=self.seed)
@@ -206,7 +256,8 @@ def run_micro_batches(trainer: Any, backend: Any, role: str, chunks: list[list[A
         with torch.no_grad():
             for ids, attn, _, _, cmask in collated:
                 lp = backend.forward_token_logprobs(role, ids, attn, temperature=temperature,
-                                                    score_mask=cmask[:, 1:] > 0)
+                                                    score_mask=cmask[:, 1:] > 0,
+                                                    **trainer.scoring_kwargs())
                 recomputed.append(lp.float().detach() * cmask[:, 1:].to(lp.device))
     stats = getattr(backend, "train_stats", None)
     encoded_before = stats["model_tokens"] if stats else 0
@@ -214,7 +265,8 @@ def run_micro_batches(trainer: Any, backend: Any, role: str, chunks: list[list[A
         for ci, chunk in enumerate(runs):
             ids, attn, lp_old, adv, cmask = collated[ci]
             logprobs = backend.forward_token_logprobs(role, ids, attn, temperature=temperature,
-                                                      score_mask=cmask[:, 1:] > 0).float()
+                                                      score_mask=cmask[:, 1:] > 0,
+                                                      **trainer.scoring_kwargs()).float()
             dev = logprobs.device
             lp = logprobs * cmask[:, 1:].to(dev)
             old = recomputed[ci] if recomputed else lp_old[:, 1:].to(dev)
@@ -319,29 +371,16 @@ class DataParallelLearner:
             raise ConfigError(f"{role}.mini_batches={optim.mini_batches}: the Ray data-parallel "
                               f"learner takes one optimiser step per update; use --set "
                               f"{role}.mini_batches=1 or run without Ray.")
-        ray = require_ray()
-        from ray.util.placement_group import placement_group
-        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-
-        self._ray = ray
+        self._ray = require_ray()
         self.n_ranks = n_ranks
         self.role = role
         self.cfg = optim
         self._rng = random.Random(seed)  # the same draws as RoleTrainer's max_samples_per_update
         # the same micro-batch order as RoleTrainer's (HFBackend shares prompt prefixes by default)
         self._by_prompt = bool(backend_spec.get("share_prompt_prefix", True))
-        bundle = dict(bundle or {"CPU": 1})
-        self.placement_group = placement_group([bundle] * n_ranks, strategy=strategy)
-        ray.get(self.placement_group.ready())
-        cls = learner_rank_class()
-        self.ranks = [
-            cls.options(num_cpus=bundle.get("CPU", 1), num_gpus=bundle.get("GPU", 0),
-                        scheduling_strategy=PlacementGroupSchedulingStrategy(
-                            self.placement_group, placement_group_bundle_index=r))
-            .remote(r, n_ranks, backend_spec, role, optim, total_steps, seed, threads)
-            for r in range(n_ranks)]
-        master = ray.get(self.ranks[0].address.remote())
-        self.pids = ray.get([r.setup.remote(master) for r in self.ranks])
+        self.ranks, self.placement_group, self.pids = start_ranks(
+            LearnerRankImpl, n_ranks, (backend_spec, role, optim, total_steps, seed, threads),
+            bundle=bundle, strategy=strategy)
 
     def plan_chunks(self, samples: Sequence[Any]) -> tuple[list[list[list[Any]]], dict[str, float],
                                                             dict[str, float]]:
@@ -385,12 +424,4 @@ class DataParallelLearner:
         self._rng.setstate(state["rng"])
 
     def close(self) -> None:
-        from ray.util.placement_group import remove_placement_group
-
-        try:
-            self._ray.get([r.shutdown.remote() for r in self.ranks], timeout=30)
-        except Exception:
-            pass
-        for r in self.ranks:
-            self._ray.kill(r)
-        remove_placement_group(self.placement_group)
+        stop_ranks(self.ranks, self.placement_group)

@@ -195,13 +195,17 @@ def micro_batch_tokens(micro_batch_size: int, token_budget: int, max_seq: int) -
 
 def learner_rank(shape: ModelShape, ranks: int, tokens: int, scored: int, *,
                  precision: Precision = FSDP2_MIXED, checkpointing: bool = True,
-                 gathered_layers: int = 2) -> dict[str, float]:
+                 gathered_layers: int = 2, logprob_chunk: int = 0) -> dict[str, float]:
     """Bytes on one learner rank (FSDP over ``ranks``; ``ranks == 1`` is one process, nothing
     gathered) for a micro-batch of ``tokens`` padded tokens of which ``scored`` go through the
     vocabulary projection.
 
     ``precision`` gives the bytes per parameter of each state (:data:`PRECISIONS`; every mixed
     variant holds 16 B per parameter or, for the single-process trainer, 18).
+    ``logprob_chunk``: the trainer's ``logprob_chunk_tokens`` (log-probs over chunks of this many
+    scored tokens, each chunk's logits recomputed in the backward): the logits line counts one
+    chunk instead of every scored token, plus the two output-layer gradients autograd holds while
+    it sums the chunks' contributions (0: every scored token at once).
 
     Returns a dict of lines (bytes): ``weights``, ``grads``, ``masters``, ``optimizer``,
     ``fsdp_gather``, ``activations`` (at the chosen ``checkpointing``), ``activations_no_ckpt``,
@@ -227,7 +231,13 @@ def learner_rank(shape: ModelShape, ranks: int, tokens: int, scored: int, *,
     lines["activations_no_ckpt"] = float(no_ckpt)
     lines["activations_ckpt"] = float(ckpt)
     lines["activations"] = float(ckpt if checkpointing else no_ckpt)
-    lines["logits"] = float(shape.logits_bytes_per_token() * scored)
+    at_once = min(scored, logprob_chunk) if logprob_chunk > 0 else scored
+    lines["logits"] = float(shape.logits_bytes_per_token() * at_once)
+    if logprob_chunk > 0 and scored > logprob_chunk:
+        # the output layer's weight gradient arrives once per chunk: autograd sums the chunks'
+        # contributions in a buffer while the next one is computed (2 x vocab x hidden; measured
+        # by benchmarks/plan_memory.py --precision chunks)
+        lines["logits"] += 2.0 * shape.vocab * shape.hidden * p.compute
     # AdamW's update direction (one fp32 tensor per parameter shard, foreach) while the step runs
     lines["step_temp"] = n * 4 / ranks
     states = sum(lines[k] for k in ("weights", "grads", "masters", "optimizer", "fsdp_gather"))
@@ -297,6 +307,7 @@ class RoleSpec:
     samples_per_update: int
     prefix: str  # the config section ("actor" / "extractor")
     precision: Precision = FSDP2_MIXED
+    logprob_chunk: int = 0  # the section's logprob_chunk_tokens
 
 
 def split_gpus(gpus: int) -> dict[str, int]:
@@ -327,10 +338,10 @@ def role_specs(cfg: Any, split: dict[str, int]) -> list[RoleSpec]:
     return [
         RoleSpec("actor", actor, split["actor_engines"], 1, split["actor_ranks"],
                  a.micro_batch_size, a.micro_batch_tokens, episode, actor_scored, 0.85, episodes,
-                 "actor"),
+                 "actor", logprob_chunk=a.logprob_chunk_tokens),
         RoleSpec("extractor", extractor, split["extractor_engines"], 1, split["extractor_ranks"],
                  e.micro_batch_size, e.micro_batch_tokens, ext_seq, e.max_new_tokens, 0.7,
-                 e.buffer_size, "extractor"),
+                 e.buffer_size, "extractor", logprob_chunk=e.logprob_chunk_tokens),
     ]
 
 
@@ -340,7 +351,8 @@ def _learner_lines(spec: RoleSpec, ranks: int, checkpointing: bool, budget: int,
     seqs = max(1, tokens // max_seq)
     scored = min(tokens, seqs * min(spec.scored_per_seq, max_seq))
     return learner_rank(spec.shape, ranks, tokens, scored, checkpointing=checkpointing,
-                        precision=spec.precision) | {"tokens": float(tokens),
+                        precision=spec.precision, logprob_chunk=spec.logprob_chunk) | {
+                            "tokens": float(tokens),
                                                          "scored": float(scored)}
 
 
@@ -351,6 +363,11 @@ def _learner_fixes(spec: RoleSpec, gpu_bytes: float, checkpointing: bool) -> lis
         return _learner_lines(spec, ranks, ckpt, budget, seq)["total"] <= gpu_bytes
 
     fixes: list[str] = []
+    if not spec.logprob_chunk and _learner_lines(
+            dataclasses.replace(spec, logprob_chunk=4096), spec.ranks, checkpointing,
+            spec.token_budget, spec.max_seq)["total"] <= gpu_bytes:
+        fixes.append(f"log-probs over chunks of 4096 tokens (--set "
+                     f"{spec.prefix}.logprob_chunk_tokens=4096)")
     if not checkpointing and fits(ckpt=True):
         fixes.append("activation checkpointing per decoder layer (--checkpointing on)")
     for ranks in range(spec.ranks + 1, 8 * spec.ranks + 1):
@@ -390,10 +407,10 @@ def _learner_fixes(spec: RoleSpec, gpu_bytes: float, checkpointing: bool) -> lis
             fixes.append("no combination of checkpointing, a token budget, up to 8x the ranks and "
                          "sequences down to 2048 tokens fits: use GPUs with more memory")
         lines = _learner_lines(spec, spec.ranks, True, base["budget"], spec.max_seq)
-        if lines["logits"] > 0.25 * gpu_bytes:
+        if lines["logits"] > 0.25 * gpu_bytes and not spec.logprob_chunk:
             fixes.append(f"(the logits of {int(lines['scored'])} scored tokens alone take "
-                         f"{lines['logits'] / GB:.0f} GB per rank: log-probs computed over chunks "
-                         "of the sequence would bound them; the trainer does not do that yet)")
+                         f"{lines['logits'] / GB:.0f} GB per rank: log-probs over chunks of "
+                         f"the sequence bound them, --set {spec.prefix}.logprob_chunk_tokens=4096)")
     return fixes
 
 
@@ -441,9 +458,13 @@ def build_plan(cfg: Any, gpus: int, gpu_memory_gb: float, *, checkpointing: bool
             fixes=[] if ok else _learner_fixes(spec, gpu_bytes, checkpointing),
             notes=[f"micro-batch: {int(lr['tokens'])} tokens ({spec.micro_batch_size} x "
                    f"{spec.max_seq}, budget {spec.token_budget or 'none'}), "
-                   f"{int(lr['scored'])} scored"]))
+                   f"{int(lr['scored'])} scored"
+                   + (f", log-probs in chunks of {spec.logprob_chunk}" if spec.logprob_chunk
+                      else ", log-probs of every scored token at once")]))
         tokens = spec.samples_per_update * spec.max_seq
         flops = (8 if checkpointing else 6) * spec.shape.params() * tokens
+        if spec.logprob_chunk:  # each chunk's vocabulary projection again in the backward
+            flops += 2 * spec.shape.vocab * spec.shape.hidden * tokens
         times[spec.role] = {"tokens": float(tokens), "flops": float(flops),
                             "seconds": flops / (spec.ranks * peak_tflops * 1e12 * mfu),
                             "mfu": mfu, "peak_tflops": peak_tflops}

@@ -454,7 +454,7 @@ class HFBackend:
     # -- scoring ---------------------------------------------------------------------------------
     def forward_token_logprobs(self, adapter: str | None, input_ids: Any, attention_mask: Any, *,
                                temperature: float = 1.0, return_entropy: bool = False,
-                               score_mask: Any = None) -> Any:
+                               score_mask: Any = None, chunk_tokens: int = 0) -> Any:
         """Differentiable per-token log-probs of a padded batch.
 
         Args:
@@ -468,6 +468,10 @@ class HFBackend:
                 completion tokens when training). Only those go through the vocabulary
                 projection: a [B, T, vocab] float32 logits tensor is 629 MB for 8 x 400 tokens of
                 SmolLM2, and training needs the completion positions only. Other positions are 0.
+            chunk_tokens: if > 0, the scored positions' log-probs are computed this many at a
+                time, each chunk's logits recomputed in the backward
+                (:mod:`crl_bench.llm.chunked_logprobs`): the logits of all scored tokens never
+                exist at once. Same values and gradients.
 
         Returns:
             logprobs [B, T-1] float32 with ``logprobs[:, t] = log p(input_ids[:, t+1] |
@@ -484,6 +488,8 @@ class HFBackend:
         input_ids = input_ids.to(self.device)
         attention_mask = attention_mask.to(self.device)
         valid = attention_mask[:, 1:].bool()
+        if chunk_tokens > 0 and score_mask is None:
+            score_mask = valid  # the chunked head takes the scored positions' hidden states
         if score_mask is not None:
             score_mask = score_mask.to(self.device).bool()
             if score_mask.shape != valid.shape:
@@ -497,39 +503,38 @@ class HFBackend:
             extra = {}
         shared = self._scored_prefix_length(input_ids, attention_mask, valid) if extra else 0
         positions = position_ids_from_mask(attention_mask)
+        head = contextlib.nullcontext()
         with self.lock, self._activated(key, name) as model:
-            if shared:
-                # Rows that start with the same tokens (a GRPO group's prompt) encode that prefix
-                # once: its KV, with its graph, is repeated for every row, and only the rows' own
-                # tokens run as a batch. The gradient through the prefix is the rows' sum, as it
-                # is when every row encodes it: same log-probs, same gradients, fewer tokens.
-                cache = self._new_cache(model)
-                prefix = input_ids[:1, :shared]
-                model(input_ids=prefix, attention_mask=torch.ones_like(prefix),
-                      position_ids=positions[:1, :shared], use_cache=True, logits_to_keep=1,
-                      **{self._cache_kwarg: cache})
-                cache.batch_repeat_interleave(input_ids.shape[0])
-                out = model(input_ids=input_ids[:, shared:], attention_mask=attention_mask,
-                            position_ids=positions[:, shared:], use_cache=True,
-                            logits_to_keep=extra["logits_to_keep"][:, shared:],
-                            **{self._cache_kwarg: cache})
-            else:
-                out = model(input_ids=input_ids, attention_mask=attention_mask,
-                            position_ids=positions, use_cache=False, **extra)
+            if chunk_tokens > 0:
+                from crl_bench.llm.chunked_logprobs import chunked_head
+
+                head = chunked_head(model, input_ids[:, 1:][valid], temperature=temperature,
+                                    chunk_tokens=chunk_tokens, entropy=return_entropy)
+            with head:
+                out = self._scoring_forward(model, input_ids, attention_mask, positions, extra,
+                                            shared)
             saved = shared * (input_ids.shape[0] - 1)
             self.train_stats["model_tokens"] += int(attention_mask.sum()) - saved
             self.train_stats["shared_tokens"] += saved
         targets = input_ids[:, 1:]
-        if score_mask is not None:
+        if chunk_tokens > 0:  # out.logits: [N, 1] log-probs (+ entropy) of the scored tokens
+            if out.logits.dim() != 2:
+                raise RuntimeError("the chunked output layer did not get the scored positions' "
+                                   f"hidden states: logits {tuple(out.logits.shape)}")
+            picked = out.logits[:, 0]
+            entropy = out.logits[:, 1] if return_entropy else None
+        elif score_mask is not None:
             logits = out.logits.float()  # [N, vocab]: the kept positions only
             targets = targets[valid]
         else:
             logits = out.logits[:, :-1, :].float()
-        if temperature != 1.0:
-            logits = logits / temperature
-        normaliser = torch.logsumexp(logits, dim=-1)
-        picked = logits.gather(-1, targets[..., None]).squeeze(-1) - normaliser
-        entropy = (normaliser - (logits.softmax(dim=-1) * logits).sum(dim=-1)) if return_entropy else None
+        if chunk_tokens <= 0:
+            if temperature != 1.0:
+                logits = logits / temperature
+            normaliser = torch.logsumexp(logits, dim=-1)
+            picked = logits.gather(-1, targets[..., None]).squeeze(-1) - normaliser
+            entropy = ((normaliser - (logits.softmax(dim=-1) * logits).sum(dim=-1))
+                       if return_entropy else None)
         if score_mask is not None:
             token_logprobs = picked.new_zeros(valid.shape).masked_scatter(valid, picked)
             if entropy is not None:
@@ -541,6 +546,32 @@ class HFBackend:
         if not return_entropy:
             return token_logprobs
         return token_logprobs, entropy
+
+    def _scoring_forward(self, model: Any, input_ids: Any, attention_mask: Any, positions: Any,
+                         extra: dict[str, Any], shared: int) -> Any:
+        """The model's forward of :meth:`forward_token_logprobs` (a shared prompt prefix, when
+        ``shared`` > 0, encoded once)."""
+        import torch
+
+        if shared:
+            # Rows that start with the same tokens (a GRPO group's prompt) encode that prefix
+            # once: its KV, with its graph, is repeated for every row, and only the rows' own
+            # tokens run as a batch. The gradient through the prefix is the rows' sum, as it
+            # is when every row encodes it: same log-probs, same gradients, fewer tokens.
+            cache = self._new_cache(model)
+            prefix = input_ids[:1, :shared]
+            model(input_ids=prefix, attention_mask=torch.ones_like(prefix),
+                  position_ids=positions[:1, :shared], use_cache=True, logits_to_keep=1,
+                  **{self._cache_kwarg: cache})
+            cache.batch_repeat_interleave(input_ids.shape[0])
+            out = model(input_ids=input_ids[:, shared:], attention_mask=attention_mask,
+                        position_ids=positions[:, shared:], use_cache=True,
+                        logits_to_keep=extra["logits_to_keep"][:, shared:],
+                        **{self._cache_kwarg: cache})
+        else:
+            out = model(input_ids=input_ids, attention_mask=attention_mask,
+                        position_ids=positions, use_cache=False, **extra)
+        return out
 
     def logprobs(self, prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[int]],
                  adapter: str | None = "actor", *, temperature: float = 1.0) -> list[list[float]]:

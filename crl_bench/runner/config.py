@@ -230,6 +230,11 @@ class OptimConfig(_Section):
     """Recompute each decoder layer's activations in the backward instead of keeping them from
     the forward (less memory for long trajectories, ~1/3 more compute); the gradient is the
     same."""
+    logprob_chunk_tokens: int = 0
+    """If > 0, the log-probs of the scored tokens are computed over chunks of this many tokens,
+    each chunk's vocabulary logits recomputed in the backward, so that the logits of a whole
+    micro-batch (16 B x vocab per scored token) never exist at once; same values and gradients.
+    0 = every scored token at once."""
 
     def loss_kwargs(self) -> dict[str, Any]:
         """The loss's keyword arguments: its registered defaults updated by ``loss_args``."""
@@ -549,6 +554,11 @@ PAPER = Preset("paper", "the paper's configuration for GPUs (Qwen2.5-7B-Instruct
                    "actor.lr": 1e-6, "actor.loss_args": {"clip_eps": 0.2}, "actor.micro_batch_size": 8,
                    "actor.sample_unit": "trajectory", "actor.agg": "seq-mean-token-mean",
                    "actor.recompute_old_logprobs": True,
+                   # memory only (same gradient): log-probs over chunks of 4,096 tokens (no
+                   # full-vocabulary logits of a 32k-token sequence), one such sequence per
+                   # micro-batch; `crl-bench plan --preset paper` fits 16 x 80 GB with these
+                   "actor.logprob_chunk_tokens": 4096, "actor.micro_batch_tokens": 32768,
+                   "extractor.logprob_chunk_tokens": 4096, "extractor.micro_batch_tokens": 40960,
                    "extractor.lr": 1e-6, "extractor.loss_args": {"eps_low": 0.1, "eps_high": 0.1},
                    "extractor.buffer_size": 64, "extractor.max_new_tokens": 8192,
                    "extractor.agg": "seq-mean-token-mean", "extractor.recompute_old_logprobs": True,

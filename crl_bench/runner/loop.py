@@ -261,6 +261,8 @@ class Trainer:
         import torch
 
         ctx = self.ctx
+        for part in ctx.parts:
+            part.before_checkpoint()
         tmp = self.run.new_checkpoint_tmp()
         with ctx.lock:
             states = {part.name: part.state_dict(tmp) for part in ctx.parts}

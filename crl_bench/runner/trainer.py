@@ -209,6 +209,12 @@ class RoleTrainer:
             collated = [tuple(t.to(device) for t in c) for c in collated]
         return {"samples": samples, "active": active, "chunks": chunks, "collated": collated}
 
+    def scoring_kwargs(self) -> dict[str, Any]:
+        """Extra keyword arguments of the backend's ``forward_token_logprobs`` for this role:
+        ``chunk_tokens`` when ``logprob_chunk_tokens`` asks for chunked log-probs."""
+        n = int(getattr(self.cfg, "logprob_chunk_tokens", 0) or 0)
+        return {"chunk_tokens": n} if n > 0 else {}
+
     def _recompute(self, prepared: dict[str, Any], temperature: float) -> tuple[list[Any], float]:
         """This trainer's log-probs of the mini-batch before the update (official: the ratio is
         exactly 1 at the first micro-step), on the very micro-batches the update runs, so that
@@ -221,7 +227,8 @@ class RoleTrainer:
             for ids, attn, _, _, cmask in prepared["collated"]:
                 lp = self.backend.forward_token_logprobs(self.adapter, ids, attn,
                                                          temperature=temperature,
-                                                         score_mask=cmask[:, 1:] > 0)
+                                                         score_mask=cmask[:, 1:] > 0,
+                                                         **self.scoring_kwargs())
                 out.append(lp.float().detach() * cmask[:, 1:])
         return out, time.perf_counter() - t_start
 
@@ -260,7 +267,8 @@ class RoleTrainer:
                 # only the completion positions go through the vocabulary projection
                 logprobs = self.backend.forward_token_logprobs(self.adapter, ids, attn,
                                                                temperature=temperature,
-                                                               score_mask=cmask[:, 1:] > 0)
+                                                               score_mask=cmask[:, 1:] > 0,
+                                                               **self.scoring_kwargs())
                 logprobs = logprobs.float()
                 # align: token t (t >= 1) is predicted at position t-1 of the log-prob tensor
                 lp = logprobs * cmask[:, 1:]

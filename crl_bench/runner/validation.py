@@ -43,6 +43,7 @@ _OPTIM_RANGES = {
     "micro_batch_size": Range(1, 4096),
     "micro_batch_tokens": Range(0, MAX_TOKENS * 16, note="0: no token cap"),
     "max_samples_per_update": Range(0, 1 << 24, note="0: every sample"),
+    "logprob_chunk_tokens": Range(0, MAX_TOKENS * 16, note="0: no chunks"),
 }
 
 FIELD_RANGES: dict[str, Range] = {

@@ -31,6 +31,10 @@ class Part:
 
     name = ""
 
+    def before_checkpoint(self) -> None:
+        """Bring what another process holds (a learner's or a worker's newest weights) into this
+        process before any part's state is taken."""
+
     def state_dict(self, folder: Path) -> dict[str, Any]:
         """The part's checkpoint state; large state (adapters, the bank) goes to files in
         ``folder``, the checkpoint being written."""
