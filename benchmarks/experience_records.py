@@ -239,7 +239,8 @@ def summary_markdown(result: dict[str, Any]) -> str:
     lines += ["## Missing runs", ""] + ([f"- {m['agent']} seed {m['seed']}"
                                          + (f" ({m['series']})" if "series" in m else "")
                                          + f": {m['why']}" for m in result["missing"]] or ["none"])
-    lines += ["", "## Held out", "", "no run trained on a level it was evaluated on"
+    lines += ["", "## Held out", "", "no records" if not result["runs"] else
+              "no run trained on a level it was evaluated on"
               if not result["held_out_violations"] else
               "VIOLATED: " + "; ".join(f"{k}: levels {v[:8]}" for k, v in
                                        result["held_out_violations"].items())]
@@ -319,12 +320,15 @@ def main(argv: list[str]) -> int:
     an.add_argument("--seeds", nargs="+", type=int, default=list(SEEDS))
     an.add_argument("--steps", type=int, default=STEPS)
     args = ap.parse_args(argv)
-    if args.command == "export":
-        for run in args.runs:
-            path = export_run(run, args.records)
-            print(f"{path} ({path.stat().st_size / 1024:.0f} KB)")
-        return 0
-    result = analyse(args.records, args.agents, args.seeds, args.steps)
+    try:
+        if args.command == "export":
+            for run in args.runs:
+                path = export_run(run, args.records)
+                print(f"{path} ({path.stat().st_size / 1024:.0f} KB)")
+            return 0
+        result = analyse(args.records, args.agents, args.seeds, args.steps)
+    except (ValueError, FileNotFoundError) as exc:
+        raise SystemExit(f"error: {exc}") from None
     text = summary_markdown(result)
     print(text)
     args.out.mkdir(parents=True, exist_ok=True)
