@@ -27,6 +27,10 @@ hidden under one of eight rocks around the agent; the kind of the room's landmar
   move that solved it (what an entry must say to carry the rule).
 
 Wall and CPU time of each part are printed and written to ``--out`` (JSON).
+
+``export RUN_DIR ...`` / ``analyse --summary-only``: the comparison runs' compact evaluation
+records and the analysis of ``results/experience_helps/PLAN.md`` from them
+(``benchmarks/experience_records.py``).
 """
 
 from __future__ import annotations
@@ -186,10 +190,12 @@ def probe(ctx: Any, args: argparse.Namespace, held_out: list[int]) -> dict[str, 
 
 def extractor(ctx: Any, args: argparse.Namespace) -> dict[str, Any]:
     """One extractor answer per real trajectory, built as the runner's extractor track builds it
-    (``crl_bench.extractor.track``: (observation after the action, action) pairs, the preset's
-    answer template as an assistant pre-fill, the extractor's sampling)."""
+    (``crl_bench.extractor.track``: each action after the observation it answered and the last
+    observation after it, the preset's answer template as an assistant pre-fill, the extractor's
+    sampling)."""
     from crl_bench.extractor.extraction import (ANSWER_TEMPLATES, build_extraction_messages,
-                                                 parse_operations, trajectory_to_text)
+                                                 parse_operations, trajectory_pairs,
+                                                 trajectory_to_text)
 
     t0, c0 = time.perf_counter(), time.process_time()
     levels = list(range(10_000, 10_000 + args.episodes))
@@ -198,9 +204,8 @@ def extractor(ctx: Any, args: argparse.Namespace) -> dict[str, Any]:
     template = ANSWER_TEMPLATES[xc.answer_template]
     message_lists, prefills = [], []
     for traj in played:
-        pairs = [(t.observation, t.action if t.action is not None else t.completion_text)
-                 for t in traj.turns]
-        text = trajectory_to_text(pairs, max_chars=xc.max_trajectory_chars)
+        pairs, final = trajectory_pairs(traj)
+        text = trajectory_to_text(pairs, max_chars=xc.max_trajectory_chars, final_observation=final)
         msgs = build_extraction_messages(traj.goal, text, {
             "success": traj.success, "score": traj.score, "n_actions": traj.n_actions}, [],
             max_ops=xc.max_ops)
@@ -231,7 +236,7 @@ def extractor(ctx: Any, args: argparse.Namespace) -> dict[str, Any]:
     return {"episodes": n, "solved": solved, "well_formed": share(well, n),
             "usable_of_solved": share(usable, solved), "examples": shown,
             "template": xc.answer_template, "extractor_text_of_episode_1": trajectory_to_text(
-                [(t.observation, t.action or "") for t in played[0].turns]),
+                *trajectory_pairs(played[0])),
             "wall_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0}
 
 
@@ -268,6 +273,11 @@ def retrieval(cfg: Any, held_out: list[int], per_kind: int, view: str) -> dict[s
 
 
 def main(argv: list[str] | None = None) -> int:
+    args_in = sys.argv[1:] if argv is None else list(argv)
+    if args_in[:1] in (["export"], ["analyse"]):  # the comparison runs' records and analysis
+        import experience_records
+
+        return experience_records.main(args_in)
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--baselines", action="store_true")
     ap.add_argument("--probe", action="store_true")

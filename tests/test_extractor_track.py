@@ -252,3 +252,73 @@ def test_uncredited_samples_are_dropped_after_the_credit_horizon(tmp_path, embed
     track.submit(4, [])  # 4 - 1 = 3 > 2: dropped
     assert track.samples == [] and track.stats["dropped_uncredited"] == 1
     bank.close()
+
+
+def test_the_extraction_prompt_shows_the_first_observation_of_a_one_action_landmark_episode(
+        tmp_path, embedder):
+    """The track renders each turn after the observation it answered and the last observation
+    after it, as the official extraction prompt does: it renders every message of the actor's
+    conversation, the first environment message included (ComplementaryRL
+    ``roll/pipeline/agentic/memory/async_memory_manager.py:1339-1356``, "Environment: ..." /
+    "Agent: ..." in order), built from the full rollout history "(includes terminal observation)"
+    (``roll/pipeline/agentic/env_manager/memory_integration_mixin.py:306-309``). Before, each turn
+    showed the observation *after* its action, so in a one-action Landmark episode the extractor
+    never saw the landmark, the one thing that says where the stairs are. Real episodes: the
+    tiny actor plays the real env through the rollout engine."""
+    pytest.importorskip("nle")
+    import gymnasium
+    import torch
+
+    import crl_bench  # noqa: F401  (registers the crl/ envs)
+    from crl_bench.envs.minihack.landmark import LANDMARKS
+    from crl_bench.llm.hf_backend import HFBackend
+    from crl_bench.llm.rollout import EpisodeSpec, PromptConfig, RolloutEngine
+    from crl_bench.llm.types import SamplingParams
+
+    torch.set_num_threads(1)
+    backend = HFBackend("tiny-sft", roles=("actor",), lora=None, seed=0, dtype="float32", device="cpu")
+    engine = RolloutEngine(backend, SamplingParams(temperature=1.0, max_new_tokens=24, seed=0),
+                           PromptConfig.for_small_model(max_turns=1))
+    specs = [EpisodeSpec(env=gymnasium.make("crl/MiniHack-Room-Landmark-5x5-v0", max_steps=1,
+                                            view="compact"), seed=s, group_id=s) for s in range(8)]
+    played = [t for t in engine.run(specs) if t.n_actions == 1 and len(t.turns) == 1]
+    assert played, "the tiny actor sent no valid move in 8 episodes"
+    gen = FixedAnswers(["<answer>[]</answer>"] * len(played))
+    make_track(tmp_path, embedder, gen, "free").distil(1, played)
+    prompts = [m[-1]["content"] for m in gen.calls[0][0]]
+    names = [name for _, _, name in LANDMARKS]
+    only_at_start = 0
+    for traj, prompt in zip(played, prompts):
+        line = next(ln for ln in traj.first_observation.splitlines()
+                    if any(ln.startswith((f"- {n}:", f"- {n} (")) for n in names))  # "- grave: near ..."
+        # after a move the landmark lies elsewhere (or the outcome line replaces the room), so
+        # the old rendering (only the observation after the move) lacked it
+        only_at_start += line not in traj.turns[0].observation
+        first, move, after = (prompt.index(line), prompt.index(f"> {traj.turns[0].action}"),
+                              prompt.rindex(traj.turns[0].observation.strip()))
+        assert first < move < after, prompt  # start, move, what came of it
+    assert only_at_start, "no episode whose start alone names the landmark: nothing tested"
+
+
+def test_trajectory_pairs_put_each_turn_after_the_observation_it_answered():
+    """Two turns: an invalid one (no action: its completion is shown) and a move. The first
+    answers the reset observation, the second the feedback, and the env's last observation
+    closes the text; when the text is cut, the end (what came of the last move) stays."""
+    from crl_bench.extractor.extraction import trajectory_pairs, trajectory_to_text
+
+    bad = Turn(prompt_ids=[1], completion_ids=[2], logprobs=[-0.1], completion_text="go somewhere",
+               action=None, observation="Invalid format.", reward=-0.1, format_valid=False,
+               tool_query=None, kind="invalid")
+    traj = trajectory("Reach the stairs down.", True)
+    traj.turns.insert(0, bad)
+    traj.first_observation = "A fountain to the northwest."
+    pairs, final = trajectory_pairs(traj)
+    assert pairs == [("A fountain to the northwest.", "go somewhere"), ("Invalid format.", "east")]
+    assert final == "The stairs down are 1 step to the east."
+    text = trajectory_to_text(pairs, final_observation=final)
+    assert text == ("[step 1]\nA fountain to the northwest.\n> go somewhere\n\n[step 2]\n"
+                    "Invalid format.\n> east\n\n[after step 2]\nThe stairs down are 1 step to the east.")
+    long = [(f"room {i} " + "x" * 300, "north") for i in range(30)]
+    cut = trajectory_to_text(long, max_chars=1500, final_observation="Outcome: task complete.")
+    assert len(cut) <= 1500 and cut.startswith("[step 1]\nroom 0 ")
+    assert cut.endswith("[after step 30]\nOutcome: task complete.") and "steps omitted" in cut

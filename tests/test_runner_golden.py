@@ -13,9 +13,14 @@ The model behind the preset (``tiny-sft``) is built once per machine with one th
 seeds; its weights, hence these figures, differ across CPU vendors / instruction sets and torch
 versions (measured: an AMD EPYC AVX2 machine plays other step-1 episodes than the machine the
 first records came from). The file therefore holds one *variant* per machine kind, labelled by
-:func:`machine`: a run on a labelled kind must equal that kind's variant; on a kind with no
-label of its own it must equal one of the recorded variants (the first records predate the
-labels). Regenerating writes this machine's variant and leaves the others.
+:func:`machine`, and a run is compared exactly with its own kind's variant only:
+
+* regenerating (a deliberate change of behaviour) writes this machine's variant and drops the
+  variants of every other kind: they recorded the old behaviour and no machine here can redo
+  them, so keeping them would let a run elsewhere pass against stale figures;
+* on a machine kind without a variant the test skips, naming the command that records one:
+  the command above with ``CRL_BENCH_REGEN_GOLDEN=add``, which writes this kind's variant and
+  keeps the others (for adding a kind when behaviour has not changed).
 """
 
 from __future__ import annotations
@@ -35,7 +40,8 @@ from crl_bench.runner.records import read_jsonl  # noqa: E402
 GOLDEN = Path(__file__).parent / "golden" / "tiny_records.json"
 AGENTS = ("grpo", "static_exp", "exp_only", "comp_rl", "comp_rl_no_split", "comp_rl_no_diversify",
           "comp_rl_no_reweight", "comp_rl_no_merge", "comp_rl_no_ask", "comp_rl_shared_params")
-REGEN = os.environ.get("CRL_BENCH_REGEN_GOLDEN") == "1"
+REGEN_MODE = os.environ.get("CRL_BENCH_REGEN_GOLDEN", "")
+REGEN = REGEN_MODE in ("1", "add")
 METRICS = ("losses/actor_active_samples", "losses/actor_loss", "losses/actor_grad_norm",
            "losses/extractor_active_samples", "losses/extractor_loss", "losses/extractor_grad_norm",
            "charts/adv_abs_mean", "charts/success_rate", "bank/size", "extractor/extractions",
@@ -79,11 +85,9 @@ def load_variants() -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def golden() -> list[dict]:
-    """The variants a run here is compared with: this machine's, else every recorded one."""
-    variants = [] if REGEN else load_variants()
-    own = [v for v in variants if v["machine"] == machine()]
-    return own or variants
+def golden() -> dict | None:
+    """This machine kind's variant, or None when the file has none for it."""
+    return next((v for v in load_variants() if v["machine"] == machine()), None)
 
 
 def mismatch(got: dict, want: dict) -> str | None:
@@ -108,8 +112,10 @@ def mismatch(got: dict, want: dict) -> str | None:
 @pytest.mark.parametrize("agent", AGENTS)
 def test_tiny_run_matches_golden_records(tiny_run, golden, agent):
     got = figures(tiny_run(agent, 0).path)
+    regen = __doc__.split("reviewed:")[1].strip().splitlines()[0]
     if REGEN:
-        variants = load_variants()
+        # a behaviour change: the other kinds' variants are stale (module docstring)
+        variants = [v for v in load_variants() if REGEN_MODE == "add" or v["machine"] == machine()]
         mine = next((v for v in variants if v["machine"] == machine()), None)
         if mine is None:
             mine = {"machine": machine(), "records": {}}
@@ -119,11 +125,10 @@ def test_tiny_run_matches_golden_records(tiny_run, golden, agent):
         GOLDEN.parent.mkdir(parents=True, exist_ok=True)
         GOLDEN.write_text(json.dumps({"variants": variants}, indent=1) + "\n")
         pytest.skip(f"regenerated {GOLDEN.name}[{machine()}][{agent}]")
-    regen = __doc__.split("reviewed:")[1].strip().splitlines()[0]
-    wants = [v for v in golden if agent in v["records"]]
-    assert wants, f"no golden figures for {agent}: regenerate ({regen})"
-    diffs = [(v["machine"], mismatch(got, v["records"][agent])) for v in wants]
-    assert any(d is None for _, d in diffs), (
-        f"{agent} on {machine()!r} matches no golden variant: "
-        + "; ".join(f"[{m or 'unlabelled'}] {d}" for m, d in diffs)
-        + f". A deliberate change (or a new machine kind) regenerates: {regen}")
+    if golden is None:
+        pytest.skip(f"no golden variant for this machine kind ({machine()!r}); to record one "
+                    f"(keeping the other kinds'): {regen.replace('GOLDEN=1', 'GOLDEN=add')}")
+    assert agent in golden["records"], f"no golden figures for {agent}: regenerate ({regen})"
+    diff = mismatch(got, golden["records"][agent])
+    assert diff is None, (f"{agent} on {machine()!r} differs from its golden variant: {diff}. "
+                          f"A deliberate change regenerates: {regen}")

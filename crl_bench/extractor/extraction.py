@@ -62,10 +62,36 @@ def strip_experience_block(text: str) -> str:
 # trajectory text
 # ---------------------------------------------------------------------------------------------
 
-def trajectory_to_text(turns_as_pairs: Sequence[tuple[str, str]], max_chars: int = 6000) -> str:
+def trajectory_pairs(traj: Any, keep_reasoning: bool = False
+                     ) -> tuple[list[tuple[str, str]], str | None]:
+    """A trajectory as (observation the turn answered, what the turn sent) pairs, and the
+    observation after its last turn (None without turns).
+
+    The observation a turn answered is the episode's ``first_observation`` for the first turn and
+    the previous turn's ``observation`` (what came back after it) for the others, so the text
+    reads as the episode went: start, move, what came of it, ..., end — the order of the official
+    extraction prompt, which renders the whole conversation, the first environment message
+    included, and the terminal observation after it (ComplementaryRL
+    ``async_memory_manager.py:1339-1356``, ``memory_integration_mixin.py:306-309``). What a turn
+    sent: its action, or its whole completion with ``keep_reasoning`` or when it sent no action
+    (an ask or an invalid-format turn).
+    """
+    pairs: list[tuple[str, str]] = []
+    before = str(getattr(traj, "first_observation", "") or "")
+    for turn in traj.turns:
+        sent = turn.completion_text if (keep_reasoning or turn.action is None) else turn.action
+        pairs.append((before, sent))
+        before = turn.observation
+    return pairs, (before if traj.turns else None)
+
+
+def trajectory_to_text(turns_as_pairs: Sequence[tuple[str, str]], max_chars: int = 6000,
+                       final_observation: str | None = None) -> str:
     """(observation, action) pairs -> one compact text of at most ``max_chars`` characters.
 
-    Each turn renders as ``"[step i]\\n<observation>\\n> <action>"``. When the whole does not fit:
+    Each turn renders as ``"[step i]\\n<observation>\\n> <action>"``; ``final_observation`` (what
+    came after the last action, :func:`trajectory_pairs`) as a last block ``"[after step n]\\n<it>"``.
+    When the whole does not fit:
     first each observation is clipped to ``max(200, max_chars // 8)`` characters (head and tail
     kept, the middle replaced by " ... "); if it still does not fit, the first turn and as many of
     the last turns as fit are kept around a line ``"[... N steps omitted ...]"``; as a last resort
@@ -75,16 +101,23 @@ def trajectory_to_text(turns_as_pairs: Sequence[tuple[str, str]], max_chars: int
     if max_chars < 0:
         raise ValueError(f"max_chars must be >= 0 (0 = no cut), got {max_chars}")
     turns = [(strip_experience_block(str(o)), str(a).strip()) for o, a in turns_as_pairs]
+    final = None if final_observation is None else strip_experience_block(str(final_observation))
 
     def render(i: int, obs: str, act: str) -> str:
         return f"[step {i + 1}]\n{obs.strip()}\n> {act}"
 
-    blocks = [render(i, o, a) for i, (o, a) in enumerate(turns)]
+    def rendered(clip: int | None) -> list[str]:
+        cut = (lambda o: o) if clip is None else (lambda o: clip_middle(o, clip))
+        blocks = [render(i, cut(o), a) for i, (o, a) in enumerate(turns)]
+        if final is not None:
+            blocks.append(f"[after step {len(turns)}]\n{cut(final).strip()}")
+        return blocks
+
+    blocks = rendered(None)
     text = "\n\n".join(blocks)
     if max_chars == 0 or len(text) <= max_chars:
         return text
-    limit = max(200, max_chars // 8)
-    blocks = [render(i, clip_middle(o, limit), a) for i, (o, a) in enumerate(turns)]
+    blocks = rendered(max(200, max_chars // 8))
     text = "\n\n".join(blocks)
     if len(text) <= max_chars:
         return text

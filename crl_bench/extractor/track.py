@@ -351,7 +351,8 @@ class ExtractorTrack:
         """Each trajectory -> at most ``max_ops`` bank operations, written at once; each call is an
         extractor sample, kept while its entries may still be credited (a malformed one: -1)."""
         from crl_bench.extractor.extraction import (build_extraction_messages, parse_operations,
-                                                     parse_operations_official, trajectory_to_text)
+                                                     parse_operations_official, trajectory_pairs,
+                                                     trajectory_to_text)
 
         t0 = time.perf_counter()
         messages, metas = [], []
@@ -364,10 +365,10 @@ class ExtractorTrack:
         keep_reasoning = self.cfg.keep_reasoning
         for traj in trajectories:
             retrieved = self.manager.bank.get(list(traj.experience_ids)) if traj.experience_ids else []
-            pairs = [(turn.observation, turn.completion_text
-                      if (keep_reasoning or turn.action is None) else turn.action)
-                     for turn in traj.turns]
-            text = trajectory_to_text(pairs, max_chars=self.cfg.max_trajectory_chars)
+            # each turn after the observation it answered; the last observation after it
+            pairs, final = trajectory_pairs(traj, keep_reasoning)
+            text = trajectory_to_text(pairs, max_chars=self.cfg.max_trajectory_chars,
+                                      final_observation=final)
             outcome = {"success": traj.success, "score": traj.score, "n_actions": traj.n_actions}
             msgs = build_extraction_messages(traj.goal, text, outcome, retrieved,
                                              style=self.cfg.extraction_style)

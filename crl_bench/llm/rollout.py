@@ -91,6 +91,9 @@ class Trajectory:
     error: str | None = None
     """Why the env failed this episode (``"OSError ENAMETOOLONG: [Errno 36] File name too long:
     ..."``); None when it did not. Such an episode ends there with score 0 and no success."""
+    first_observation: str = ""
+    """The env's observation after ``reset``, before the first turn (each turn's ``observation``
+    is what came back after it); "" in records written before this field."""
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -102,7 +105,7 @@ class Trajectory:
         data["turns"] = [Turn(**{k: v for k, v in t.items() if k in turn_names})
                          for t in data.get("turns", [])]
         names = {f.name for f in fields(cls)}
-        optional = {"meta", "error"}  # older records lack ``error``
+        optional = {"meta", "error", "first_observation"}  # older records lack these
         missing = names - set(data) - optional
         if missing:
             raise ValueError(f"Trajectory JSON lacks fields {sorted(missing)}.")
@@ -156,6 +159,7 @@ class _Running:
     error: str | None = None
     conversation_ids: list[int] | None = None  # "full" conversations: the next prompt's ids
     example_seed: int = 0       # seeds a "random" example answer (PromptConfig.example_pick)
+    first_observation: str = ""  # the observation env.reset returned
 
 
 MAX_ERROR_CHARS = 500
@@ -242,7 +246,7 @@ class RolloutEngine:
                         goal=str(info.get("goal", "")), task_id=str(info.get("task_id", "")),
                         observation=str(observation), env_observation=str(observation),
                         admissible=info.get("admissible_actions"), info=dict(info),
-                        max_turns=max_turns)
+                        max_turns=max_turns, first_observation=str(observation))
 
     def _asks_left(self, ep: _Running) -> int:
         if self.ask_requires_experience and not ep.spec.with_experience:
@@ -492,4 +496,4 @@ class RolloutEngine:
             tokens=ep.tokens, wall_s=ep.wall_s,
             meta={**spec.meta, "family": ep.family, "end_reason": ep.end_reason,
                   "prompt_tokens": ep.prompt_tokens, "adapter": self.adapter},
-            error=ep.error)
+            error=ep.error, first_observation=ep.first_observation)

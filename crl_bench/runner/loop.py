@@ -44,7 +44,8 @@ def episode_record(traj: Any, phase: str, step: int) -> dict[str, Any]:
             "n_turns": len(traj.turns), "n_invalid_format": traj.n_invalid_format,
             "n_tool_calls": traj.n_tool_calls, "tokens": traj.tokens,
             "experience_ids": list(traj.experience_ids), "wall_s": round(traj.wall_s, 3),
-            "error": traj.error}  # the env raised: the episode ended there (rollout.py)
+            "error": traj.error,  # the env raised: the episode ended there (rollout.py)
+            "actions": [t.action for t in traj.turns if t.action is not None]}  # sent to the env
 
 
 def combine_extractor_batches(batches: list[dict[str, Any]]) -> dict[str, Any]:

@@ -1,0 +1,340 @@
+"""Compact per-episode evaluation records of the "does experience help?" runs, and the analysis
+of ``results/experience_helps/PLAN.md`` computed from them alone.
+
+    python benchmarks/minihack_landmark.py export RUN_DIR [RUN_DIR ...]   # -> records/
+    python benchmarks/minihack_landmark.py analyse --summary-only        # reads records/ only
+
+``export`` writes one ``<agent>__seed<S>.jsonl`` per run into ``--records`` (default
+``results/experience_helps/records``): a first line ``{"run": {...}}`` (agent, run seed, tasks,
+steps, the run's state and last step, the training level seeds it played and, per training
+step, how often each move was sent) and one line per evaluation episode::
+
+    {"step": 5, "seed": 1000017, "task": "...", "exp": 1, "actions": ["southwest"],
+     "success": 1, "score": 1.0}
+
+``analyse`` reads only those files and prints / writes (``--out``, default
+``results/experience_helps``) the plan's tables: per run start / end / AUC with and without
+experience, the top move's share at the last training step and whether the seed collapsed; per
+agent the mean over seeds with its percentile bootstrap interval; the primary and secondary
+comparisons with the bootstrap interval of the difference, the two-sample permutation test
+over all assignments, the paired sign-flip test and the exact sign test; the verdict by the
+plan's rule; and the three agents' mean curves with bootstrap bands (``curves.png``). A planned
+run without a file, or whose curve does not reach the last step, is listed as missing and left
+out of the statistics with n saying so — never silently dropped.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+RECORDS = REPO / "results" / "experience_helps" / "records"
+OUT = REPO / "results" / "experience_helps"
+
+AGENTS = ("grpo", "comp_rl", "exp_only")
+SEEDS = (0, 1, 2, 3, 4)
+STEPS = 20
+BEST_CONSTANT = 0.125
+COLLAPSE_TOP_SHARE = 0.9
+COLLAPSE_END = BEST_CONSTANT + 0.05
+"""PLAN.md: a seed collapsed when >= 90% of its last training step's action turns are one move
+and its ``end`` success is <= 0.175 (the best constant policy + 0.05)."""
+
+SERIES = {  # name -> (agent, with experience)
+    "grpo": ("grpo", False),
+    "comp_rl with exp": ("comp_rl", True), "comp_rl without exp": ("comp_rl", False),
+    "exp_only with exp": ("exp_only", True), "exp_only without exp": ("exp_only", False),
+}
+PRIMARY = ("auc", "comp_rl with exp", "grpo")
+SECONDARY = (("end", "comp_rl with exp", "grpo"), ("auc", "comp_rl without exp", "grpo"),
+             ("auc", "exp_only with exp", "grpo"), ("auc", "exp_only with exp", "exp_only without exp"))
+CURVES = ("grpo", "comp_rl with exp", "exp_only with exp")
+
+
+# -- export ------------------------------------------------------------------------------------
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def train_action_counts(run: Path) -> dict[int, dict[str, int]]:
+    """Per training step, how often each move was sent (the action turns of the step's
+    trajectories, lower-cased as the env reads them)."""
+    out: dict[int, dict[str, int]] = {}
+    for path in sorted((run / "trajectories").glob("train_step_*.jsonl.gz")):
+        step = int(path.name.split("_")[2].split(".")[0])
+        counts: Counter[str] = Counter()
+        with gzip.open(path, "rt") as fh:
+            for line in fh:
+                for turn in json.loads(line)["turns"]:
+                    if turn.get("kind") == "action" and turn.get("action") is not None:
+                        counts[" ".join(str(turn["action"]).lower().split())] += 1
+        out[step] = dict(sorted(counts.items()))
+    return out
+
+
+def export_run(run: Path, records: Path = RECORDS) -> Path:
+    """Write ``run``'s compact records (module docstring) to ``records``; returns the file."""
+    config = json.loads((run / "config.json").read_text())
+    status = json.loads((run / "status.json").read_text())
+    episodes = _read_jsonl(run / "episodes.jsonl")
+    evals = [e for e in episodes if e["phase"] == "eval"]
+    if any("actions" not in e for e in evals):
+        raise ValueError(f"{run}: its evaluation records hold no actions (written before "
+                         "episode records carried them); re-run it to export it")
+    header = {"agent": config["agent"], "run_seed": config["seed"], "tasks": config["tasks"],
+              "preset": config["preset"], "steps": config["steps"], "state": status["state"],
+              "last_step": status["step"], "eval": config["eval"],
+              "train_levels": sorted({e["seed"] for e in episodes if e["phase"] == "train"}),
+              "train_actions": train_action_counts(run)}
+    records.mkdir(parents=True, exist_ok=True)
+    path = records / f"{config['agent']}__seed{config['seed']}.jsonl"
+    lines = [json.dumps({"run": header}, separators=(",", ":"))]
+    lines += [json.dumps({"step": e["step"], "seed": e["seed"], "task": e["task"],
+                          "exp": int(bool(e["with_experience"])), "actions": e["actions"],
+                          "success": int(bool(e["success"])), "score": e["score"]},
+                         separators=(",", ":")) for e in evals]
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("\n".join(lines) + "\n")
+    tmp.replace(path)
+    return path
+
+
+# -- analysis ----------------------------------------------------------------------------------
+
+def load_records(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    rows = _read_jsonl(path)
+    if not rows or "run" not in rows[0]:
+        raise ValueError(f"{path}: the first line must be the run header {{\"run\": ...}}")
+    return rows[0]["run"], rows[1:]
+
+
+def curve(episodes: list[dict[str, Any]], with_exp: bool) -> dict[int, float]:
+    """Evaluation success per evaluated step, over the episodes of one mode."""
+    by_step: dict[int, list[int]] = {}
+    for e in episodes:
+        if bool(e["exp"]) == with_exp:
+            by_step.setdefault(int(e["step"]), []).append(int(e["success"]))
+    return {s: sum(v) / len(v) for s, v in sorted(by_step.items())}
+
+
+def run_metrics(header: dict[str, Any], episodes: list[dict[str, Any]], with_exp: bool,
+                steps: int) -> dict[str, Any] | None:
+    """start / end / AUC of one mode of one run, the top move's share at the last training step
+    and whether the seed collapsed; None when the run has no evaluation from 0 to ``steps``."""
+    from crl_bench.report.seed_tests import curve_auc
+
+    c = curve(episodes, with_exp)
+    if 0 not in c or steps not in c:
+        return None
+    last = header.get("train_actions", {}).get(str(steps)) or {}
+    top = max(last.values()) / sum(last.values()) if last else float("nan")
+    end = c[steps]
+    return {"start": c[0], "end": end, "auc": curve_auc(list(c), list(c.values()), steps),
+            "curve": c, "top_move_share": top,
+            "collapsed": bool(top >= COLLAPSE_TOP_SHARE and end <= COLLAPSE_END)}
+
+
+def held_out_check(header: dict[str, Any], episodes: list[dict[str, Any]]) -> list[int]:
+    """The evaluation level seeds this run also trained on (empty: held out)."""
+    return sorted(set(header["train_levels"]) & {int(e["seed"]) for e in episodes})
+
+
+def compare(a: dict[int, float], b: dict[int, float]) -> dict[str, Any]:
+    """The plan's statistics for per-seed values ``a`` - ``b`` (dicts seed -> value)."""
+    from crl_bench.report.seed_tests import (bootstrap_diff, permutation_test, sign_flip_test,
+                                             sign_test)
+
+    xa, xb = [a[s] for s in sorted(a)], [b[s] for s in sorted(b)]
+    diff, low, high = bootstrap_diff(xa, xb)
+    perm = permutation_test(xa, xb)
+    paired = sorted(set(a) & set(b))
+    d = [a[s] - b[s] for s in paired]
+    flip, sign = (sign_flip_test(d), sign_test(d)) if d else (None, None)
+    return {"diff": diff, "low": low, "high": high, "n_a": len(xa), "n_b": len(xb),
+            "perm_p_greater": perm.p_greater, "perm_p_two_sided": perm.p_two_sided,
+            "perm_assignments": perm.n, "paired_seeds": paired,
+            "sign_flip_p_greater": flip.p_greater if flip else None,
+            "sign_flip_p_two_sided": flip.p_two_sided if flip else None,
+            "sign_test_positive": int(sign.statistic) if sign else None,
+            "sign_test_n": sign.n if sign else None,
+            "sign_test_p_greater": sign.p_greater if sign else None,
+            "sign_test_p_two_sided": sign.p_two_sided if sign else None}
+
+
+def verdict(primary: dict[str, Any]) -> str:
+    """PLAN.md "What counts": hit, reverse or miss."""
+    if primary["perm_p_greater"] <= 0.05 and primary["low"] > 0:
+        return "hit"
+    if primary["diff"] < 0 and primary["perm_p_two_sided"] <= 0.05:
+        return "reverse"
+    return "miss"
+
+
+def analyse(records: Path = RECORDS, agents=AGENTS, seeds=SEEDS, steps: int = STEPS
+            ) -> dict[str, Any]:
+    """The plan's analysis from the files in ``records`` (module docstring)."""
+    from crl_bench.report.seed_tests import bootstrap_mean
+
+    runs: dict[str, dict[int, dict[str, Any]]] = {name: {} for name in SERIES}
+    missing, leaks, per_run = [], {}, []
+    for agent in agents:
+        for seed in seeds:
+            path = records / f"{agent}__seed{seed}.jsonl"
+            if not path.is_file():
+                missing.append({"agent": agent, "seed": seed, "why": "no records file"})
+                continue
+            header, episodes = load_records(path)
+            if header["agent"] != agent or int(header["run_seed"]) != seed:
+                raise ValueError(f"{path}: holds {header['agent']} seed {header['run_seed']}")
+            leaked = held_out_check(header, episodes)
+            if leaked:
+                leaks[f"{agent} seed {seed}"] = leaked
+            for name, (a, with_exp) in SERIES.items():
+                if a != agent:
+                    continue
+                m = run_metrics(header, episodes, with_exp, steps)
+                if m is None:
+                    missing.append({"agent": agent, "seed": seed, "series": name,
+                                    "why": f"no evaluation at both step 0 and step {steps} "
+                                           f"(state {header['state']}, last step "
+                                           f"{header['last_step']})"})
+                    continue
+                runs[name][seed] = m
+                per_run.append({"series": name, "seed": seed, "state": header["state"],
+                                **{k: v for k, v in m.items() if k != "curve"}})
+    means = {}
+    for name, by_seed in runs.items():
+        if by_seed:
+            means[name] = {"n": len(by_seed), **{
+                metric: dict(zip(("mean", "low", "high"),
+                                 bootstrap_mean([by_seed[s][metric] for s in sorted(by_seed)])))
+                for metric in ("start", "end", "auc")}}
+    comparisons = []
+    for metric, a, b in (PRIMARY,) + SECONDARY:
+        if runs[a] and runs[b]:
+            comparisons.append({"metric": metric, "a": a, "b": b, **compare(
+                {s: m[metric] for s, m in runs[a].items()},
+                {s: m[metric] for s, m in runs[b].items()})})
+    primary = comparisons[0] if comparisons and comparisons[0]["a"] == PRIMARY[1] \
+        and comparisons[0]["metric"] == "auc" and comparisons[0]["b"] == PRIMARY[2] else None
+    return {"agents": list(agents), "seeds": list(seeds), "steps": steps, "runs": per_run,
+            "missing": missing, "held_out_violations": leaks, "means": means,
+            "comparisons": comparisons, "verdict": verdict(primary) if primary else "no data",
+            "curves": {name: {s: m["curve"] for s, m in by_seed.items()}
+                       for name, by_seed in runs.items() if by_seed}}
+
+
+def _p(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.4f}"
+
+
+def summary_markdown(result: dict[str, Any]) -> str:
+    lines = [f"# Analysis from the committed records ({len(result['agents'])} agents x seeds "
+             f"{result['seeds']}, {result['steps']} steps)", ""]
+    lines += ["## Missing runs", ""] + ([f"- {m['agent']} seed {m['seed']}"
+                                         + (f" ({m['series']})" if "series" in m else "")
+                                         + f": {m['why']}" for m in result["missing"]] or ["none"])
+    lines += ["", "## Held out", "", "no records" if not result["runs"] else
+              "no run trained on a level it was evaluated on"
+              if not result["held_out_violations"] else
+              "VIOLATED: " + "; ".join(f"{k}: levels {v[:8]}" for k, v in
+                                       result["held_out_violations"].items())]
+    lines += ["", "## Per run", "", "| series | seed | start | end | AUC | top move (last step) "
+              "| collapsed |", "|---|---|---|---|---|---|---|"]
+    for r in result["runs"]:
+        lines.append(f"| {r['series']} | {r['seed']} | {r['start']:.3f} | {r['end']:.3f} | "
+                     f"{r['auc']:.3f} | {r['top_move_share']:.0%} | "
+                     f"{'yes' if r['collapsed'] else 'no'} |")
+    lines += ["", "## Per agent (mean over seeds, 95% percentile bootstrap, 10,000 resamples)",
+              "", "| series | n | start | end | AUC |", "|---|---|---|---|---|"]
+    for name, m in result["means"].items():
+        cells = [f"{m[k]['mean']:.3f} [{m[k]['low']:.3f}, {m[k]['high']:.3f}]"
+                 for k in ("start", "end", "auc")]
+        lines.append(f"| {name} | {m['n']} | " + " | ".join(cells) + " |")
+    lines += ["", "## Comparisons (the first is the primary)", "",
+              "| metric | a − b | diff [95% bootstrap] | n | permutation p (one / two-sided) | "
+              "sign-flip p (one / two) | sign test (positive/n, p one / two) |",
+              "|---|---|---|---|---|---|---|"]
+    for c in result["comparisons"]:
+        lines.append(
+            f"| {c['metric']} | {c['a']} − {c['b']} | {c['diff']:+.3f} [{c['low']:+.3f}, "
+            f"{c['high']:+.3f}] | {c['n_a']}+{c['n_b']} | {_p(c['perm_p_greater'])} / "
+            f"{_p(c['perm_p_two_sided'])} ({c['perm_assignments']} assignments) | "
+            f"{_p(c['sign_flip_p_greater'])} / {_p(c['sign_flip_p_two_sided'])} | "
+            f"{c['sign_test_positive']}/{c['sign_test_n']}, {_p(c['sign_test_p_greater'])} / "
+            f"{_p(c['sign_test_p_two_sided'])} |")
+    lines += ["", f"**Verdict (PLAN.md rule): {result['verdict']}**", ""]
+    return "\n".join(lines)
+
+
+def plot(result: dict[str, Any], path: Path) -> Path | None:
+    """The three agents' mean evaluation curves with their bootstrap bands over seeds."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    from crl_bench.report.seed_tests import bootstrap_mean
+
+    fig, ax = plt.subplots(figsize=(6.4, 4))
+    for name in CURVES:
+        by_seed = result["curves"].get(name)
+        if not by_seed:
+            continue
+        xs = sorted({s for c in by_seed.values() for s in c})
+        bands = [bootstrap_mean([c[x] for c in by_seed.values() if x in c]) for x in xs]
+        ax.plot(xs, [b[0] for b in bands], marker="o", label=f"{name} (n={len(by_seed)})")
+        ax.fill_between(xs, [b[1] for b in bands], [b[2] for b in bands], alpha=0.2)
+    ax.axhline(BEST_CONSTANT, color="grey", ls=":", label="best constant move")
+    ax.set(xlabel="actor step", ylabel="held-out success", ylim=(0, 1),
+           title="mean over seeds, 95% bootstrap band")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def main(argv: list[str]) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="minihack_landmark.py export|analyse",
+                                 description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="command", required=True)
+    ex = sub.add_parser("export", help="write the compact records of finished runs")
+    ex.add_argument("runs", nargs="+", type=Path, help="run directories")
+    ex.add_argument("--records", type=Path, default=RECORDS)
+    an = sub.add_parser("analyse", help="the plan's analysis from the committed records only")
+    an.add_argument("--summary-only", action="store_true",
+                    help="run nothing, read the records (the only mode; kept for the plan's wording)")
+    an.add_argument("--records", type=Path, default=RECORDS)
+    an.add_argument("--out", type=Path, default=OUT)
+    an.add_argument("--agents", nargs="+", default=list(AGENTS))
+    an.add_argument("--seeds", nargs="+", type=int, default=list(SEEDS))
+    an.add_argument("--steps", type=int, default=STEPS)
+    args = ap.parse_args(argv)
+    try:
+        if args.command == "export":
+            for run in args.runs:
+                path = export_run(run, args.records)
+                print(f"{path} ({path.stat().st_size / 1024:.0f} KB)")
+            return 0
+        result = analyse(args.records, args.agents, args.seeds, args.steps)
+    except (ValueError, FileNotFoundError) as exc:
+        raise SystemExit(f"error: {exc}") from None
+    text = summary_markdown(result)
+    print(text)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "analysis.json").write_text(json.dumps(result, indent=1) + "\n")
+    (args.out / "analysis.md").write_text(text)
+    png = plot(result, args.out / "curves.png")
+    print(f"written: {args.out / 'analysis.json'}, {args.out / 'analysis.md'}"
+          + (f", {png}" if png else ""))
+    return 0

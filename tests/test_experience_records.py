@@ -1,0 +1,101 @@
+"""The plan's analysis (benchmarks/experience_records.py) on hand-written compact records: the
+per-run figures, collapsed seeds, missing runs and the verdict follow PLAN.md's definitions."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+import experience_records as er  # noqa: E402
+import minihack_landmark  # noqa: E402
+
+LEVELS = 8
+EVAL_STEPS = (0, 5, 10, 15, 20)
+
+
+def write_run(records: Path, agent: str, seed: int, solved: dict[tuple[int, int], int],
+              last_actions: dict[str, int], state: str = "done") -> None:
+    """``solved[(step, exp)]`` of the ``LEVELS`` evaluation levels solved at that step."""
+    header = {"agent": agent, "run_seed": seed, "tasks": "t", "preset": "cpu", "steps": 20,
+              "state": state, "last_step": max(s for s, _ in solved), "eval": {},
+              "train_levels": list(range(seed * 100, seed * 100 + 16)),
+              "train_actions": {"20": last_actions}}
+    lines = [{"run": header}]
+    for (step, exp), k in sorted(solved.items()):
+        lines += [{"step": step, "seed": 1_000_000 + i, "task": "t", "exp": exp,
+                   "actions": ["north"], "success": int(i < k), "score": float(i < k)}
+                  for i in range(LEVELS)]
+    records.mkdir(parents=True, exist_ok=True)
+    (records / f"{agent}__seed{seed}.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+
+
+SPREAD = {"north": 5, "south": 3}  # top move 5/8
+COLLAPSED = {"north": 19, "south": 1}  # top move 95%
+
+
+def test_analysis_figures_collapse_missing_and_verdict(tmp_path) -> None:
+    records = tmp_path / "records"
+    for seed in range(5):
+        # grpo: 1/8 throughout; seed 4 sends one move 95% of the time: collapsed (end 1/8 <= .175)
+        write_run(records, "grpo", seed, {(s, 0): 1 for s in EVAL_STEPS},
+                  COLLAPSED if seed == 4 else SPREAD)
+        if seed == 3:
+            continue  # comp_rl seed 3 never ran: missing
+        # comp_rl with experience: 1/8 at step 0, then 4/8 (+ seed / 8 at the end)
+        solved = {(s, 1): (1 if s == 0 else 4) for s in EVAL_STEPS}
+        solved[(20, 1)] = 4 + seed
+        solved.update({(s, 0): 1 for s in EVAL_STEPS})
+        write_run(records, "comp_rl", seed, solved, SPREAD)
+    # exp_only seed 0 stopped after step 10: its curve has no end, listed as missing
+    write_run(records, "exp_only", 0, {(s, e): 1 for s in (0, 5, 10) for e in (0, 1)}, SPREAD,
+              state="running")
+    result = er.analyse(records)
+    missing = {(m["agent"], m["seed"], m.get("series")) for m in result["missing"]}
+    assert ("comp_rl", 3, None) in missing
+    assert {("exp_only", 0, "exp_only with exp"), ("exp_only", 0, "exp_only without exp")} <= missing
+    assert {(a, s) for a, s, _ in missing} == {("comp_rl", 3)} | {("exp_only", s) for s in range(5)}
+    rows = {(r["series"], r["seed"]): r for r in result["runs"]}
+    c0 = rows[("comp_rl with exp", 0)]
+    # curve 1/8, 4/8, 4/8, 4/8, 4/8: (5 * (1/8 + 4/8) / 2 + 3 * 5 * 4/8) / 20
+    assert (c0["start"], c0["end"]) == (1 / 8, 4 / 8)
+    assert c0["auc"] == pytest.approx((5 * (1 / 8 + 4 / 8) / 2 + 15 * 4 / 8) / 20)
+    assert [s for (name, s), r in rows.items() if r["collapsed"]] == [4]
+    assert rows[("grpo", 4)]["top_move_share"] == pytest.approx(0.95)
+    primary = result["comparisons"][0]
+    assert (primary["n_a"], primary["n_b"], primary["perm_assignments"]) == (4, 5, 126)
+    assert primary["perm_p_greater"] == pytest.approx(1 / 126)  # every comp_rl AUC above grpo's
+    assert primary["paired_seeds"] == [0, 1, 2, 4] and primary["sign_test_p_greater"] == 1 / 16
+    assert primary["low"] > 0 and result["verdict"] == "hit"
+    assert not result["held_out_violations"]
+
+
+def test_training_on_an_evaluation_level_is_reported(tmp_path) -> None:
+    records = tmp_path / "records"
+    write_run(records, "grpo", 0, {(s, 0): 1 for s in EVAL_STEPS}, SPREAD)
+    path = records / "grpo__seed0.jsonl"
+    lines = path.read_text().splitlines()
+    header = json.loads(lines[0])
+    header["run"]["train_levels"].append(1_000_003)
+    path.write_text("\n".join([json.dumps(header)] + lines[1:]) + "\n")
+    result = er.analyse(records, agents=("grpo",), seeds=(0,))
+    assert result["held_out_violations"] == {"grpo seed 0": [1_000_003]}
+    assert "VIOLATED" in er.summary_markdown(result)
+
+
+def test_the_command_reads_the_records_and_writes_the_tables_and_plot(tmp_path, capsys) -> None:
+    records = tmp_path / "records"
+    for seed in range(2):
+        write_run(records, "grpo", seed, {(s, 0): seed + 1 for s in EVAL_STEPS}, SPREAD)
+    out = tmp_path / "out"
+    assert minihack_landmark.main(["analyse", "--summary-only", "--records", str(records),
+                                   "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "comp_rl seed 0: no records file" in text and "| grpo | 2 |" in text
+    assert json.loads((out / "analysis.json").read_text())["verdict"] == "no data"
+    pytest.importorskip("matplotlib")
+    assert (out / "curves.png").stat().st_size > 0
