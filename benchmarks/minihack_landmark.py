@@ -235,9 +235,14 @@ def extractor(ctx: Any, args: argparse.Namespace) -> dict[str, Any]:
     n = len(played)
     return {"episodes": n, "solved": solved, "well_formed": share(well, n),
             "usable_of_solved": share(usable, solved), "examples": shown,
-            "template": xc.answer_template, "extractor_text_of_episode_1": trajectory_to_text(
-                *trajectory_pairs(played[0])),
+            "template": xc.answer_template, "extractor_text_of_episode_1": _episode_text(played[0]),
             "wall_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0}
+
+
+def _episode_text(traj: Any) -> str:
+    """The trajectory text the extractor is shown (``crl_bench.extractor.track``'s rendering)."""
+    pairs, final = trajectory_pairs(traj)
+    return trajectory_to_text(pairs, final_observation=final)
 
 
 def retrieval(cfg: Any, held_out: list[int], per_kind: int, view: str) -> dict[str, Any]:

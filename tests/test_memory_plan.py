@@ -191,8 +191,19 @@ def test_split_follows_the_paper16_ray_plan():
         split_gpus(6)
 
 
-def test_paper_on_16x80_is_refused_with_fixes_that_fit():
-    plan = build_plan(_paper(), 16, 80)
+UNBOUNDED = {"actor.micro_batch_tokens": 0, "extractor.micro_batch_tokens": 0,
+             "actor.logprob_chunk_tokens": 0, "extractor.logprob_chunk_tokens": 0}
+"""The paper preset without its memory settings (token budgets, chunked log-probs): the
+official micro-batch of 8 full-length trajectories, every logit at once."""
+
+
+def test_the_paper_preset_fits_16x80_and_8x141():
+    assert build_plan(_paper(), 16, 80).fits, refusal(build_plan(_paper(), 16, 80))
+    assert build_plan(_paper(), 8, 141).fits, refusal(build_plan(_paper(), 8, 141))
+
+
+def test_paper_without_budgets_on_16x80_is_refused_with_fixes_that_fit():
+    plan = build_plan(_paper(**UNBOUNDED), 16, 80)
     assert not plan.fits
     by = {(r.role, r.part): r for r in plan.roles}
     assert by["actor", "engine"].fits and by["extractor", "engine"].fits  # 7B and 4B fit one GPU
@@ -203,7 +214,7 @@ def test_paper_on_16x80_is_refused_with_fixes_that_fit():
     text = refusal(plan)
     assert "actor learner" in text and "micro_batch_tokens" in text and "max_episode_tokens" in text
     # the fix it names does fit
-    fixed = build_plan(_paper(**{"rollout.max_episode_tokens": 16384,
+    fixed = build_plan(_paper(**{**UNBOUNDED, "rollout.max_episode_tokens": 16384,
                                  "actor.micro_batch_tokens": 16384,
                                  "extractor.micro_batch_tokens": 24576}), 16, 80)
     assert fixed.fits, refusal(fixed)
@@ -233,7 +244,8 @@ def test_cli_prints_the_table_and_refuses(tmp_path):
                               capture_output=True, text=True, timeout=120, cwd=str(ROOT))
         return proc.returncode, proc.stdout, proc.stderr
 
-    rc, out, err = run("--preset", "paper", "--gpus", "16", "--gpu-memory", "80")
+    unbounded = [a for k, v in UNBOUNDED.items() for a in ("--set", f"{k}={v}")]
+    rc, out, err = run("--preset", "paper", "--gpus", "16", "--gpu-memory", "80", *unbounded)
     assert rc == 1 and "refused" in err and "actor learner" in err
     for row in ("fp32 grads (4 B/param)", "fp32 masters (4 B/param)", "AdamW m, v (8 B/param)",
                 "activations, no checkpointing", "activations, checkpointing", "KV cache", "total"):
