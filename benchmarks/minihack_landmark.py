@@ -241,6 +241,8 @@ def extractor(ctx: Any, args: argparse.Namespace) -> dict[str, Any]:
 
 def _episode_text(traj: Any) -> str:
     """The trajectory text the extractor is shown (``crl_bench.extractor.track``'s rendering)."""
+    from crl_bench.extractor.extraction import trajectory_pairs, trajectory_to_text
+
     pairs, final = trajectory_pairs(traj)
     return trajectory_to_text(pairs, final_observation=final)
 
