@@ -49,7 +49,7 @@ def ctx(tmp_path):
 
     # 2 groups of 2 (one with experience each); 2 turns: the ask, then the one move that counts
     cfg = build_config(agent="comp_rl", tasks=TASK, preset="tiny", overrides={
-        "threads": 1, "extractor.asynchronous": False, "rollout.groups": 2,
+        "threads": 1, "extractor.runs": "inline", "rollout.groups": 2,
         "rollout.group_size": 2, "rollout.env_max_steps": {"minihack": 2}})
     context = RunContext(cfg, RunDir(tmp_path / "run"))
     context.seed_everything()

@@ -188,8 +188,13 @@ class ExtractorConfig(OptimConfig):
     """A credited sample is trained at most this many times (count-aware weights shrink it)."""
     credit_horizon: int = 4
     """Actor steps after which an extractor sample whose entries were never used is dropped."""
-    asynchronous: bool = True
-    """Run the extractor track in a background thread (False: inline, for debugging)."""
+    runs: str = "thread"
+    """Where the extractor's work runs: "inline" (inside the actor loop's ``submit``, for
+    debugging and exact resume tests), "thread" (the track in a background thread; its model
+    calls share the actor's model behind one lock), or "process" (the track's thread stays here,
+    its model and trainer in a worker process of their own: the actor never waits on the lock;
+    ``crl_bench.extractor.worker``). With shared actor/extractor parameters "process" falls back
+    to "thread" (one set of weights cannot live in two processes)."""
     max_trajectory_chars: int = 3000
     """The episode is shown to the extractor in at most this many characters (see
     ``crl_bench.extractor.extraction.trajectory_to_text``); 0 = no cut (official: the full
@@ -405,7 +410,10 @@ def _cpu() -> RunConfig:
                                   # sentence of one item (the window's title); the measured
                                   # shares are in benchmarks/extractor_format.py's docstring
                                   merge_format="items",
-                                  max_trajectory_chars=1500),
+                                  max_trajectory_chars=1500,
+                                  # the extractor's model in its own process: the actor loop
+                                  # no longer waits while it distils or trains
+                                  runs="process"),
         experience=ExperienceConfig(warmup_steps=1, merge_every=5),
         eval=EvalConfig(every=5, episodes_per_task=8),
     )

@@ -8,7 +8,10 @@ The loop (:mod:`crl_bench.runner.loop`) owns evaluation, records and checkpoints
 
 The generation backend is shared by the actor loop and the extractor track (a background
 thread); a lock serialises model calls, and the time the actor loop waited for it while the
-track held it is logged as ``timing_s/extractor_wait``.
+track held it is logged as ``timing_s/extractor_wait``. With ``extractor.runs: process`` the
+extractor's model and trainer live in a worker process
+(:class:`~crl_bench.extractor.worker.ExtractorWorker`) and no lock is shared: the actor loop
+waits only where it calls the extractor itself (Search-and-Ask) while the track's call runs.
 """
 
 from __future__ import annotations
@@ -213,6 +216,10 @@ class RunContext:
         self.extractor_trainer: RoleTrainer | None = None
         self.manager: ExperienceManager | None = None
         self.extractor: ExtractorTrack | None = None
+        self.extractor_runs = "inline"
+        """Where the extractor runs (``extractor.runs``, after :meth:`_resolve_extractor_runs`)."""
+        self.ext_worker: Any = None
+        """The :class:`~crl_bench.extractor.worker.ExtractorWorker` (``extractor.runs: process``)."""
         self.search_ask = False
         self.gate = False
         """The actor judges each retrieved entry before acting (accept / refine / reject;
@@ -326,14 +333,15 @@ class RunContext:
         if self.manager is None:
             raise RuntimeError("build_experience() must come before build_extractor()")
         x = self.cfg.experience
-        if train:
+        self.extractor_runs = self._resolve_extractor_runs()
+        if train and self.extractor_runs != "process":  # else the worker's, see new_track
             self.extractor_trainer = RoleTrainer(self.ext_raw, "extractor", self.cfg.extractor,
                                                  total_steps=self.cfg.steps, lock=self.lock,
                                                  seed=self.cfg.seed + 1)
         settings = dict(extractor_step=extractor_step,
                         temperature=self.extractor_sampling.logprob_temperature,
                         merge_every=x.merge_every if merge else 0, merge_chunk=x.merge_chunk,
-                        asynchronous=self.cfg.extractor.asynchronous, run_name=self.run.path.name,
+                        asynchronous=self.extractor_runs != "inline", run_name=self.run.path.name,
                         key_by_episode_start=x.key == "episode_start",
                         fence_merges=(self.cfg.extractor.fence == "official"
                                       and self.cfg.extractor.wait_before_rollout))
@@ -344,6 +352,8 @@ class RunContext:
         arguments but ``log``) over this context's manager, extractor model and trainer."""
         from crl_bench.extractor.track import ExtractorTrack
 
+        if self.extractor_runs == "process":
+            self._start_extractor_worker(train=train)
         return ExtractorTrack(self.manager, self.extractor_generate, self.extractor_trainer,
                               self.cfg.extractor, log=self._log_extractor, **settings)
 
@@ -361,10 +371,66 @@ class RunContext:
         with self._extractor_metrics_lock:
             self._extractor_metrics = list(metrics) + self._extractor_metrics
 
+    # -- the extractor in its own process (extractor.runs: process) ----------------------------
+    def _resolve_extractor_runs(self) -> str:
+        """``extractor.runs``; "process" with parameters shared between actor and extractor
+        (one set of weights, trained by both roles) runs as "thread", and says so."""
+        import sys
+
+        runs = self.cfg.extractor.runs
+        if runs == "process" and getattr(self.ext_raw, "shared_adapter", False):
+            print("[crl-bench] extractor.runs=process: the actor and the extractor share their "
+                  "parameters (one set of weights cannot be trained in two processes), so the "
+                  "extractor runs in a thread of this process (extractor.runs=thread).",
+                  file=sys.stderr)
+            runs = "thread"
+        return runs
+
+    def _start_extractor_worker(self, *, train: bool) -> None:
+        """The extractor's model (and trainer) in a worker process built like the main
+        backend's extractor role, starting from its weights; ``extractor_trainer`` becomes the
+        worker's (:class:`~crl_bench.extractor.worker.WorkerTrainer`)."""
+        from crl_bench.distributed.learner import role_weights
+        from crl_bench.extractor.worker import ExtractorWorker, WorkerTrainer, worker_spec
+
+        self.ext_worker = ExtractorWorker(
+            self.cfg.model.backend, worker_spec(self.ext_raw, self.cfg.model, self.cfg.seed),
+            self.extractor_sampling, self.cfg.extractor if train else None,
+            total_steps=self.cfg.steps, trainer_seed=self.cfg.seed + 1, rng_seed=self.cfg.seed + 2,
+            threads=self.cfg.threads or 1)
+        with self.lock:
+            self.ext_worker.load_weights(role_weights(self.ext_raw, "extractor"))
+        self.extractor_trainer = WorkerTrainer(self.ext_worker, self.ext_raw) if train else None
+
+    def pull_extractor_weights(self) -> None:
+        """Before a checkpoint: the worker's extractor weights into the main model (whose
+        adapters the checkpoint saves), its trainer state held for the same checkpoint. Nothing
+        to do when the extractor runs in this process."""
+        from crl_bench.distributed.learner import load_role_weights
+
+        if self.ext_worker is None:
+            return
+        if self.extractor_trainer is not None:
+            weights = self.extractor_trainer.hold_snapshot()
+        else:
+            weights = self.ext_worker.weights()
+        with self.lock:
+            load_role_weights(self.ext_raw, "extractor", weights)
+
+    def take_extractor_wait(self) -> float:
+        """Seconds the actor loop (the main thread) waited on the extractor since the last call:
+        on the shared model's lock, and on the worker while the track's call ran there."""
+        wait = self.lock.take_wait("MainThread")
+        if self.ext_worker is not None:
+            wait += self.ext_worker.take_wait("MainThread")
+        return wait
+
     # -- model calls ---------------------------------------------------------------------------
     def extractor_generate(self, message_lists: list[list[dict]], stop: tuple[str, ...] = ()
                            ) -> list[Any]:
-        """The extractor role (see :func:`extractor_generate`)."""
+        """The extractor role (see :func:`extractor_generate`), in the worker when there is one."""
+        if self.ext_worker is not None:
+            return self.ext_worker.generate(message_lists, stop)
         return extractor_generate(self.ext_backend, self.extractor_sampling, message_lists, stop)
 
     # -- envs and episodes ---------------------------------------------------------------------
@@ -620,6 +686,8 @@ class RunContext:
     def close(self) -> None:
         if self.extractor is not None:
             self.extractor.close()
+        if self.ext_worker is not None:
+            self.ext_worker.close()
         if self.manager is not None:
             self.manager.bank.close()
         for envs in self._envs.values():

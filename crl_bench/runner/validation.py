@@ -169,6 +169,7 @@ FIXED_CHOICES: dict[str, tuple[tuple[str, ...], str]] = {
     "extractor.distill": (("all", "with_experience"), "distillation set"),
     "extractor.sample_policy": (("pool", "buffer"), "extractor sample policy"),
     "extractor.update_mode": (("in_place", "replace"), "update mode"),
+    "extractor.runs": (("inline", "thread", "process"), "place the extractor runs in"),
     "experience.key": (("entry", "episode_start"), "retrieval key"),
     "experience.ask_offer": (("with_experience", "all"), "Search-and-Ask offer"),
     "experience.ask_style": (("short", "official"), "Search-and-Ask answer style"),
