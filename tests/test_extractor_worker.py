@@ -106,7 +106,7 @@ def test_an_error_in_the_worker_is_raised_here_with_its_traceback(worker):
     assert worker.generate(MESSAGES[:1], seed=1)  # the worker still serves after an error
 
 
-def test_a_dead_worker_is_a_clear_error_not_a_hang():
+def test_a_dead_worker_is_a_clear_error_not_a_hang_and_weights_answer_during_generation():
     from crl_bench.extractor.worker import ExtractorWorker, WorkerDied
 
     w = ExtractorWorker("hf", SPEC, SamplingParams(temperature=1.0, max_new_tokens=4000))
@@ -123,6 +123,10 @@ def test_a_dead_worker_is_a_clear_error_not_a_hang():
         t = threading.Thread(target=call)
         t.start()
         time.sleep(1.0)
+        # weights and state are served beside a running generation (a checkpoint does not
+        # wait for a distillation batch)
+        assert len(w.snapshot()["weights"]) == len(w.weights()) > 0
+        assert t.is_alive(), "the generation ended before the snapshot: the test proves nothing"
         os.kill(w.pid, signal.SIGKILL)
         t.join(timeout=30)
         assert not t.is_alive(), "the call hung after the worker died"

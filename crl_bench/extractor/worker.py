@@ -28,9 +28,13 @@ second); a call may be given a timeout. The child never outlives the parent: it 
 kernel for SIGKILL when the parent dies (Linux ``PR_SET_PDEATHSIG``) and a watchdog thread
 exits when its parent process id changes (any platform).
 
-The wire: a socket pair; requests and answers are whole ``pickle`` payloads (tensors by value,
-not torch's shared-memory reductions). The child is ``python -c`` on this module, not a
-``multiprocessing`` spawn, so a parent's ``__main__`` is never re-imported there.
+The wire: two socket pairs; requests and answers are whole ``pickle`` payloads (tensors by
+value, not torch's shared-memory reductions). Generation and updates go over the first, one at a
+time; weights, state and snapshots over the second, served by a thread of their own in the
+child, so that a checkpoint does not wait for a long distillation batch to finish (only for an
+update in progress: the weights are read between optimizer steps, never during one). The child
+is ``python -c`` on this module, not a ``multiprocessing`` spawn, so a parent's ``__main__`` is
+never re-imported there.
 """
 
 from __future__ import annotations
@@ -98,15 +102,21 @@ class ExtractorWorker:
         from crl_bench.runner.context import WaitTimingLock
 
         ours, theirs = socket.socketpair()
+        ours_ctl, theirs_ctl = socket.socketpair()
         env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
         root = str(Path(__file__).resolve().parents[2])  # this checkout's crl_bench first
         env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
-        code = "import sys; from crl_bench.extractor.worker import serve; serve(int(sys.argv[1]), int(sys.argv[2]))"
-        self.proc = subprocess.Popen([sys.executable, "-c", code, str(theirs.fileno()), str(os.getpid())],
-                                     pass_fds=(theirs.fileno(),), env=env, stdin=subprocess.DEVNULL)
+        code = ("import sys; from crl_bench.extractor.worker import serve; "
+                "serve(*map(int, sys.argv[1:]))")
+        fds = (theirs.fileno(), theirs_ctl.fileno())
+        self.proc = subprocess.Popen([sys.executable, "-c", code, *map(str, fds), str(os.getpid())],
+                                     pass_fds=fds, env=env, stdin=subprocess.DEVNULL)
         theirs.close()
-        self._sock = ours  # the Connection below wraps a dup of its fd; close both
+        theirs_ctl.close()
+        self._socks = (ours, ours_ctl)  # the Connections wrap dups of their fds; close both
         self._conn = Connection(os.dup(ours.fileno()))
+        self._ctl = Connection(os.dup(ours_ctl.fileno()))
+        self._ctl_lock = threading.Lock()
         self.lock = WaitTimingLock()
         """Serialises calls; the time a thread waited while another thread's call ran is kept
         per thread name (:meth:`take_wait`), as on the model lock of the one-process mode."""
@@ -137,24 +147,26 @@ class ExtractorWorker:
 
     @property
     def updates(self) -> int:
-        return int(self._call("updates"))
+        return int(self._call_ctl("updates"))
 
     def state_dict(self) -> dict[str, Any]:
         """The child trainer's state (``RoleTrainer.state_dict``) plus ``"worker_rng"``."""
-        return self._call("state_dict")
+        return self._call_ctl("state_dict")
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self._call("load_state_dict", (state,))
+        self._call_ctl("load_state_dict", (state,))
 
     def weights(self) -> list[Any]:
-        return self._call("weights")
+        return self._call_ctl("weights")
 
     def load_weights(self, weights: Sequence[Any]) -> None:
-        self._call("load_weights", ([w.detach().cpu() for w in weights],))
+        """Set the extractor's weights (at a start or a resume: a generation running meanwhile
+        would see them change)."""
+        self._call_ctl("load_weights", ([w.detach().cpu() for w in weights],))
 
     def snapshot(self) -> dict[str, Any]:
         """``{"weights": ..., "state": ...}`` in one call: no update lands between them."""
-        return self._call("snapshot")
+        return self._call_ctl("snapshot")
 
     def take_wait(self, name: str) -> float:
         return self.lock.take_wait(name)
@@ -167,8 +179,8 @@ class ExtractorWorker:
         if self.proc.poll() is None and self._broken is None:
             try:
                 with self.lock:
-                    self._send(("close", (), {}))
-                    self._recv(timeout_s, "close")
+                    self._send(self._conn, ("close", (), {}))
+                    self._recv(self._conn, timeout_s, "close")
             except (WorkerDied, WorkerError, OSError):
                 pass
         try:
@@ -176,8 +188,8 @@ class ExtractorWorker:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-        self._conn.close()
-        self._sock.close()
+        for closable in (self._conn, self._ctl, *self._socks):
+            closable.close()
 
     def __del__(self) -> None:  # a forgotten worker is not left behind
         try:
@@ -190,34 +202,43 @@ class ExtractorWorker:
     def _call(self, method: str, args: tuple = (), kwargs: dict[str, Any] | None = None,
               timeout: float | None = None) -> Any:
         with self.lock:
-            if self.closed and method != "close":
-                raise WorkerDied("the extractor worker was closed")
-            if self._broken is not None:
-                raise WorkerDied(self._broken)
-            self._send((method, args, kwargs or {}))
-            status, payload = self._recv(timeout, method)
+            return self._exchange(self._conn, method, args, kwargs, timeout)
+
+    def _call_ctl(self, method: str, args: tuple = (), kwargs: dict[str, Any] | None = None,
+                  timeout: float | None = None) -> Any:
+        with self._ctl_lock:
+            return self._exchange(self._ctl, method, args, kwargs, timeout)
+
+    def _exchange(self, conn: Any, method: str, args: tuple, kwargs: dict[str, Any] | None,
+                  timeout: float | None) -> Any:
+        if self.closed:
+            raise WorkerDied("the extractor worker was closed")
+        if self._broken is not None:
+            raise WorkerDied(self._broken)
+        self._send(conn, (method, args, kwargs or {}))
+        status, payload = self._recv(conn, timeout, method)
         if status == "error":
             kind, message, tb = payload
             raise WorkerError(f"extractor worker (pid {self.pid}) failed in {method}(): "
                               f"{kind}: {message}\n--- the worker's traceback ---\n{tb}")
         return payload
 
-    def _send(self, message: Any) -> None:
+    def _send(self, conn: Any, message: Any) -> None:
         try:
-            self._conn.send_bytes(pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL))
+            conn.send_bytes(pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL))
         except OSError as exc:
             raise self._died(f"sending failed ({exc})") from None
 
-    def _recv(self, timeout: float | None, method: str) -> tuple[str, Any]:
+    def _recv(self, conn: Any, timeout: float | None, method: str) -> tuple[str, Any]:
         deadline = None if timeout is None else time.monotonic() + timeout
-        while not self._conn.poll(POLL_S):
+        while not conn.poll(POLL_S):
             if self.proc.poll() is not None:
                 raise self._died(f"while {method}() ran")
             if deadline is not None and time.monotonic() > deadline:
                 self.proc.kill()
                 raise self._died(f"{method}() did not answer within {timeout:.0f} s; killed")
         try:
-            return pickle.loads(self._conn.recv_bytes())
+            return pickle.loads(conn.recv_bytes())
         except (EOFError, OSError):
             raise self._died(f"while {method}() ran") from None
 
@@ -292,6 +313,8 @@ class _Server:
         random.seed(rng_seed)
         torch.manual_seed(rng_seed)
         spec = dict(spec)
+        self.weights_lock = threading.RLock()
+        """Held by an update and by every read or write of the weights and state."""
         self.backend = backend_class(backend_kind)(spec.pop("model_name"), **spec)
         self.sampling = sampling
         self.trainer = (RoleTrainer(self.backend, "extractor", optim, total_steps=total_steps,
@@ -312,7 +335,8 @@ class _Server:
         return self.trainer
 
     def update(self, samples: list[Any], **kwargs: Any) -> dict[str, float]:
-        return self._trainer().update(samples, **kwargs)
+        with self.weights_lock:
+            return self._trainer().update(samples, **kwargs)
 
     def updates(self) -> int:
         return self.trainer.updates if self.trainer is not None else 0
@@ -322,7 +346,8 @@ class _Server:
 
         import torch
 
-        state = self.trainer.state_dict() if self.trainer is not None else {}
+        with self.weights_lock:
+            state = self.trainer.state_dict() if self.trainer is not None else {}
         state["worker_rng"] = {"torch": torch.get_rng_state(), "python": random.getstate()}
         return state
 
@@ -334,7 +359,8 @@ class _Server:
         state = dict(state)
         rng = state.pop("worker_rng", None)
         if self.trainer is not None and state:
-            self.trainer.load_state_dict(state)
+            with self.weights_lock:
+                self.trainer.load_state_dict(state)
         if rng is not None:
             torch.set_rng_state(rng["torch"])
             random.setstate(rng["python"])
@@ -342,18 +368,21 @@ class _Server:
     def weights(self) -> list[Any]:
         from crl_bench.distributed.learner import role_weights
 
-        return role_weights(self.backend, "extractor")
+        with self.weights_lock:
+            return role_weights(self.backend, "extractor")
 
     def load_weights(self, weights: list[Any]) -> None:
         from crl_bench.distributed.learner import load_role_weights
 
-        if self.trainer is not None:  # the masters too, where there are
-            self.trainer.load_weights(weights)
-        else:
-            load_role_weights(self.backend, "extractor", weights)
+        with self.weights_lock:
+            if self.trainer is not None:  # the masters too, where there are
+                self.trainer.load_weights(weights)
+            else:
+                load_role_weights(self.backend, "extractor", weights)
 
     def snapshot(self) -> dict[str, Any]:
-        return {"weights": self.weights(), "state": self.state_dict()}
+        with self.weights_lock:
+            return {"weights": self.weights(), "state": self.state_dict()}
 
 
 def _die_with_parent(parent_pid: int) -> None:
@@ -378,9 +407,39 @@ def _die_with_parent(parent_pid: int) -> None:
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
-def serve(fd: int, parent_pid: int) -> None:
-    """The child's loop: one request at a time until ``close`` or the parent's end of the pipe
-    closes."""
+CONTROL_CALLS = frozenset({"updates", "state_dict", "load_state_dict", "weights", "load_weights",
+                           "snapshot"})
+"""What the second channel serves (weights and state; never generation or an update)."""
+
+
+def _answer(server: "_Server | None", method: str, args: tuple, kwargs: dict[str, Any],
+            allowed: frozenset[str] | None) -> bytes:
+    """Run one request; the pickled ``("ok", result)`` or ``("error", (type, message, tb))``."""
+    try:
+        if server is None or method.startswith("_") or (allowed is not None and method not in allowed):
+            raise RuntimeError(f"unknown or premature call {method!r}")
+        reply = ("ok", getattr(server, method)(*args, **kwargs))
+    except BaseException as exc:  # noqa: BLE001 - every failure goes back to the parent
+        reply = ("error", (type(exc).__name__, str(exc), traceback.format_exc()))
+    try:
+        return pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception as exc:  # noqa: BLE001 - an answer that does not pickle
+        return pickle.dumps(("error", (type(exc).__name__, f"the answer of {method}() could not "
+                                       f"be sent: {exc}", traceback.format_exc())))
+
+
+def _serve_control(conn: Any, server: "_Server") -> None:
+    while True:
+        try:
+            method, args, kwargs = pickle.loads(conn.recv_bytes())
+        except (EOFError, OSError):
+            return
+        conn.send_bytes(_answer(server, method, args, kwargs, CONTROL_CALLS))
+
+
+def serve(fd: int, ctl_fd: int, parent_pid: int) -> None:
+    """The child's loop: one request at a time on the first channel until ``close`` or the
+    parent's end closes; the second channel in a thread once the model is built."""
     from multiprocessing.connection import Connection
 
     _die_with_parent(parent_pid)
@@ -391,24 +450,18 @@ def serve(fd: int, parent_pid: int) -> None:
             method, args, kwargs = pickle.loads(conn.recv_bytes())
         except (EOFError, OSError):
             return
-        try:
-            if method == "close":
-                result = None
-            elif method == "__init__":
-                server = _Server(**kwargs)
-                result = None
-            elif server is None or method.startswith("_"):
-                raise RuntimeError(f"unknown or premature call {method!r}")
-            else:
-                result = getattr(server, method)(*args, **kwargs)
-            reply = ("ok", result)
-        except BaseException as exc:  # noqa: BLE001 - every failure goes back to the parent
-            reply = ("error", (type(exc).__name__, str(exc), traceback.format_exc()))
-        try:
-            data = pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL)
-        except Exception as exc:  # noqa: BLE001 - an answer that does not pickle
-            data = pickle.dumps(("error", (type(exc).__name__, f"answer of {method}() could not "
-                                           f"be sent: {exc}", traceback.format_exc())))
-        conn.send_bytes(data)
         if method == "close":
+            conn.send_bytes(pickle.dumps(("ok", None)))
             return
+        if method == "__init__" and server is None:
+            try:
+                server = _Server(**kwargs)
+            except BaseException as exc:  # noqa: BLE001
+                conn.send_bytes(pickle.dumps(("error", (type(exc).__name__, str(exc),
+                                                        traceback.format_exc()))))
+                continue
+            threading.Thread(target=_serve_control, args=(Connection(ctl_fd), server),
+                             name="control", daemon=True).start()
+            conn.send_bytes(pickle.dumps(("ok", None)))
+            continue
+        conn.send_bytes(_answer(server, method, args, kwargs, None))

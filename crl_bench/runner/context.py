@@ -616,6 +616,7 @@ class RunContext:
             return None, {}
         from crl_bench.extractor.search_ask import SearchAndAsk
         from crl_bench.extractor.track import ExtractorSample
+        from crl_bench.runner.trainer import timed
 
         saa = SearchAndAsk(self.manager, self.extractor_generate, k=self.cfg.experience.ask_k,
                            style=self.cfg.experience.ask_style)
@@ -625,9 +626,10 @@ class RunContext:
             if not spec.with_experience and self.cfg.experience.ask_offer != "all":
                 return "Searching the experience library is not available in this episode."
             before = len(saa.samples)
-            answer = saa(query, {"goal": context.get("goal", ""),
-                                 "observation": context.get("observation", ""),
-                                 "family": spec.meta.get("family"), "task_id": str(spec.seed)})
+            with timed(self.timings, "timing_s/ask"):  # the actor's time in Search-and-Ask
+                answer = saa(query, {"goal": context.get("goal", ""),
+                                     "observation": context.get("observation", ""),
+                                     "family": spec.meta.get("family"), "task_id": str(spec.seed)})
             if record and spec.with_experience:  # only with-memory asks are trained (official)
                 for rec in saa.samples[before:]:
                     gen = rec.generation
