@@ -290,3 +290,14 @@ def test_process_with_shared_parameters_runs_as_thread(tmp_path, capsys):
     finally:
         ctx.close()
     assert "share their parameters" in capsys.readouterr().err
+
+
+def test_a_resumed_run_may_change_where_its_extractor_runs():
+    """Where the extractor runs sets how fast a run goes, not what it computes: --resume may
+    change it (the checkpoint holds the same adapters and trainer state either way)."""
+    from crl_bench.runner.config import ConfigError, apply_resume_overrides, build_config
+
+    cfg = build_config(agent="comp_rl", tasks="minihack", preset="tiny")
+    assert apply_resume_overrides(cfg, {"extractor.runs": "process"}).extractor.runs == "process"
+    with pytest.raises(ConfigError):  # what it computes stays refused
+        apply_resume_overrides(cfg, {"extractor.lr": 0.5})

@@ -559,7 +559,7 @@ def _set_field(obj: Any, name: str, value: Any, key: str) -> None:
     setattr(obj, name, _coerce(value, getattr(obj, name), key))
 
 
-RESUMABLE_OVERRIDES = frozenset({"threads"})
+RESUMABLE_OVERRIDES = frozenset({"threads", "extractor.runs"})
 """Fields a resumed run may change: they set how fast it runs, not what it computes."""
 
 
