@@ -234,25 +234,39 @@ def test_checkpoint_then_resume_continues_the_worker_exactly(tmp_path):
 
 @pytest.mark.slow
 def test_a_tiny_comp_rl_run_with_the_extractor_in_its_process(tmp_path):
-    """The run finishes, its extractor trains in the worker, and the last checkpoint saved the
-    worker's trained weights (the main process never trains them itself)."""
+    """The run finishes, its extractor trains in the worker, and the last checkpoint holds the
+    worker's weights as they were when it was written (the main process never trains them)."""
     from crl_bench.distributed.learner import role_weights
     from crl_bench.llm.hf_backend import HFBackend
+    from crl_bench.runner import loop as loop_mod
     from crl_bench.runner.api import run_experiment
     from crl_bench.runner.records import RunDir, read_jsonl
 
-    out = run_experiment("comp_rl", "minihack", "tiny", 0, tmp_path / "run", steps=3, progress=False,
-                         overrides={"threads": 1, "extractor.runs": "process"})
+    at_checkpoint = {}
+
+    def record(moment, step, trainer):
+        if moment == "checkpoint" and step == 3:  # inside save_checkpoint, after the pull
+            at_checkpoint["weights"] = trainer.ctx.ext_worker.weights()
+            at_checkpoint["updates"] = trainer.ctx.ext_worker.updates
+
+    loop_mod.HOOKS.append(record)
+    try:
+        out = run_experiment("comp_rl", "minihack", "tiny", 0, tmp_path / "run", steps=3,
+                             progress=False, overrides={"threads": 1, "extractor.runs": "process"})
+    finally:
+        loop_mod.HOOKS.remove(record)
     metrics = read_jsonl(out / "metrics.jsonl")
     assert max(m.get("extractor/updates", 0) for m in metrics) > 0
     assert all(m["timing_s/extractor_wait"] >= 0 for m in metrics if m["step"] > 0)
-    ckpt = RunDir(out).last_checkpoint()
     saved = HFBackend("tiny-sft", roles=("actor", "extractor"), lora=LoraSpec(r=4, alpha=8), seed=0)
     start = role_weights(saved, "extractor")
-    saved.load_adapters(ckpt / "adapters")
-    trained = role_weights(saved, "extractor")
-    assert any(not torch.equal(x, y) for x, y in zip(trained, start)), \
-        "the checkpoint holds the untrained extractor: the worker's weights were not saved"
+    saved.load_adapters(RunDir(out).last_checkpoint() / "adapters")
+    got = role_weights(saved, "extractor")
+    for x, y in zip(got, at_checkpoint["weights"]):
+        assert torch.equal(x, y), "the checkpoint does not hold the worker's extractor weights"
+    # an update that stepped (not skipped for want of a non-zero advantage) moved them
+    moved = any(not torch.equal(x, y) for x, y in zip(got, start))
+    assert moved == (at_checkpoint["updates"] > 0)
 
 
 def test_a_worker_killed_mid_run_ends_the_run_with_a_clear_error(tmp_path):
