@@ -135,7 +135,7 @@ def tiny_run(tmp_path_factory):
                 _ACTIVE.append(run)
             try:
                 run_experiment(agent, "minihack", "tiny", seed, path, steps=TINY_STEPS, progress=False,
-                               overrides={"threads": 1, "extractor.asynchronous": False})
+                               overrides={"threads": 1, "extractor.runs": "inline"})
             finally:
                 with _LOCK:
                     _ACTIVE.remove(run)

@@ -51,7 +51,7 @@ def ctx(tmp_path):
     # Groups of 2 are too small for split advantages (validation asks the agent); this context
     # is built for the ask's credit, not trained with split GRPO
     cfg = build_config(agent="comp_rl", tasks=TASK, preset="tiny", overrides={
-        "threads": 1, "extractor.asynchronous": False, "rollout.groups": 2,
+        "threads": 1, "extractor.runs": "inline", "rollout.groups": 2,
         "rollout.group_size": 2, "rollout.env_max_steps": {"minihack": 2},
         "method.split_advantages": False})
     context = RunContext(cfg, RunDir(tmp_path / "run"))

@@ -58,6 +58,7 @@ SMOKE: dict[str, list[str]] = {
     "swe_sandbox.py": ["--commands", "2", "--tasks", "1"],
     "plan_memory.py": ["--smoke", "--precision", "fp32"],
     "precision_memory.py": ["--model", "tiny-random"],
+    "actor_wait.py": ["--smoke", "--json", "{tmp}/actor_wait.json"],
     "quick_preset_cost.py": ["--tokens-only"],
     "minihack_landmark.py": ["--smoke", "--baselines", "--levels", "8"],
 }

@@ -114,7 +114,7 @@ NAME_CASES = [
     ("rollout.env_kwargs", {"minihack": "compact"}, r"^rollout.env_kwargs\['minihack'\]='compact': must map a family"),
     ("rollout.env_kwargs", {"minihack": {"max_steps": 5}}, r"^rollout.env_kwargs\['minihack'\] sets max_steps: use rollout.env_max_steps"),
     ("rollout.think", "maybe", r"^rollout.think='maybe': must be true or false"),
-    ("extractor.asynchronous", 1, r"^extractor.asynchronous=1: must be true or false"),
+    ("extractor.runs", "fork", r"^extractor.runs='fork': unknown place the extractor runs in. Available: inline, process, thread"),
     ("model", None, r"^model: must be a section"),
 ]
 

@@ -41,7 +41,7 @@ def make_ctx(tmp_path, **overrides):
     # groups of 2 are too small for split advantages (validation asks the agent): these contexts
     # are built for the parts, not trained with split GRPO
     cfg = build_config(agent="comp_rl", tasks=TASK, preset="tiny", overrides={
-        "threads": 1, "extractor.asynchronous": False, "rollout.groups": 2,
+        "threads": 1, "extractor.runs": "inline", "rollout.groups": 2,
         "rollout.group_size": 2, "rollout.env_max_steps": {"minihack": 2},
         "method.split_advantages": False, **overrides})
     ctx = RunContext(cfg, RunDir(tmp_path / "run"))
@@ -376,7 +376,7 @@ def test_official_fence_skips_the_flush_while_training_and_merges_inside_the_flu
     from tests.test_extractor_track import FixedAnswers
 
     ctx = make_ctx(tmp_path, **{"extractor.wait_before_rollout": True, "extractor.fence": "official",
-                                "extractor.asynchronous": True, "experience.merge_every": 2,
+                                "extractor.runs": "thread", "experience.merge_every": 2,
                                 "extractor.merge_format": "items"})
     try:
         track = ctx.extractor

@@ -37,7 +37,7 @@ ENV = "crl/MiniHack-Room-Landmark-5x5-v0"
 EVAL_LEVELS = 16  # evaluation levels 1,000,000 - 1,000,015: the old formula's overlap is inside
 STEPS = 2
 RUNS = (("grpo", 0), ("grpo", 1), ("grpo", 2), ("comp_rl", 1), ("comp_rl", 2))
-OVERRIDES = {"threads": 1, "extractor.asynchronous": False, "eval.every": 1,
+OVERRIDES = {"threads": 1, "extractor.runs": "inline", "eval.every": 1,
              "eval.episodes_per_task": EVAL_LEVELS, "rollout.env_max_steps": {"minihack": 1},
              "rollout.env_kwargs": {"minihack": {"view": "compact"}}}
 pytestmark = pytest.mark.slow

@@ -38,7 +38,7 @@ FAULTS = Path(__file__).with_name("_faults.py")
 STEPS = 3
 RUN_ARGS = ["--agent", "comp_rl", "--tasks", "minihack", "--preset", "tiny", "--seed", "0",
             "--steps", str(STEPS), "--no-progress", "--no-report",
-            "--set", "threads=1", "--set", "extractor.asynchronous=false"]
+            "--set", "threads=1", "--set", "extractor.runs=inline"]
 # wall-clock figures: they differ between any two runs, interrupted or not
 VOLATILE_PREFIXES = ("timing_s/", "memory/")
 VOLATILE_KEYS = {"time", "wall_s", "bank/batch_latency_p50_s", "bank/batch_latency_p99_s",

@@ -26,7 +26,7 @@ from crl_bench.runner.records import RunDir  # noqa: E402
 
 RUN_ARGS = ["--agent", "comp_rl", "--tasks", "minihack", "--preset", "tiny", "--seed", "0",
             "--no-progress", "--no-report", "--set", "threads=1", "--set", "eval.at_start=false",
-            "--set", "eval.episodes_per_task=1", "--set", "extractor.asynchronous=false"]
+            "--set", "eval.episodes_per_task=1", "--set", "extractor.runs=inline"]
 
 
 def crl(*args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:

@@ -65,6 +65,7 @@ AskStyle = Literal["short", "official"]
 Query = Literal["goal_observation", "family"]
 UsagePer = Literal["pick", "batch"]
 EvalModes = Literal["both", "with_experience"]
+ExtractorRuns = Literal["inline", "thread", "process"]
 
 DEPRECATED: dict[str, str] = {
     "experience.warmup_steps": "experience.bank_fill_steps",
@@ -278,8 +279,13 @@ class ExtractorConfig(OptimConfig):
     """A credited sample is trained at most this many times (count-aware weights shrink it)."""
     credit_horizon: int = 4
     """Actor steps after which an extractor sample whose entries were never used is dropped."""
-    asynchronous: bool = True
-    """Run the extractor track in a background thread (False: inline, for debugging)."""
+    runs: ExtractorRuns = "thread"
+    """Where the extractor's work runs: "inline" (inside the actor loop's ``submit``, for
+    debugging and exact resume tests), "thread" (the track in a background thread; its model
+    calls share the actor's model behind one lock), or "process" (the track's thread stays here,
+    its model and trainer in a worker process of their own: the actor never waits on the lock;
+    ``crl_bench.extractor.worker``). With shared actor/extractor parameters "process" falls back
+    to "thread" (one set of weights cannot live in two processes)."""
     max_trajectory_chars: int = 3000
     """The episode is shown to the extractor in at most this many characters (see
     ``crl_bench.extractor.extraction.trajectory_to_text``); 0 = no cut (official: the full
@@ -515,6 +521,9 @@ _SMALL_MODEL = {
 CPU = Preset("cpu", "the embedded SmolLM2-135M-Instruct and MiniLM embedder, small groups and "
              "short episodes: minutes per step on 2 CPU cores", {
                  **_SMALL_MODEL, "rollout.history": 1,
+                 # the extractor's model in its own process: the actor loop does not wait while
+                 # it distils or trains (benchmarks/actor_wait.py)
+                 "extractor.runs": "process",
                  "rollout.env_max_steps": {"minihack": 10, "webshop": 8, "alfworld": 15, "swe": 10},
                  "actor.max_samples_per_update": 24,
              })
@@ -524,7 +533,7 @@ the model); ``3mix`` plays three families and takes several hours."""
 
 QUICK = Preset("quick", "cpu cut down so that `crl-bench run` ends in under 15 min on 2 idle CPU "
                "cores: a look at the whole pipeline, not a result (the default without a GPU)", {
-                   **_SMALL_MODEL, "steps": 2,
+                   **_SMALL_MODEL, "steps": 2, "extractor.runs": "process",
                    "rollout.groups": 3, "rollout.history": 0,
                    "rollout.env_max_steps": {"minihack": 6, "webshop": 5, "alfworld": 6, "swe": 6},
                    "actor.max_samples_per_update": 16,
@@ -670,7 +679,7 @@ def _set_field(obj: Any, name: str, value: Any, key: str) -> None:
     setattr(obj, name, _coerce(value, getattr(obj, name), key))
 
 
-RESUMABLE_OVERRIDES = frozenset({"threads"})
+RESUMABLE_OVERRIDES = frozenset({"threads", "extractor.runs"})
 """Fields a resumed run may change: they set how fast it runs, not what it computes."""
 
 

@@ -99,6 +99,8 @@ class RunContext:
     ext_raw = _member("models", "ext_raw")
     backend = _member("models", "backend")
     ext_backend = _member("models", "ext_backend")
+    ext_worker = _member("experience", "worker")
+    extractor_runs = _member("experience", "runs")
     actor_sampling = _member("models", "actor_sampling")
     extractor_sampling = _member("models", "extractor_sampling")
     actor_trainer = _member("actor", "trainer")
@@ -156,7 +158,13 @@ class RunContext:
 
     def extractor_generate(self, message_lists: list[list[dict]], stop: tuple[str, ...] = ()
                            ) -> list[Any]:
-        return self.models.extractor_generate(message_lists, stop)
+        """The extractor role (in its worker process under ``extractor.runs: process``)."""
+        return self.experience.generate(message_lists, stop)
+
+    def take_extractor_wait(self) -> float:
+        """Seconds the actor loop (the main thread) waited on the extractor since the last call:
+        on the shared model's lock, and on the worker while the track's call ran there."""
+        return self.models.lock.take_wait("MainThread") + self.experience.take_wait("MainThread")
 
     def env_kwargs(self, task: Any, phase: str) -> dict[str, Any]:
         return self.player.env_kwargs(task, phase)

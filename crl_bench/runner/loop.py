@@ -164,7 +164,7 @@ class Trainer:
             progress.set_phase("playing", step)
             t_step = time.perf_counter()
             metrics: dict[str, Any] = {}
-            ctx.lock.take_wait("MainThread")
+            ctx.take_extractor_wait()
             with timed(metrics, "timing_s/train_step"):
                 result = self.agent.train_step(ctx, step)
             metrics.update(result.metrics)
@@ -188,7 +188,7 @@ class Trainer:
             release_free_memory()
             metrics["memory/rss_gb"] = rss_gb()
             metrics["memory/peak_rss_gb"] = peak_rss_gb()  # since the process started
-            metrics["timing_s/extractor_wait"] = ctx.lock.take_wait("MainThread")
+            metrics["timing_s/extractor_wait"] = ctx.take_extractor_wait()
             metrics["timing_s/step"] = time.perf_counter() - t_step
             metrics["timing_s/extractor_wait_frac"] = (metrics["timing_s/extractor_wait"]
                                                        / metrics["timing_s/step"])

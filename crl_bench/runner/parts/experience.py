@@ -1,5 +1,11 @@
 """The experience side of a run: the bank and its manager, the extractor track and the
-extractor's trainer; the pre-rollout flush."""
+extractor's trainer; the pre-rollout flush.
+
+Where the extractor works is ``extractor.runs``: ``inline`` (inside the actor loop's step),
+``thread`` (a background thread; its model calls share the actor's model behind one lock) or
+``process`` (the track's thread stays here, the extractor's model and trainer live in a worker
+process of their own, :class:`~crl_bench.extractor.worker.ExtractorWorker`: the actor loop waits
+only where it calls the extractor itself, Search-and-Ask, while the track's call runs there)."""
 
 from __future__ import annotations
 
@@ -34,6 +40,10 @@ class ExperienceSide(Part):
         self.trainer: Any = None
         self.search_ask = False
         self.gate = False
+        self.runs = "inline"
+        """Where the extractor runs (``extractor.runs`` as resolved by :meth:`build_extractor`)."""
+        self.worker: Any = None
+        """The :class:`~crl_bench.extractor.worker.ExtractorWorker` (``runs == "process"``)."""
         self._metrics: list[dict[str, Any]] = []
         self._metrics_lock = threading.Lock()
 
@@ -79,14 +89,15 @@ class ExperienceSide(Part):
             raise RuntimeError("build_experience() must come before build_extractor()")
         cfg = self.info.cfg
         x = cfg.experience
-        if train:
+        self.runs = self._resolve_runs()
+        if train and self.runs != "process":  # else the worker's (new_track)
             self.trainer = RoleTrainer(self.models.ext_raw, "extractor", cfg.extractor,
                                        total_steps=cfg.steps, lock=self.models.lock,
                                        seed=cfg.seed + 1)
         settings = dict(extractor_step=extractor_step,
                         temperature=self.models.extractor_sampling.logprob_temperature,
                         merge_every=x.merge_every if merge else 0, merge_chunk=x.merge_chunk,
-                        asynchronous=cfg.extractor.asynchronous, run_name=self.info.run.path.name,
+                        asynchronous=self.runs != "inline", run_name=self.info.run.path.name,
                         key_by_episode_start=x.key == "episode_start",
                         fence_merges=(cfg.extractor.fence == "official"
                                       and cfg.extractor.wait_before_rollout))
@@ -97,8 +108,66 @@ class ExperienceSide(Part):
         arguments but ``log``) over this side's manager, the extractor model and trainer."""
         from crl_bench.extractor.track import ExtractorTrack
 
-        return ExtractorTrack(self.manager, self.models.extractor_generate, self.trainer,
+        if self.runs == "process":
+            self._start_worker(train=train)
+        return ExtractorTrack(self.manager, self.generate, self.trainer,
                               self.info.cfg.extractor, log=self.log, **settings)
+
+    # -- the extractor in its own process (extractor.runs: process) ----------------------------
+    def _resolve_runs(self) -> str:
+        """``extractor.runs``; "process" with parameters shared between actor and extractor
+        (one set of weights, trained by both roles) runs as "thread", and says so."""
+        import sys
+
+        runs = self.info.cfg.extractor.runs
+        if runs == "process" and getattr(self.models.ext_raw, "shared_adapter", False):
+            print("[crl-bench] extractor.runs=process: the actor and the extractor share their "
+                  "parameters (one set of weights cannot be trained in two processes), so the "
+                  "extractor runs in a thread of this process (extractor.runs=thread).",
+                  file=sys.stderr)
+            runs = "thread"
+        return runs
+
+    def _start_worker(self, *, train: bool) -> None:
+        """The extractor's model (and trainer) in a worker process built like the main
+        backend's extractor role, starting from its weights; :attr:`trainer` becomes the
+        worker's (:class:`~crl_bench.extractor.worker.WorkerTrainer`)."""
+        from crl_bench.distributed.learner import role_weights
+        from crl_bench.extractor.worker import ExtractorWorker, WorkerTrainer, worker_spec
+
+        cfg, ext_raw = self.info.cfg, self.models.ext_raw
+        self.worker = ExtractorWorker(
+            cfg.model.backend, worker_spec(ext_raw, cfg.model, cfg.seed),
+            self.models.extractor_sampling, cfg.extractor if train else None,
+            total_steps=cfg.steps, trainer_seed=cfg.seed + 1, rng_seed=cfg.seed + 2,
+            threads=cfg.threads or 1)
+        with self.models.lock:
+            self.worker.load_weights(role_weights(ext_raw, "extractor"))
+        self.trainer = WorkerTrainer(self.worker, ext_raw) if train else None
+
+    def generate(self, message_lists: list[list[dict]], stop: tuple[str, ...] = ()) -> list[Any]:
+        """The extractor role: in the worker when there is one, else the models' extractor."""
+        if self.worker is not None:
+            return self.worker.generate(message_lists, stop)
+        return self.models.extractor_generate(message_lists, stop)
+
+    def take_wait(self, name: str = "MainThread") -> float:
+        """Seconds thread ``name`` waited on the worker while the track's call ran there."""
+        return self.worker.take_wait(name) if self.worker is not None else 0.0
+
+    def before_checkpoint(self) -> None:
+        """The worker's extractor weights into the main model (whose adapters the checkpoint
+        saves), its trainer state taken in the same call for the same checkpoint."""
+        from crl_bench.distributed.learner import load_role_weights
+
+        if self.worker is None:
+            return
+        if self.trainer is not None:
+            weights = self.trainer.hold_snapshot()
+        else:
+            weights = self.worker.weights()
+        with self.models.lock:
+            load_role_weights(self.models.ext_raw, "extractor", weights)
 
     # -- the extractor's records ---------------------------------------------------------------
     def log(self, metrics: dict[str, Any]) -> None:
@@ -189,5 +258,7 @@ class ExperienceSide(Part):
     def close(self) -> None:
         if self.extractor is not None:
             self.extractor.close()
+        if self.worker is not None:
+            self.worker.close()
         if self.manager is not None:
             self.manager.bank.close()

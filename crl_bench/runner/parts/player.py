@@ -250,18 +250,20 @@ class Player(Part):
             return None, {}
         from crl_bench.extractor.search_ask import SearchAndAsk
         from crl_bench.extractor.track import ExtractorSample
+        from crl_bench.runner.trainer import timed
 
         x = self.info.cfg.experience
-        saa = SearchAndAsk(exp.manager, self.models.extractor_generate, k=x.ask_k, style=x.ask_style)
+        saa = SearchAndAsk(exp.manager, exp.generate, k=x.ask_k, style=x.ask_style)
         by_episode: dict[int, list[ExtractorSample]] = {}
 
         def ask(query: str, spec: Any, context: dict[str, Any]) -> str:
             if not spec.with_experience and x.ask_offer != "all":
                 return "Searching the experience library is not available in this episode."
             before = len(saa.samples)
-            answer = saa(query, {"goal": context.get("goal", ""),
-                                 "observation": context.get("observation", ""),
-                                 "family": spec.meta.get("family"), "task_id": str(spec.seed)})
+            with timed(self.info.timings, "timing_s/ask"):  # the actor's time in Search-and-Ask
+                answer = saa(query, {"goal": context.get("goal", ""),
+                                     "observation": context.get("observation", ""),
+                                     "family": spec.meta.get("family"), "task_id": str(spec.seed)})
             if record and spec.with_experience:  # only with-memory asks are trained (official)
                 for rec in saa.samples[before:]:
                     gen = rec.generation
