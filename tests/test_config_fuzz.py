@@ -19,6 +19,10 @@ from crl_bench.runner.validation import FIELD_RANGES, MAX_EPISODES_PER_STEP
 BASE = dict(agent="grpo", tasks="minihack", preset="tiny")
 
 
+OPTIONAL: set[str] = set()
+"""Numeric fields typed ``X | None``: None is their "unset" value, not a bad one."""
+
+
 def numeric_fields() -> dict[str, str]:
     """dotted name -> "int" / "float" for every numeric field of RunConfig."""
     out = {}
@@ -26,8 +30,11 @@ def numeric_fields() -> dict[str, str]:
     for prefix, obj in [("", cfg)] + [(f.name + ".", getattr(cfg, f.name)) for f in dataclasses.fields(cfg)
                                        if dataclasses.is_dataclass(getattr(cfg, f.name))]:
         for f in dataclasses.fields(obj):
-            if str(f.type) in ("int", "float"):
-                out[prefix + f.name] = str(f.type)
+            kind = str(f.type).removesuffix(" | None")  # optional: None means "unset"
+            if kind in ("int", "float"):
+                out[prefix + f.name] = kind
+                if kind != str(f.type):
+                    OPTIONAL.add(prefix + f.name)
     return out
 
 
@@ -43,7 +50,7 @@ def bad_values(key: str) -> list[Any]:
     integer = NUMERIC[key] == "int"
     values: list[Any] = [float("nan"), float("inf"), float("-inf"), r.lo - 1, r.hi + 1,
                          10**12 if integer else 1e12, -10**12 if integer else -1e12, "bogus",
-                         True, None, [1]]
+                         True, [1]] + ([] if key in OPTIONAL else [None])
     if r.lo_open:
         values.append(r.lo)
     if r.hi_open:
@@ -114,7 +121,7 @@ NAME_CASES = [
     ("rollout.env_kwargs", {"minihack": "compact"}, r"^rollout.env_kwargs\['minihack'\]='compact': must map a family"),
     ("rollout.env_kwargs", {"minihack": {"max_steps": 5}}, r"^rollout.env_kwargs\['minihack'\] sets max_steps: use rollout.env_max_steps"),
     ("rollout.think", "maybe", r"^rollout.think='maybe': must be true or false"),
-    ("extractor.runs", "fork", r"^extractor.runs='fork': unknown place the extractor runs in. Available: inline, process, thread"),
+    ("extractor.runs", "fork", r"^extractor.runs='fork': must be one of inline, thread, process"),
     ("model", None, r"^model: must be a section"),
 ]
 

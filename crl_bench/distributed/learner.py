@@ -35,18 +35,7 @@ import socket
 from typing import Any, Sequence
 
 from crl_bench.distributed import remote_class, require_ray
-
-
-def role_weights(backend: Any, role: str) -> list[Any]:
-    """CPU copies of the trainable parameters of ``role`` (LoRA A/B or all weights), in order."""
-    return [p.detach().to("cpu").clone() for p in backend.trainable_parameters(role)]
-
-
-def load_role_weights(backend: Any, role: str, weights: Sequence[Any]) -> None:
-    """Copy ``weights`` (from :func:`role_weights` of a backend built the same way) into ``role``."""
-    from crl_bench.runner.precision import copy_weights
-
-    copy_weights(backend.trainable_parameters(role), weights, f"parameters of role {role!r}")
+from crl_bench.runner.precision import load_role_weights, role_weights  # noqa: F401  (re-exported)
 
 
 def _free_port() -> int:

@@ -1,14 +1,14 @@
 """The extractor's model and trainer in their own OS process (``extractor.runs: process``).
 
 On one machine without GPUs the actor loop and the extractor otherwise share one model behind
-one lock (:class:`~crl_bench.runner.context.LockedBackend`): while the extractor distils,
+one lock (:class:`~crl_bench.llm.roles.LockedBackend`): while the extractor distils,
 merges or trains, the actor waits. :class:`ExtractorWorker` starts a child process (one torch
 thread by default) that builds its own copy of the extractor's model from the same keyword
 arguments as the main backend (model, roles, LoRA shape, dtype, device, seed: the same initial
 weights; the main backend's extractor weights are pushed in after the start all the same) and
 serves, one call at a time:
 
-* ``generate(message_lists, stop)``: :func:`crl_bench.runner.context.extractor_generate` on the
+* ``generate(message_lists, stop)``: :func:`crl_bench.llm.roles.extractor_generate` on the
   child's model (the same tokens and log-probs as in the main process for the same weights and
   sampling seed; without a seed the child's own torch RNG draws, seeded with the run seed);
 * ``update(samples, **kwargs)``: a :class:`~crl_bench.runner.trainer.RoleTrainer` step on the
@@ -99,7 +99,7 @@ class ExtractorWorker:
                  threads: int = 1, start_timeout_s: float = START_TIMEOUT_S) -> None:
         from multiprocessing.connection import Connection
 
-        from crl_bench.runner.context import WaitTimingLock
+        from crl_bench.llm.roles import WaitTimingLock
 
         ours, theirs = socket.socketpair()
         ours_ctl, theirs_ctl = socket.socketpair()
@@ -289,7 +289,7 @@ class WorkerTrainer:
         return held if held is not None else self.worker.state_dict()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        from crl_bench.distributed.learner import role_weights
+        from crl_bench.runner.precision import role_weights
 
         # the loop loaded the checkpoint's adapters into the main model first
         self.worker.load_weights(role_weights(self.local, "extractor"))
@@ -324,7 +324,7 @@ class _Server:
                  seed: int | None) -> list[Any]:
         import dataclasses
 
-        from crl_bench.runner.context import extractor_generate
+        from crl_bench.llm.roles import extractor_generate
 
         sampling = self.sampling if seed is None else dataclasses.replace(self.sampling, seed=seed)
         return extractor_generate(self.backend, sampling, message_lists, stop)
@@ -366,13 +366,13 @@ class _Server:
             random.setstate(rng["python"])
 
     def weights(self) -> list[Any]:
-        from crl_bench.distributed.learner import role_weights
+        from crl_bench.runner.precision import role_weights
 
         with self.weights_lock:
             return role_weights(self.backend, "extractor")
 
     def load_weights(self, weights: list[Any]) -> None:
-        from crl_bench.distributed.learner import load_role_weights
+        from crl_bench.runner.precision import load_role_weights
 
         with self.weights_lock:
             if self.trainer is not None:  # the masters too, where there are

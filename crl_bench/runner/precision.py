@@ -120,3 +120,13 @@ def copy_weights(targets: Sequence[Any], values: Sequence[Any], what: str) -> No
     with torch.no_grad():
         for t, v in zip(targets, values):
             t.copy_(v.to(device=t.device, dtype=t.dtype))
+
+
+def role_weights(backend: Any, role: str) -> list[Any]:
+    """CPU copies of the trainable parameters of ``role`` (LoRA A/B or all weights), in order."""
+    return [p.detach().to("cpu").clone() for p in backend.trainable_parameters(role)]
+
+
+def load_role_weights(backend: Any, role: str, weights: Sequence[Any]) -> None:
+    """Copy ``weights`` (from :func:`role_weights` of a backend built the same way) into ``role``."""
+    copy_weights(backend.trainable_parameters(role), weights, f"parameters of role {role!r}")

@@ -132,7 +132,7 @@ class ExperienceSide(Part):
         """The extractor's model (and trainer) in a worker process built like the main
         backend's extractor role, starting from its weights; :attr:`trainer` becomes the
         worker's (:class:`~crl_bench.extractor.worker.WorkerTrainer`)."""
-        from crl_bench.distributed.learner import role_weights
+        from crl_bench.runner.precision import role_weights
         from crl_bench.extractor.worker import ExtractorWorker, WorkerTrainer, worker_spec
 
         cfg, ext_raw = self.info.cfg, self.models.ext_raw
@@ -158,7 +158,7 @@ class ExperienceSide(Part):
     def before_checkpoint(self) -> None:
         """The worker's extractor weights into the main model (whose adapters the checkpoint
         saves), its trainer state taken in the same call for the same checkpoint."""
-        from crl_bench.distributed.learner import load_role_weights
+        from crl_bench.runner.precision import load_role_weights
 
         if self.worker is None:
             return
