@@ -80,7 +80,7 @@ def test_out_of_range_value_names_the_field(key, value):
         cfg.validate()
     assert str(info.value).startswith(f"{key}=") and "must be" in str(info.value)
     # as given on the command line (--set KEY=VALUE arrives as text)
-    text = {float("nan"): "NaN", float("inf"): "Infinity", float("-inf"): "-Infinity"}.get(value) \
+    text = ("NaN" if math.isnan(value) else "Infinity" if value > 0 else "-Infinity") \
         if isinstance(value, float) and not math.isfinite(value) else value
     if key in ("seed", "steps"):  # have their own options; --set must agree with them
         overrides = {key: text}
