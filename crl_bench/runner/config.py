@@ -12,8 +12,9 @@ A preset is a short list of changes to that base (:data:`PRESETS`, the one table
   and mode at the end); the default without a GPU. A look at the pipeline, not a result.
 * ``cpu`` — the embedded SmolLM2-135M-Instruct and MiniLM embedder, small groups and short
   episodes. Measured on 2 CPU cores, two runs side by side with one thread each: 10 MiniHack
-  steps plus 3 evaluations took 68 min for ``grpo``; a ``comp_rl`` step takes about 7 min (the
-  extractor shares the model); ``3mix`` plays three families and takes several hours.
+  steps plus 3 evaluations took 68 min for ``grpo``; a ``comp_rl`` step took about 7 min while
+  the extractor shared the actor's model (it now runs in a process of its own,
+  ``extractor.runs=process``); ``3mix`` plays three families and takes several hours.
 * ``paper`` — the paper's configuration for GPUs (Qwen2.5-7B-Instruct actor, Qwen3-4B-Thinking
   extractor, K=8, 16 task groups, 512 steps, lr 1e-6, clip 0.2, CISPO 0.1/0.1, ...). It needs
   CUDA and the models from the hub and fails early, with the reason, where they are missing.
