@@ -338,3 +338,9 @@ def main(argv: list[str]) -> int:
     print(f"written: {args.out / 'analysis.json'}, {args.out / 'analysis.md'}"
           + (f", {png}" if png else ""))
     return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    raise SystemExit(main(sys.argv[1:]))

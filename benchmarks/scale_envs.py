@@ -76,7 +76,9 @@ def main(argv: list[str] | None = None) -> int:
 
     env_id, kwargs = (("crl/ALFWorld-v0", {}) if args.family == "alfworld"
                       else ("crl/SWE-v0", {"split": "train"}))
-    ray.init(num_cpus=max(4, os.cpu_count() or 1), include_dashboard=False, log_to_driver=False,
+    # address="local": a cluster of its own, never one another process left running
+    ray.init(address="local", num_cpus=max(4, os.cpu_count() or 1), include_dashboard=False,
+             log_to_driver=False,
              runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}})
     try:
         rows = [episodes_per_s(ray, int(w), env_id, kwargs, args.envs, args.episodes, args.family)
