@@ -194,8 +194,8 @@ def extractor(ctx: Any, args: argparse.Namespace) -> dict[str, Any]:
     observation after it, the preset's answer template as an assistant pre-fill, the extractor's
     sampling)."""
     from crl_bench.extractor.extraction import (ANSWER_TEMPLATES, build_extraction_messages,
-                                                 parse_operations, trajectory_pairs,
-                                                 trajectory_to_text)
+                                                 episode_actions, parse_operations,
+                                                 trajectory_pairs, trajectory_to_text)
 
     t0, c0 = time.perf_counter(), time.process_time()
     levels = list(range(10_000, 10_000 + args.episodes))
@@ -209,7 +209,8 @@ def extractor(ctx: Any, args: argparse.Namespace) -> dict[str, Any]:
         msgs = build_extraction_messages(traj.goal, text, {
             "success": traj.success, "score": traj.score, "n_actions": traj.n_actions}, [],
             max_ops=xc.max_ops)
-        prefill = template.prefill(traj.goal, bool(traj.success)) if template else ""
+        prefill = (template.prefill(traj.goal, bool(traj.success), episode_actions(traj))
+                   if template else "")
         if prefill:
             msgs.append({"role": "assistant", "content": prefill})
         message_lists.append(msgs)
@@ -218,7 +219,7 @@ def extractor(ctx: Any, args: argparse.Namespace) -> dict[str, Any]:
     well = usable = solved = 0
     shown = []
     for traj, prefill, gen in zip(played, prefills, gens):
-        answer = template.answer(prefill, gen.text) if template else gen.text
+        answer = template.answer(prefill, gen.text, episode_actions(traj)) if template else gen.text
         ops, malformed = parse_operations(answer, valid_target_ids=set(), max_ops=xc.max_ops)
         ok = not malformed and bool(ops)
         well += ok
