@@ -67,6 +67,12 @@ def test_multi_word_actions_and_the_longest_match():
     assert contents(ActionTemplate(), " go to the cabinet", acts) is None
 
 
+def test_a_copy_cue_at_the_end_of_the_stem_is_left_out_of_the_content():
+    t = ActionTemplate(stems=("To succeed, take this action again:\n>", "x"))
+    assert t.prefill(GOAL, True, ["east"]).endswith('"content": "To succeed, take this action again:\n>')
+    assert contents(t, " east\n", ["east"])[0][2] == "To succeed, take this action again: east."
+
+
 def test_the_other_templates_ignore_the_actions():
     for t in (ContentTemplate(), SentenceTemplate()):
         pre = t.prefill(GOAL, True)

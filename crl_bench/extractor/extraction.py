@@ -356,7 +356,7 @@ class ActionTemplate(SentenceTemplate):
         action = self.named_action(text, actions or ())
         if action is None:  # no action of the episode named: leave it unparseable
             return prefill + text
-        content = " ".join(f"{stem} {action}".split()) + "."
+        content = " ".join(stem.split()).rstrip(" >") + f" {action}."  # a copy cue ">" dropped
         return f'{head}"content": {json.dumps(content)}}}]</answer>'
 
     def named_action(self, text: str, actions: Sequence[str]) -> str | None:
