@@ -24,10 +24,11 @@ def contents(template, text, actions, success=True):
 def test_prefill_asks_for_an_action_after_the_content_prefill():
     t = ActionTemplate()
     base = ContentTemplate().prefill(GOAL, True)
-    assert t.prefill(GOAL, True, ["northeast"]) == base + "To succeed, take the action"
+    # the stem ends as the trajectory text renders an action ("\n> east"): a cue to copy one
+    assert t.prefill(GOAL, True, ["northeast"]) == base + "To succeed, take the action\n>"
     assert t.prefill(GOAL, False, ["south"]).endswith(
         '"title": "Reach the stairs down: what went wrong", "content": "To avoid this failure, '
-        'do not take the action')
+        'do not take the action\n>')
     assert ANSWER_TEMPLATES["action"] == t
     assert '"' not in t.stop and "\n" in t.stop  # a quoted action is not cut before its word
 
@@ -103,8 +104,8 @@ def test_track_prefills_the_stem_and_writes_entries_that_name_the_move(tmp_path,
     track.submit(1, [trajectory(GOAL, True), trajectory(GOAL, False)])
     (batch, stop), = gen.calls
     assert stop == ActionTemplate().stop
-    assert batch[0][-1]["content"].endswith('"content": "To succeed, take the action')
-    assert batch[1][-1]["content"].endswith('"content": "To avoid this failure, do not take the action')
+    assert batch[0][-1]["content"].endswith('"content": "To succeed, take the action\n>')
+    assert batch[1][-1]["content"].endswith('"content": "To avoid this failure, do not take the action\n>')
     entries = track.manager.bank.get(track.manager.bank.all_ids())
     assert [e.content for e in entries] == ["To succeed, take the action east."]
     assert track.stats["extractions"] == 2 and track.stats["malformed"] == 1

@@ -339,16 +339,19 @@ def episode_actions(traj: Any) -> list[str]:
 @dataclass(frozen=True)
 class ActionTemplate(SentenceTemplate):
     """:class:`SentenceTemplate` whose stem asks for one action (``"To succeed, take the action"``
-    / ``"To avoid this failure, do not take the action"``) and whose content must name one of the
-    actions the episode took: the model's continuation is kept only when one of ``actions``
-    (case-insensitive, as whole words) starts within its first ``within_words`` words; the content
-    is then the stem, that action and a ``.``. Anything else — another word, an action the episode
+    / ``"To avoid this failure, do not take the action"``, then ``"\\n>"``) and whose content
+    must name one of the actions the episode took: the model's continuation is kept only when one
+    of ``actions`` (case-insensitive, as whole words) starts within its first ``within_words``
+    words; the content is then the stem (the ``>`` cue left out), that action and a ``.``. Anything else — another word, an action the episode
     did not take, no ``actions`` given — stays malformed. For tasks where the entry's key (the
     episode's start, ``experience.key=episode_start``) says where it applies and its content only
     has to name the move that solved the episode or the one that failed it."""
 
     stop: tuple[str, ...] = ("\n", ".", ",", "}", "<")  # not '"': a quoted action is kept
-    stems: tuple[str, str] = ("To succeed, take the action", "To avoid this failure, do not take the action")
+    stems: tuple[str, str] = ("To succeed, take the action\n>",
+                              "To avoid this failure, do not take the action\n>")
+    """Each ends with a line break and ``>``, as the trajectory text renders an action
+    (:func:`trajectory_to_text`): the 135M model then copies an action it saw more often."""
     within_words: int = 3
 
     def answer(self, prefill: str, text: str, actions: Sequence[str] | None = None) -> str:
