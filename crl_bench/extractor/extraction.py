@@ -342,10 +342,11 @@ class ActionTemplate(SentenceTemplate):
     / ``"To avoid this failure, do not take the action"``, then ``"\\n>"``) and whose content
     must name one of the actions the episode took: the model's continuation is kept only when one
     of ``actions`` (case-insensitive, as whole words) starts within its first ``within_words``
-    words; the content is then the stem (the ``>`` cue left out), that action and a ``.``. Anything else — another word, an action the episode
-    did not take, no ``actions`` given — stays malformed. For tasks where the entry's key (the
-    episode's start, ``experience.key=episode_start``) says where it applies and its content only
-    has to name the move that solved the episode or the one that failed it."""
+    words; the content is then the stem (the ``>`` cue left out), that action and a ``.``.
+    Anything else — another word, an action the episode did not take, no ``actions`` given —
+    stays malformed (so does every answer for an episode that sent no action). For tasks where the
+    entry's key (the episode's start, ``experience.key=episode_start``) says where it applies and
+    its content only has to name the move that solved the episode or the one that failed it."""
 
     stop: tuple[str, ...] = ("\n", ".", ",", "}", "<")  # not '"': a quoted action is kept
     stems: tuple[str, str] = ("To succeed, take the action\n>",
@@ -370,7 +371,8 @@ class ActionTemplate(SentenceTemplate):
 
         said = words(text)
         for start in range(min(self.within_words, len(said))):
-            found = [a for a in actions if words(a) and said[start:start + len(words(a))] == words(a)]
+            found = [a for a in actions
+                     if words(a) and said[start:start + len(words(a))] == words(a)]
             if found:
                 return max(found, key=lambda a: len(words(a)))
         return None
