@@ -194,8 +194,8 @@ def extractor(ctx: Any, args: argparse.Namespace) -> dict[str, Any]:
     observation after it, the preset's answer template as an assistant pre-fill, the extractor's
     sampling)."""
     from crl_bench.extractor.extraction import (ANSWER_TEMPLATES, build_extraction_messages,
-                                                 parse_operations, trajectory_pairs,
-                                                 trajectory_to_text)
+                                                 episode_actions, parse_operations,
+                                                 trajectory_pairs, trajectory_to_text)
 
     t0, c0 = time.perf_counter(), time.process_time()
     levels = list(range(10_000, 10_000 + args.episodes))
@@ -209,21 +209,24 @@ def extractor(ctx: Any, args: argparse.Namespace) -> dict[str, Any]:
         msgs = build_extraction_messages(traj.goal, text, {
             "success": traj.success, "score": traj.score, "n_actions": traj.n_actions}, [],
             max_ops=xc.max_ops)
-        prefill = template.prefill(traj.goal, bool(traj.success)) if template else ""
+        prefill = (template.prefill(traj.goal, bool(traj.success), episode_actions(traj))
+                   if template else "")
         if prefill:
             msgs.append({"role": "assistant", "content": prefill})
         message_lists.append(msgs)
         prefills.append(prefill)
     gens = ctx.extractor_generate(message_lists, stop=template.stop if template else ())
-    well = usable = solved = 0
+    well = usable = solved = acted = well_acted = 0
     shown = []
     for traj, prefill, gen in zip(played, prefills, gens):
-        answer = template.answer(prefill, gen.text) if template else gen.text
+        answer = template.answer(prefill, gen.text, episode_actions(traj)) if template else gen.text
         ops, malformed = parse_operations(answer, valid_target_ids=set(), max_ops=xc.max_ops)
         ok = not malformed and bool(ops)
         well += ok
         solved += traj.success
         action = traj.turns[0].action if traj.turns else None
+        acted += action is not None  # an episode without a move: no move for an entry to name
+        well_acted += ok and action is not None
         content = " ".join(str(getattr(op, "content", "") or "") for op in ops).lower()
         # under experience.key=episode_start the entry is keyed by the room's first observation
         # (the landmark); its content must still say which move solved it
@@ -235,6 +238,7 @@ def extractor(ctx: Any, args: argparse.Namespace) -> dict[str, Any]:
     n = len(played)
     return {"episodes": n, "solved": solved, "well_formed": share(well, n),
             "usable_of_solved": share(usable, solved), "examples": shown,
+            "well_formed_of_acted": share(well_acted, acted),
             "template": xc.answer_template, "extractor_text_of_episode_1": _episode_text(played[0]),
             "wall_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0}
 
@@ -355,7 +359,9 @@ def main(argv: list[str] | None = None) -> int:
                 x = extractor(ctx, args)
                 result["extractor"] = x
                 print(f"extractor ({x['template']}): well-formed {x['well_formed']['k']}/"
-                      f"{x['episodes']}, usable {x['usable_of_solved']['k']}/{x['solved']} of "
+                      f"{x['episodes']} ({x['well_formed_of_acted']['k']}/"
+                      f"{x['well_formed_of_acted']['n']} of the episodes with a move), "
+                      f"usable {x['usable_of_solved']['k']}/{x['solved']} of "
                       f"the solved; {x['wall_s']:.0f} s wall, {x['cpu_s']:.0f} s CPU", flush=True)
                 print("  the extractor's view of episode 1: "
                       + json.dumps(x["extractor_text_of_episode_1"]))

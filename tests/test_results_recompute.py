@@ -477,6 +477,17 @@ def experience_helps() -> list[str]:
     out.append(f"| {w['k']}/{w['n']} = {w['share']:.2f} | [{w['low']:.2f}, {w['high']:.2f}] |")
     out.append(f"| {u['k']}/{u['n']} | [{u['low']:.2f}, {u['high']:.2f}] |")
     out.append(f"played {e['episodes']} training levels")
+    for name in ("extractor_action", "extractor_action_temperature_0.3"):
+        a = load(tf / f"{name}.json")["extractor"]
+        for key in ("well_formed", "well_formed_of_acted"):
+            w = a[key]
+            out.append(f"| {w['k']}/{w['n']} = {w['share']:.2f} | [{w['low']:.2f}, {w['high']:.2f}] |")
+        u = a["usable_of_solved"]
+        out.append(f"| {u['k']}/{u['n']} | [{u['low']:.2f}, {u['high']:.2f}] |")
+        out.append(f"of the {a['well_formed_of_acted']['n']} episodes that sent a move")
+        out.append(f"{a['wall_s']:.0f} s wall, {a['cpu_s']:.0f} s CPU")
+    out.append(f"the other {a['episodes'] - a['well_formed_of_acted']['n']} of the {a['episodes']} "
+               f"episodes sent no valid move")
     out.append(f"{e['solved']} solved)")
     for name in ("probe_64x2", "probe_256x1"):
         rows = load(tf / f"{name}.json")["probe"]["rows"]
@@ -611,6 +622,7 @@ UNCOMMITTED = {
     "results/experience_helps/README.md": [
         "286 tokens (mean of 16 levels; 276–289)",
         "a measurement whose output was not committed",
+        "trials whose output was not committed",
     ],
 }
 

@@ -255,12 +255,13 @@ class ContentTemplate:
         goal = goal if len(goal) <= self.title_chars else goal[: self.title_chars - 3].rstrip() + "..."
         return f"{goal}: {'what worked' if success else 'what went wrong'}"
 
-    def prefill(self, goal: str, success: bool) -> str:
-        """The text the assistant turn starts with (ends inside the open content string)."""
+    def prefill(self, goal: str, success: bool, actions: Sequence[str] | None = None) -> str:
+        """The text the assistant turn starts with (ends inside the open content string).
+        ``actions``: the actions the episode took (used by :class:`ActionTemplate` only)."""
         return ('<answer>[{"op": "add", "title": ' + json.dumps(self.title(goal, success))
                 + ', "content": "')
 
-    def answer(self, prefill: str, text: str) -> str:
+    def answer(self, prefill: str, text: str, actions: Sequence[str] | None = None) -> str:
         """``prefill`` + sampled ``text`` -> an answer for :func:`parse_operations`."""
         end = text.find('"')
         if end < 0:  # the content never closed: leave it unparseable
@@ -319,10 +320,10 @@ class SentenceTemplate(ContentTemplate):
     stop: tuple[str, ...] = ('"',) + SENTENCE_STOPS
     stems: tuple[str, str] = ("To succeed,", "To avoid this failure,")
 
-    def prefill(self, goal: str, success: bool) -> str:
+    def prefill(self, goal: str, success: bool, actions: Sequence[str] | None = None) -> str:
         return super().prefill(goal, success) + self.stems[0 if success else 1]
 
-    def answer(self, prefill: str, text: str) -> str:
+    def answer(self, prefill: str, text: str, actions: Sequence[str] | None = None) -> str:
         head, _, stem = prefill.rpartition('"content": "')
         content = first_sentence(text, ('"',), stem)
         if content is None:  # cut by the token cap or not a sentence: leave it unparseable
@@ -330,8 +331,56 @@ class SentenceTemplate(ContentTemplate):
         return f'{head}"content": {json.dumps(content)}}}]</answer>'
 
 
+def episode_actions(traj: Any) -> list[str]:
+    """The distinct actions an episode sent to its env, in the order first sent."""
+    return list(dict.fromkeys(str(t.action).strip() for t in traj.turns if t.action))
+
+
+@dataclass(frozen=True)
+class ActionTemplate(SentenceTemplate):
+    """:class:`SentenceTemplate` whose stem asks for one action (``"To succeed, take the action"``
+    / ``"To avoid this failure, do not take the action"``, then ``"\\n>"``) and whose content
+    must name one of the actions the episode took: the model's continuation is kept only when one
+    of ``actions`` (case-insensitive, as whole words) starts within its first ``within_words``
+    words; the content is then the stem (the ``>`` cue left out), that action and a ``.``.
+    Anything else — another word, an action the episode did not take, no ``actions`` given —
+    stays malformed (so does every answer for an episode that sent no action). For tasks where the
+    entry's key (the episode's start, ``experience.key=episode_start``) says where it applies and
+    its content only has to name the move that solved the episode or the one that failed it."""
+
+    stop: tuple[str, ...] = ("\n", ".", ",", "}", "<")  # not '"': a quoted action is kept
+    stems: tuple[str, str] = ("To succeed, take the action\n>",
+                              "To avoid this failure, do not take the action\n>")
+    """Each ends with a line break and ``>``, as the trajectory text renders an action
+    (:func:`trajectory_to_text`): the 135M model then copies an action it saw more often."""
+    within_words: int = 3
+
+    def answer(self, prefill: str, text: str, actions: Sequence[str] | None = None) -> str:
+        head, _, stem = prefill.rpartition('"content": "')
+        action = self.named_action(text, actions or ())
+        if action is None:  # no action of the episode named: leave it unparseable
+            return prefill + text
+        content = " ".join(stem.split()).rstrip(" >") + f" {action}."  # a copy cue ">" dropped
+        return f'{head}"content": {json.dumps(content)}}}]</answer>'
+
+    def named_action(self, text: str, actions: Sequence[str]) -> str | None:
+        """The first of ``actions`` (the longest where several start at the same word) that
+        starts within the first ``within_words`` words of ``text``; None if none does."""
+        def words(s: str) -> list[str]:  # quotes and punctuation around words dropped
+            return re.findall(r"\w+(?:['-]\w+)*", s.lower())
+
+        said = words(text)
+        for start in range(min(self.within_words, len(said))):
+            found = [a for a in actions
+                     if words(a) and said[start:start + len(words(a))] == words(a)]
+            if found:
+                return max(found, key=lambda a: len(words(a)))
+        return None
+
+
 ANSWER_TEMPLATES: dict[str, ContentTemplate | None] = {"free": None, "content": ContentTemplate(),
-                                                       "sentence": SentenceTemplate()}
+                                                       "sentence": SentenceTemplate(),
+                                                       "action": ActionTemplate()}
 """Extractor answer formats by config name (``extractor.answer_template``)."""
 
 

@@ -350,9 +350,9 @@ class ExtractorTrack:
     def distil(self, step: int, trajectories: list[Any]) -> dict[str, Any]:
         """Each trajectory -> at most ``max_ops`` bank operations, written at once; each call is an
         extractor sample, kept while its entries may still be credited (a malformed one: -1)."""
-        from crl_bench.extractor.extraction import (build_extraction_messages, parse_operations,
-                                                     parse_operations_official, trajectory_pairs,
-                                                     trajectory_to_text)
+        from crl_bench.extractor.extraction import (build_extraction_messages, episode_actions,
+                                                     parse_operations, parse_operations_official,
+                                                     trajectory_pairs, trajectory_to_text)
 
         t0 = time.perf_counter()
         messages, metas = [], []
@@ -374,7 +374,7 @@ class ExtractorTrack:
                                              style=self.cfg.extraction_style)
             prefill = ""
             if self.template is not None:
-                prefill = self.template.prefill(traj.goal, bool(traj.success))
+                prefill = self.template.prefill(traj.goal, bool(traj.success), episode_actions(traj))
                 msgs.append({"role": "assistant", "content": prefill})
             messages.append(msgs)
             metas.append((traj, {e.id for e in retrieved}, prefill))
@@ -389,7 +389,8 @@ class ExtractorTrack:
         with self._state_lock:
             new_samples = []
             for gen, (traj, retrieved_ids, prefill) in zip(generations, metas):
-                answer = gen.text if self.template is None else self.template.answer(prefill, gen.text)
+                answer = (gen.text if self.template is None
+                          else self.template.answer(prefill, gen.text, episode_actions(traj)))
                 if self.cfg.extraction_style == "official":  # caps nothing, return ends the list
                     ops, malformed = parse_operations_official(answer, retrieved_ids)
                 else:
@@ -446,7 +447,7 @@ class ExtractorTrack:
 
         t1 = time.perf_counter()
         items = self.cfg.merge_format == "items"  # small models: the item template
-        template = (ItemTemplate(one_sentence=self.cfg.answer_template == "sentence")
+        template = (ItemTemplate(one_sentence=self.cfg.answer_template in ("sentence", "action"))
                     if items and self.template else None)
         result = merge_bank(self.manager, self.generate, step=step, chunk=self.merge_chunk,
                             fmt=self.cfg.merge_format, template=template)

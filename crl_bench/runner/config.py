@@ -59,7 +59,7 @@ UpdateMode = Literal["in_place", "replace"]
 ExtractionStyle = Literal["short", "official"]
 MergeFormat = Literal["items", "ops"]
 Fence = Literal["always", "official"]
-AnswerTemplate = Literal["free", "content", "sentence"]
+AnswerTemplate = Literal["free", "content", "sentence", "action"]
 RetrievalKey = Literal["entry", "episode_start"]
 AskOffer = Literal["with_experience", "all"]
 AskStyle = Literal["short", "official"]
@@ -335,7 +335,9 @@ class ExtractorConfig(OptimConfig):
     pre-filled up to the content of one ``add`` and the model writes only that content (for
     models too small for the format; see ``crl_bench.extractor.extraction.ContentTemplate``).
     "sentence": the same, the content one sentence after a pre-filled stem, ended by a stop string
-    (``SentenceTemplate``; merges then write one sentence under the window's title)."""
+    (``SentenceTemplate``; merges then write one sentence under the window's title). "action":
+    the sentence's stem asks for an action and the content must name one the episode took
+    (``ActionTemplate``; for entries keyed by the episode's start)."""
 
 
 @_section("experience")
