@@ -537,6 +537,9 @@ the model); ``3mix`` plays three families and takes several hours."""
 QUICK = Preset("quick", "cpu cut down so that `crl-bench run` ends in under 15 min on 2 idle CPU "
                "cores: a look at the whole pipeline, not a result (the default without a GPU)", {
                    **_SMALL_MODEL, "steps": 2, "extractor.runs": "process",
+                   # the second step's rollout waits for the first step's bank writes: the
+                   # extractor works in its own process and would otherwise still be distilling
+                   "extractor.wait_before_rollout": True,
                    "rollout.groups": 3, "rollout.history": 0,
                    "rollout.env_max_steps": {"minihack": 6, "webshop": 5, "alfworld": 6, "swe": 6},
                    "actor.max_samples_per_update": 16,
