@@ -263,6 +263,8 @@ class RayExperienceSide(ExperienceSide):
     With shared actor/extractor parameters (the ablation), or when the plan says so, the track
     stays on the driver."""
 
+    manager_has_state = False  # the service reopens the bank; its counters start afresh
+
     def __init__(self, info: RunInfo, models: Models, cluster: RayCluster) -> None:
         super().__init__(info, models)
         self.cluster = cluster

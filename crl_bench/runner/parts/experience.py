@@ -31,6 +31,9 @@ class ExperienceSide(Part):
     the metrics of finished batches not yet in a step record."""
 
     name = "experience"
+    manager_has_state = True
+    """The manager's RNG, counters and query cache are checkpointed (the Ray service's are not:
+    it reopens the bank file and starts them afresh)."""
 
     def __init__(self, info: RunInfo, models: Models) -> None:
         self.info = info
@@ -222,9 +225,10 @@ class ExperienceSide(Part):
         def backup() -> None:
             # the bank and the manager's RNG, counters and query cache at the same moment
             self.manager.bank.backup(folder / "bank.sqlite")
-            manager_state.update(self.manager.state())
-            np.save(folder / "query_cache.npy",
-                    self.manager.query_cache_vectors(manager_state["query_cache"]))
+            if self.manager_has_state:
+                manager_state.update(self.manager.state())
+                np.save(folder / "query_cache.npy",
+                        self.manager.query_cache_vectors(manager_state["query_cache"]))
         track = None
         if self.extractor is not None:
             track = self.extractor.state(also=backup)
