@@ -147,7 +147,7 @@ def logprob_agreement(device: str, n: int = 8, new_tokens: int = 32) -> dict[str
                                "actor", temperature=temp)
     fp32 = HFBackend("tiny-sft", roles=("actor",), dtype="float32", device=device, seed=0)
     # the same LoRA weights in fp32 (the adapters were initialised from the same seed)
-    from crl_bench.distributed.learner import load_role_weights, role_weights
+    from crl_bench.runner.precision import load_role_weights, role_weights
 
     load_role_weights(fp32, "actor", [w.float() for w in role_weights(bf16, "actor")])
     train_fp32 = fp32.logprobs([g.prompt_ids for g in gens], [g.completion_ids for g in gens],

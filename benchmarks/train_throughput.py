@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     import crl_bench  # noqa: F401  (registers the envs)
-    from crl_bench.distributed.learner import load_role_weights, role_weights
+    from crl_bench.runner.precision import load_role_weights, role_weights
     from crl_bench.llm.hf_backend import HFBackend
     from crl_bench.llm.rollout import EpisodeSpec, PromptConfig, RolloutEngine
     from crl_bench.llm.types import LoraSpec, SamplingParams

@@ -59,7 +59,8 @@ def masked(samples):
 @pytest.mark.parametrize("agg,recompute", [("token-mean", False), ("seq-mean-token-mean", False),
                                            ("token-mean", True)])
 def test_two_ranks_equal_one_process(cluster, batch, agg, recompute):
-    from crl_bench.distributed.learner import DataParallelLearner, load_role_weights, role_weights
+    from crl_bench.distributed.learner import DataParallelLearner
+    from crl_bench.runner.precision import load_role_weights, role_weights
 
     backend, samples = batch
     if recompute:  # old log-probs recomputed by the trainer, and a masked trajectory sample

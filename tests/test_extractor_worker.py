@@ -71,7 +71,7 @@ def test_worker_generates_what_the_main_process_generates(worker):
 def test_worker_update_moves_the_weights_as_an_in_process_update(worker):
     """One CISPO update in the worker and one by a RoleTrainer here, on the same samples from
     the same start: the same weights after (fp32), and they moved."""
-    from crl_bench.distributed.learner import role_weights
+    from crl_bench.runner.precision import role_weights
     from crl_bench.llm.types import TrainSample
     from crl_bench.runner.trainer import RoleTrainer
 
@@ -236,7 +236,7 @@ def test_checkpoint_then_resume_continues_the_worker_exactly(tmp_path):
 def test_a_tiny_comp_rl_run_with_the_extractor_in_its_process(tmp_path):
     """The run finishes, its extractor trains in the worker, and the last checkpoint holds the
     worker's weights as they were when it was written (the main process never trains them)."""
-    from crl_bench.distributed.learner import role_weights
+    from crl_bench.runner.precision import role_weights
     from crl_bench.llm.hf_backend import HFBackend
     from crl_bench.runner import loop as loop_mod
     from crl_bench.runner.api import run_experiment

@@ -46,7 +46,7 @@ def cluster():
 
 def test_sharded_ray_learner_trains_pushes_and_resumes(cluster, tmp_path, monkeypatch):
     from crl_bench.distributed.generation import RemoteGenerationBackend
-    from crl_bench.distributed.learner import role_weights
+    from crl_bench.runner.precision import role_weights
     from crl_bench.distributed.sharded import ShardedRayLearner
     from crl_bench.llm.hf_backend import HFBackend
     from crl_bench.llm.types import SamplingParams, StaleWeights

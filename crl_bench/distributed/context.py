@@ -131,7 +131,7 @@ class RayModels(Models):
         """Push the driver's trainable weights to the engines when ``versions`` (the roles'
         update counts) changed since the last push; ``direct``: roles whose learner pushes its
         weights into the engines itself (full fine-tuning), skipped unless ``force``."""
-        from crl_bench.distributed.learner import role_weights
+        from crl_bench.runner.precision import role_weights
 
         if self.gen is None or (not force and versions == self._pushed):
             return
@@ -164,7 +164,7 @@ class _LearnerTrainer:
         return self.local.updates
 
     def update(self, samples: Any, **kwargs: Any) -> dict[str, float]:
-        from crl_bench.distributed.learner import load_role_weights
+        from crl_bench.runner.precision import load_role_weights
 
         metrics = self.learner.update(samples, **kwargs)
         if not metrics.get("skipped"):
@@ -177,7 +177,7 @@ class _LearnerTrainer:
         return {"ray_learner": self.learner.state_dict(), "updates": self.local.updates}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        from crl_bench.distributed.learner import role_weights
+        from crl_bench.runner.precision import role_weights
 
         self.learner.load_state_dict(state["ray_learner"])
         self.local.updates = int(state["updates"])
@@ -199,7 +199,8 @@ class RayActorSide(ActorSide):
         from its spec in fp32 and push their weights into the engines themselves,
         :mod:`crl_bench.distributed.sharded`), replicated data parallelism for LoRA (the
         driver's adapters loaded into every rank)."""
-        from crl_bench.distributed.learner import DataParallelLearner, role_weights
+        from crl_bench.distributed.learner import DataParallelLearner
+        from crl_bench.runner.precision import role_weights
 
         cfg, plan = self.info.cfg, self.cluster.plan
         options = dict(total_steps=cfg.steps, seed=cfg.seed, bundle=plan.rank_bundle(),
@@ -246,7 +247,7 @@ class _RemoteExtractorTrainer:
         return require_ray().get(self.track.actor.trainer_state.remote())
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        from crl_bench.distributed.learner import role_weights
+        from crl_bench.runner.precision import role_weights
 
         ray = require_ray()
         ray.get(self.track.actor.load_trainer_state.remote(state))
@@ -279,7 +280,7 @@ class RayExperienceSide(ExperienceSide):
 
     def new_track(self, settings: dict[str, Any], *, train: bool) -> Any:
         from crl_bench.distributed.extractor import RemoteExtractorTrack
-        from crl_bench.distributed.learner import role_weights
+        from crl_bench.runner.precision import role_weights
 
         ext_raw = self.models.ext_raw
         if not self.cluster.plan.extractor_actor or getattr(ext_raw, "shared_adapter", False):
@@ -297,7 +298,7 @@ class RayExperienceSide(ExperienceSide):
     def pull_extractor(self) -> None:
         """The extractor actor's newest weights into the driver's model (Search-and-Ask answers
         are generated here; checkpoints save the driver's adapters)."""
-        from crl_bench.distributed.learner import load_role_weights
+        from crl_bench.runner.precision import load_role_weights
 
         if not isinstance(self.trainer, _RemoteExtractorTrainer):
             return

@@ -86,13 +86,13 @@ class ExtractorActorImpl:
         return self.trainer.updates if self.trainer is not None else 0
 
     def weights(self) -> list[Any]:
-        from crl_bench.distributed.learner import role_weights
+        from crl_bench.runner.precision import role_weights
 
         with self.lock:
             return role_weights(self.backend, "extractor")
 
     def load_weights(self, weights: list[Any]) -> None:
-        from crl_bench.distributed.learner import load_role_weights
+        from crl_bench.runner.precision import load_role_weights
 
         with self.lock:
             load_role_weights(self.backend, "extractor", weights)

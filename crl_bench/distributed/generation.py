@@ -80,7 +80,7 @@ class GenerationEngineImpl:
         return out
 
     def load_weights(self, role: str, weights: Sequence[Any], version: int | None = None) -> None:
-        from crl_bench.distributed.learner import load_role_weights
+        from crl_bench.runner.precision import load_role_weights
 
         load_role_weights(self.backend, role, weights)
         if hasattr(self.backend, "weight_versions"):  # vllm: the HF copy's weights into vLLM
@@ -113,7 +113,7 @@ class GenerationEngineImpl:
         self.versions[role] = int(version)
 
     def weights(self, role: str) -> list[Any]:
-        from crl_bench.distributed.learner import role_weights
+        from crl_bench.runner.precision import role_weights
 
         return role_weights(self.backend, role)
 

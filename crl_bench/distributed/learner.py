@@ -35,7 +35,6 @@ import socket
 from typing import Any, Sequence
 
 from crl_bench.distributed import remote_class, require_ray
-from crl_bench.runner.precision import load_role_weights, role_weights  # noqa: F401  (re-exported)
 
 
 def _free_port() -> int:

@@ -208,7 +208,7 @@ class ShardedRoleTrainer:
 
     def pull(self) -> None:
         """The ranks' weights into the driver's copy of the model."""
-        from crl_bench.distributed.learner import load_role_weights
+        from crl_bench.runner.precision import load_role_weights
 
         backend = self.models.raw_backend
         params = backend.trainable_parameters(self.adapter)
