@@ -144,3 +144,34 @@ def tiny_run(tmp_path_factory):
 
     yield get
     mp.undo()
+
+
+# --- running the suite on several processes (pytest-xdist, ``-n 2 --dist loadgroup``) ---------
+# The default command spreads tests over two worker processes. Tests that must share a process
+# are given one xdist group here, so that nobody has to remember a marker:
+# - every test that asks for ``tiny_run`` (the session's tiny runs are then made once, not once
+#   per worker);
+# - every test that starts a Ray cluster (one private cluster at a time on a 2-core machine:
+#   two clusters' workers would fight for the same cores and their restart timeouts);
+# - the torchrun tests (two gloo ranks each).
+_RAY_FILES = ("test_ray_", "test_distributed_learner")
+_TORCHRUN_FILES = ("test_fsdp",)
+
+
+def xdist_group_of(nodeid: str, fixturenames: list[str]) -> str | None:
+    """The xdist group a test belongs to (None: any worker)."""
+    name = nodeid.split("::", 1)[0].rsplit("/", 1)[-1]
+    if name.startswith(_RAY_FILES):
+        return "ray"
+    if name.startswith(_TORCHRUN_FILES):
+        return "torchrun"
+    if "tiny_run" in fixturenames:
+        return "tiny_runs"
+    return None
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        group = xdist_group_of(item.nodeid, list(getattr(item, "fixturenames", ())))
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
