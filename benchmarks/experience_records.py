@@ -268,7 +268,14 @@ def summary_markdown(result: dict[str, Any]) -> str:
             f"{_p(c['sign_flip_p_greater'])} / {_p(c['sign_flip_p_two_sided'])} | "
             f"{c['sign_test_positive']}/{c['sign_test_n']}, {_p(c['sign_test_p_greater'])} / "
             f"{_p(c['sign_test_p_two_sided'])} |")
-    lines += ["", f"**Verdict (PLAN.md rule): {result['verdict']}**", ""]
+    absent = sum(m["why"] == "no records file" for m in result["missing"])
+    if absent:
+        planned = len(result["agents"]) * len(result["seeds"])
+        lines += ["", f"**Provisional verdict (PLAN.md rule on the {planned - absent} of {planned} "
+                      f"planned runs recorded so far): {result['verdict']}** — the plan's verdict "
+                      f"is read once every planned run has ended.", ""]
+    else:
+        lines += ["", f"**Verdict (PLAN.md rule): {result['verdict']}**", ""]
     return "\n".join(lines)
 
 

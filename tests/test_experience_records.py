@@ -99,3 +99,12 @@ def test_the_command_reads_the_records_and_writes_the_tables_and_plot(tmp_path, 
     assert json.loads((out / "analysis.json").read_text())["verdict"] == "no data"
     pytest.importorskip("matplotlib")
     assert (out / "curves.png").stat().st_size > 0
+
+
+def test_a_verdict_on_part_of_the_planned_runs_is_called_provisional(tmp_path) -> None:
+    records = tmp_path / "records"
+    for agent in ("grpo", "comp_rl"):
+        write_run(records, agent, 0, {(s, e): 1 for s in EVAL_STEPS for e in (0, 1)}, SPREAD)
+    text = er.summary_markdown(er.analyse(records))
+    assert "Provisional verdict (PLAN.md rule on the 2 of 15 planned runs recorded so far)" in text
+    assert "**Verdict" not in text

@@ -484,7 +484,12 @@ def experience_helps() -> list[str]:
     tf = RESULTS / "experience_helps/task_family"
     b = load(tf / "baselines_retrieval_extractor.json")
     base = b["baselines"]
-    out = [
+    sizes = load(RESULTS / "experience_helps/banks/bank_size_by_step.json")
+    merged = [f"{run.split('__')[0]}` seed 0 went from {s['5']['bank/size']:.0f} entries"
+              if run.startswith("comp_rl") else f"from {s['5']['bank/size']:.0f} to "
+              f"{s['6']['bank/size']:.0f}" for run, s in sizes.items()]
+    assert all(s["6"]["bank/size"] == 1 and s["6"]["bank/merges"] == 1 for s in sizes.values())
+    out = [*merged,
         f"| uniform random move (chance) | {share3(base['chance'])} |",
         f"| best constant move (each of the 8 scores the same) | {share3(base['best_constant'])} |",
         f"| move toward the landmark | {share3(base['policies']['toward the landmark'])} |",
@@ -781,3 +786,22 @@ def test_summary_json_agrees_with_the_committed_records(
     assert [list(r["first_last_step"]) for r in records["seeds"].values()] == [
         list(x) for x in summary["first_last_step"]
     ]
+
+
+# --- the experience comparison: its committed analysis is what its committed records give --------
+
+EH = RESULTS / "experience_helps"
+
+
+@pytest.mark.skipif(not (EH / "analysis.json").is_file(), reason="no comparison run recorded yet")
+def test_experience_comparison_analysis_rederives_from_its_records() -> None:
+    spec = importlib.util.spec_from_file_location(
+        "experience_records", REPO / "benchmarks" / "experience_records.py")
+    er = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(er)
+    result = er.analyse(EH / "records")
+    assert json.loads(json.dumps(result)) == json.loads((EH / "analysis.json").read_text())
+    assert er.summary_markdown(result) == (EH / "analysis.md").read_text()
+    # every series the page's table names has a records file behind it
+    recorded = {p.name.split("__seed")[0] for p in (EH / "records").glob("*.jsonl")}
+    assert {r["series"].split()[0] for r in result["runs"]} <= recorded
