@@ -181,13 +181,14 @@ def analyse(records: Path = RECORDS, agents=AGENTS, seeds=SEEDS, steps: int = ST
     from crl_bench.report.seed_tests import bootstrap_mean
 
     runs: dict[str, dict[int, dict[str, Any]]] = {name: {} for name in SERIES}
-    missing, leaks, per_run = [], {}, []
+    missing, leaks, per_run, recorded = [], {}, [], 0
     for agent in agents:
         for seed in seeds:
             path = records / f"{agent}__seed{seed}.jsonl"
             if not path.is_file():
                 missing.append({"agent": agent, "seed": seed, "why": "no records file"})
                 continue
+            recorded += 1
             header, episodes = load_records(path)
             if header["agent"] != agent or int(header["run_seed"]) != seed:
                 raise ValueError(f"{path}: holds {header['agent']} seed {header['run_seed']}")
@@ -223,6 +224,7 @@ def analyse(records: Path = RECORDS, agents=AGENTS, seeds=SEEDS, steps: int = ST
     primary = comparisons[0] if comparisons and comparisons[0]["a"] == PRIMARY[1] \
         and comparisons[0]["metric"] == "auc" and comparisons[0]["b"] == PRIMARY[2] else None
     return {"agents": list(agents), "seeds": list(seeds), "steps": steps, "runs": per_run,
+            "recorded": recorded,
             "missing": missing, "held_out_violations": leaks, "means": means,
             "comparisons": comparisons, "verdict": verdict(primary) if primary else "no data",
             "curves": {name: {s: m["curve"] for s, m in by_seed.items()}
@@ -268,10 +270,9 @@ def summary_markdown(result: dict[str, Any]) -> str:
             f"{_p(c['sign_flip_p_greater'])} / {_p(c['sign_flip_p_two_sided'])} | "
             f"{c['sign_test_positive']}/{c['sign_test_n']}, {_p(c['sign_test_p_greater'])} / "
             f"{_p(c['sign_test_p_two_sided'])} |")
-    absent = sum(m["why"] == "no records file" for m in result["missing"])
-    if absent:
-        planned = len(result["agents"]) * len(result["seeds"])
-        lines += ["", f"**Provisional verdict (PLAN.md rule on the {planned - absent} of {planned} "
+    planned, recorded = len(result["agents"]) * len(result["seeds"]), result["recorded"]
+    if recorded < planned:
+        lines += ["", f"**Provisional verdict (PLAN.md rule on the {recorded} of {planned} "
                       f"planned runs recorded so far): {result['verdict']}** — the plan's verdict "
                       f"is read once every planned run has ended.", ""]
     else:
