@@ -494,10 +494,19 @@ class ExperienceManager:
         return self._lock.read()
 
     def replace_if_unchanged(self, adds: list[dict[str, Any]], texts: list[str], deletes: list[int],
-                             expect_versions: dict[int, int], step: int) -> Any:
-        """Add ``adds`` (embedded from ``texts``) and delete ``deletes`` in one transaction, only if
-        every deleted entry still has the expected version (``StaleEntriesError`` otherwise)."""
-        vecs = self.embedder.encode(texts) if texts else None
+                             expect_versions: dict[int, int], step: int,
+                             embeddings: np.ndarray | None = None) -> Any:
+        """Add ``adds`` and delete ``deletes`` in one transaction, only if every deleted entry
+        still has the expected version (``StaleEntriesError`` otherwise). The added entries are
+        embedded from ``texts``, or stored with ``embeddings`` (float [len(adds), dim], e.g. the
+        retrieval key their parents shared) when given."""
+        if embeddings is not None:
+            vecs = np.asarray(embeddings, dtype=np.float32)
+            if vecs.shape != (len(adds), self.embedder.dim):
+                raise ValueError(f"embeddings must have shape ({len(adds)}, {self.embedder.dim}), "
+                                 f"got {vecs.shape}")
+        else:
+            vecs = self.embedder.encode(texts) if texts else None
         with self._lock.write():
             return self.bank.commit(adds=adds, add_embeddings=vecs, deletes=deletes, step=step,
                                     expect_versions=expect_versions)

@@ -28,13 +28,19 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Literal, Sequence
 
+import numpy as np
+
 from crl_bench.experience.bank import ExperienceEntry, StaleEntriesError, render_entry_text
 from crl_bench.experience.manager import ExperienceManager, Generate, generation_text
 from crl_bench.extractor.extraction import (MAX_CONTENT_CHARS, MAX_TITLE_CHARS, SENTENCE_STOPS,
-                                             answer_json_list, extract_answer, first_sentence,
-                                             split_title_content)
+                                             ActionTemplate, answer_json_list, extract_answer,
+                                             first_sentence, split_title_content)
 
 MERGE_FORMATS = ("items", "ops")
+MERGE_SCOPES = ("family", "key")
+KEY_TOLERANCE = 1e-4
+"""Two entries share a retrieval key when the cosine of their stored vectors is within this of 1
+(one episode start embedded twice gives the same vector; two different starts stay far below)."""
 ITEM_OPEN, ITEM_CLOSE = "<<<KNOWLEDGE_ITEM>>>", "<<<END_ITEM>>>"
 _ITEM_RE = re.compile(re.escape(ITEM_OPEN) + r"(.*?)" + re.escape(ITEM_CLOSE), re.DOTALL)
 # async_memory_manager.py:137-164 ``_is_placeholder``
@@ -255,6 +261,10 @@ class ItemTemplate:
             return self.prefill_text
         return f"{self.prefill_text}<title>{self.title(entries)}</title>\n<content>{self.stem}"
 
+    def answer_for(self, entries: Sequence[ExperienceEntry], text: str, finish_reason: str) -> str:
+        """The answer for the window ``entries`` (pre-filled with :meth:`prefill` of them)."""
+        return self.answer(text, finish_reason, self.prefill(entries))
+
     def answer(self, text: str, finish_reason: str, prefill: str | None = None) -> str:
         """``prefill`` (default: :meth:`prefill` of no entries) + the sampled ``text`` -> an
         answer for :func:`parse_merge_items`."""
@@ -273,6 +283,75 @@ class ItemTemplate:
         return f"{prefill}{text.strip()}\n{ITEM_CLOSE}\n</answer>"
 
 
+@dataclass(frozen=True)
+class ActionItemTemplate(ItemTemplate):
+    """The merge answer skeleton for entries written with the ``action`` answer template
+    (:class:`~crl_bench.extractor.extraction.ActionTemplate`: "To succeed, take the action X." /
+    "To avoid this failure, do not take the action X.").
+
+    The item's content is pre-filled with the success stem when an entry of the window has it
+    (else the failure stem), and the model names the action; the answer is kept only when its
+    first words name an action that an entry of the window with that same stem names, so a merged
+    entry restates a move its window's entries support with the same outcome (anything else is
+    malformed and keeps the window). With one-action episodes keyed by their start, the merge of
+    a window holding a success keeps that success's move."""
+
+    action: ActionTemplate = ActionTemplate()
+
+    @property
+    def stop(self) -> tuple[str, ...]:
+        return self.action.stop
+
+    def stems(self) -> tuple[str, ...]:
+        """The content stems of the ``action`` template, without its trajectory cue ``\n>``."""
+        return tuple(" ".join(s.split()).rstrip(" >") for s in self.action.stems)
+
+    def window_stem(self, entries: Sequence[ExperienceEntry]) -> str:
+        win, lose = self.stems()
+        return win if any(str(e.content).startswith(win) for e in entries) else lose
+
+    def window_actions(self, entries: Sequence[ExperienceEntry], stem: str) -> list[str]:
+        """The actions named by the entries whose content is ``stem`` + `` ACTION.``."""
+        out = []
+        for e in entries:
+            content = " ".join(str(e.content).split())
+            if content.startswith(stem + " ") and content.endswith("."):
+                action = content[len(stem) + 1:-1].strip()
+                if action and action not in out:
+                    out.append(action)
+        return out
+
+    def prefill(self, entries: Sequence[ExperienceEntry] = ()) -> str:
+        return (f"{self.prefill_text}<title>{self.title(entries)}</title>\n"
+                f"<content>{self.window_stem(entries)}")
+
+    def answer_for(self, entries: Sequence[ExperienceEntry], text: str, finish_reason: str) -> str:
+        prefill = self.prefill(entries)
+        stem = self.window_stem(entries)
+        action = self.action.named_action(text, self.window_actions(entries, stem))
+        if action is None:  # no action the window supports with this outcome: malformed
+            return prefill + text
+        head = prefill[:len(prefill) - len(stem)]
+        return f"{head}{stem} {action}.</content>\n{ITEM_CLOSE}\n</answer>"
+
+
+def key_groups(vectors: np.ndarray, tol: float = KEY_TOLERANCE) -> list[list[int]]:
+    """Row indices of ``vectors`` (normalised, oldest first) grouped by shared retrieval key: a
+    row joins the first group whose first row it matches within ``tol`` (cosine), else opens one.
+    Groups in order of their first row, rows in order."""
+    groups: list[list[int]] = []
+    heads: list[np.ndarray] = []
+    for i, v in enumerate(np.asarray(vectors, dtype=np.float32)):
+        for g, h in zip(groups, heads):
+            if float(np.dot(v, h)) >= 1.0 - tol:
+                g.append(i)
+                break
+        else:
+            groups.append([i])
+            heads.append(v)
+    return groups
+
+
 @dataclass
 class MergeSample:
     """One extractor call of a merge, kept so the loop can train on it."""
@@ -281,6 +360,8 @@ class MergeSample:
     messages: list[dict[str, str]]
     generation: Any
     window_ids: list[int]
+    key_group: int | None = None
+    """With ``scope="key"``: the window's key group (its index within the family)."""
     decisions: list[MergeDecision] = field(default_factory=list)
     malformed: bool = False
     stale: bool = False
@@ -297,6 +378,8 @@ class MergeResult:
     size_before: int = 0
     size_after: int = 0
     n_windows: int = 0
+    n_scopes: int = 0
+    """Scopes walked (families, or with ``scope="key"`` key groups of two or more entries)."""
     n_malformed: int = 0
     n_stale: int = 0
     merged: int = 0
@@ -313,15 +396,15 @@ class MergeResult:
 
 def merge_bank(manager: ExperienceManager, generate: Generate, *, step: int, chunk: int = 5,
                families: Sequence[str] | None = None, fmt: str = "ops",
-               template: ItemTemplate | None = None) -> MergeResult:
-    """Walk the bank (per family, oldest first) in windows of ``chunk`` entries and let the
+               template: ItemTemplate | None = None, scope: str = "family") -> MergeResult:
+    """Walk the bank (per scope, oldest first) in windows of ``chunk`` entries and let the
     extractor merge / rewrite / discard / keep them.
 
-    Sliding window: the entries a window produced (merged or rewritten) open the next window,
-    filled up with fresh entries to ``chunk``. Windows of different families go to ``generate``
-    together in one batch. Each window's decisions are stored in ONE transaction (replacements
-    added and originals deleted together) and only if every original is still unchanged; a
-    malformed answer or a changed window changes nothing.
+    Sliding window (official ``_merge_single_task``): the entries a window produced (merged or
+    rewritten) open the scope's next window, filled up with fresh entries to ``chunk``. Windows
+    of different scopes go to ``generate`` together in one batch. Each window's decisions are
+    stored in ONE transaction (replacements added and originals deleted together) and only if
+    every original is still unchanged; a malformed answer or a changed window changes nothing.
 
     Args:
         manager: the bank's :class:`ExperienceManager` (all reads and writes go through it).
@@ -332,43 +415,51 @@ def merge_bank(manager: ExperienceManager, generate: Generate, *, step: int, chu
         fmt: the answer format, "items" (official: the returned items replace the window) or
             "ops" (merge / rewrite / discard / keep decisions; entries not mentioned are kept).
         template: with "items", pre-fill each answer up to one item (small models).
+        scope: what a window may mix. "family" (official: one scope per task family): every
+            entry of a family. "key": only entries that share a retrieval key (the same stored
+            vector: with ``experience.key=episode_start``, the same episode start); a merged
+            entry keeps that key instead of being embedded by its own text, so it is still found
+            by the starts its parents were, and nothing produced under one key carries into
+            another key's window. With a one-item template, "family" leaves one entry per family
+            after a pass; "key" one per key.
     """
     if fmt not in MERGE_FORMATS:
         raise ValueError(f"merge format must be one of {MERGE_FORMATS}, got {fmt!r}")
+    if scope not in MERGE_SCOPES:
+        raise ValueError(f"merge scope must be one of {MERGE_SCOPES}, got {scope!r}")
     if template is not None and fmt != "items":
         raise ValueError("the merge answer template needs the 'items' format")
     if chunk < 2:
         raise ValueError(f"chunk must be >= 2 (a window compares entries), got {chunk}")
     bank = manager.bank
     result = MergeResult(size_before=len(bank))
-    with manager.read_lock():
-        fams = sorted(families) if families is not None else sorted(bank.family_counts())
-        queues = {f: deque(bank.all_ids(f)) for f in fams}
-    carry: dict[str, list[int]] = {f: [] for f in fams}
+    scopes = _scopes(bank, manager, families, scope)
+    result.n_scopes = len(scopes)
+    queues = [deque(ids) for _, _, ids, _ in scopes]
+    carry: list[list[int]] = [[] for _ in scopes]
     while True:
-        windows: list[tuple[str, list[ExperienceEntry]]] = []
+        windows: list[tuple[int, list[ExperienceEntry]]] = []
         with manager.read_lock():
-            for fam in fams:
-                ids = carry[fam][-(chunk - 1):]
-                q = queues[fam]
+            for n, q in enumerate(queues):
+                ids = carry[n][-(chunk - 1):]
                 while q and len(ids) < chunk:
                     i = q.popleft()
                     if i not in ids:
                         ids.append(i)
                 entries = bank.get(ids)
-                carry[fam] = []
+                carry[n] = []
                 if len(entries) >= 2:
-                    windows.append((fam, entries))
+                    windows.append((n, entries))
                 elif q and entries:  # one survivor: let it open the next window
-                    carry[fam] = [entries[0].id]
+                    carry[n] = [entries[0].id]
         if not windows:
-            if any(queues.values()):
+            if any(queues):
                 continue
             break
         if fmt == "items":
             messages = [build_item_merge_messages(entries) for _, entries in windows]
         else:
-            messages = [build_merge_messages(entries, fam) for fam, entries in windows]
+            messages = [build_merge_messages(entries, scopes[n][0]) for n, entries in windows]
         if template is not None:
             messages = [m + [{"role": "assistant", "content": template.prefill(entries)}]
                         for m, (_, entries) in zip(messages, windows)]
@@ -378,15 +469,37 @@ def merge_bank(manager: ExperienceManager, generate: Generate, *, step: int, chu
         if len(generations) != len(messages):
             raise ValueError(f"generate() returned {len(generations)} outputs for "
                              f"{len(messages)} prompts")
-        for (fam, entries), msgs, gen in zip(windows, messages, generations):
+        for (n, entries), msgs, gen in zip(windows, messages, generations):
+            fam, group, _, key_vec = scopes[n]
             sample = MergeSample(family=fam, messages=msgs, generation=gen,
-                                 window_ids=[e.id for e in entries])
+                                 window_ids=[e.id for e in entries], key_group=group)
             result.samples.append(sample)
             result.n_windows += 1
-            carry[fam] = _apply_window(manager, sample, entries, step, result, fmt, template)
+            carry[n] = _apply_window(manager, sample, entries, step, result, fmt, template,
+                                     key_vec)
     result.size_after = len(bank)
     manager.count_merge(result.n_windows, result.n_malformed)
     return result
+
+
+def _scopes(bank: Any, manager: ExperienceManager, families: Sequence[str] | None, scope: str
+            ) -> list[tuple[str, int | None, list[int], np.ndarray | None]]:
+    """``(family, key group or None, ids oldest first, the group's key vector or None)`` for
+    each scope of two or more entries (a scope of one has nothing to merge)."""
+    out: list[tuple[str, int | None, list[int], np.ndarray | None]] = []
+    with manager.read_lock():
+        fams = sorted(families) if families is not None else sorted(bank.family_counts())
+        for fam in fams:
+            ids = bank.all_ids(fam)
+            if scope == "family":
+                if len(ids) >= 2:
+                    out.append((fam, None, ids, None))
+                continue
+            vecs = bank.get_embeddings(ids) if ids else np.zeros((0, bank.dim), np.float32)
+            for g, rows in enumerate(key_groups(vecs)):
+                if len(rows) >= 2:
+                    out.append((fam, g, [ids[r] for r in rows], vecs[rows[0]]))
+    return out
 
 
 def _item_decisions(text: str, window_ids: list[int]) -> tuple[list[MergeDecision], bool]:
@@ -403,12 +516,14 @@ def _item_decisions(text: str, window_ids: list[int]) -> tuple[list[MergeDecisio
 
 def _apply_window(manager: ExperienceManager, sample: MergeSample, entries: list[ExperienceEntry],
                   step: int, result: MergeResult, fmt: str = "ops",
-                  template: ItemTemplate | None = None) -> list[int]:
-    """Store one window's decisions; returns the ids to carry into the next window."""
+                  template: ItemTemplate | None = None, key_vec: np.ndarray | None = None
+                  ) -> list[int]:
+    """Store one window's decisions (new entries stored with ``key_vec`` when given, else
+    embedded by their text); returns the ids to carry into the next window."""
     text = generation_text(sample.generation)
     if template is not None:
-        text = template.answer(text, str(getattr(sample.generation, "finish_reason", "stop")),
-                               template.prefill(entries))
+        text = template.answer_for(entries, text,
+                                   str(getattr(sample.generation, "finish_reason", "stop")))
     if fmt == "items":
         decisions, malformed = _item_decisions(text, sample.window_ids)
     else:
@@ -441,8 +556,9 @@ def _apply_window(manager: ExperienceManager, sample: MergeSample, entries: list
     if not deletes:
         return []
     try:
-        commit = manager.replace_if_unchanged(new_entries, texts, deletes,
-                                              {i: by_id[i].version for i in deletes}, step)
+        commit = manager.replace_if_unchanged(
+            new_entries, texts, deletes, {i: by_id[i].version for i in deletes}, step,
+            embeddings=None if key_vec is None else np.repeat(key_vec[None], len(new_entries), 0))
     except StaleEntriesError:
         sample.stale = True
         result.n_stale += 1

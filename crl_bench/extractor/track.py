@@ -180,6 +180,7 @@ class ExtractorTrack:
         cfg: :class:`crl_bench.runner.config.ExtractorConfig`.
         extractor_step: what one submitted batch goes through (see :data:`ExtractorStep`).
         merge_every: merge the bank every this many actor steps (0: never).
+        merge_scope: what one merge window may mix (``experience.merge_scope``).
         fence_merges: official fencing: merges run only inside the actor's pre-rollout flush
             (the run calls :meth:`merge`), never in the extractor's own step.
         asynchronous: run in a thread (False: :meth:`submit` processes inline).
@@ -189,6 +190,7 @@ class ExtractorTrack:
     def __init__(self, manager: Any, generate: Callable[[list[list[dict]]], list[Any]],
                  trainer: Any, cfg: Any, *, extractor_step: ExtractorStep, temperature: float,
                  merge_every: int, merge_chunk: int, asynchronous: bool,
+                 merge_scope: str = "family",
                  log: Callable[[dict[str, Any]], None], run_name: str = "",
                  key_by_episode_start: bool = False, fence_merges: bool = False) -> None:
         self.manager = manager
@@ -199,6 +201,7 @@ class ExtractorTrack:
         self.temperature = temperature
         self.merge_every = merge_every
         self.merge_chunk = merge_chunk
+        self.merge_scope = merge_scope
         self.asynchronous = asynchronous
         self.log = log
         self.run_name = run_name
@@ -443,14 +446,17 @@ class ExtractorTrack:
     def merge(self, step: int) -> dict[str, Any]:
         """Consolidate the bank (:func:`~crl_bench.extractor.merge.merge_bank`); with
         ``extractor.train_merges`` the merge calls become extractor samples."""
-        from crl_bench.extractor.merge import ItemTemplate, merge_bank
+        from crl_bench.extractor.merge import ActionItemTemplate, ItemTemplate, merge_bank
 
         t1 = time.perf_counter()
         items = self.cfg.merge_format == "items"  # small models: the item template
-        template = (ItemTemplate(one_sentence=self.cfg.answer_template in ("sentence", "action"))
-                    if items and self.template else None)
+        template: ItemTemplate | None = None
+        if items and self.cfg.answer_template == "action":
+            template = ActionItemTemplate()
+        elif items and self.template:
+            template = ItemTemplate(one_sentence=self.cfg.answer_template == "sentence")
         result = merge_bank(self.manager, self.generate, step=step, chunk=self.merge_chunk,
-                            fmt=self.cfg.merge_format, template=template)
+                            fmt=self.cfg.merge_format, template=template, scope=self.merge_scope)
         self.last_merge_step = step
         self.stats["merges"] += 1
         metrics: dict[str, Any] = {"extractor/merge_s": time.perf_counter() - t1}

@@ -61,6 +61,7 @@ MergeFormat = Literal["items", "ops"]
 Fence = Literal["always", "official"]
 AnswerTemplate = Literal["free", "content", "sentence", "action"]
 RetrievalKey = Literal["entry", "episode_start"]
+MergeScope = Literal["family", "key"]
 AskOffer = Literal["with_experience", "all"]
 AskStyle = Literal["short", "official"]
 Query = Literal["goal_observation", "family"]
@@ -353,6 +354,12 @@ class ExperienceConfig(_Section):
     merge_every: int = 5
     """Merge the bank every this many steps (agents with ``method.merge``, which switches it)."""
     merge_chunk: int = 5
+    merge_scope: MergeScope = "family"
+    """What one merge window may mix: "family" (official: the entries of one task family) or
+    "key" (only entries with the same retrieval key, i.e. under ``key=episode_start`` the same
+    episode start; a merged entry keeps that key). With a one-item answer template (the ``cpu``
+    preset's merges) "family" leaves one entry per family after each merge, so a bank keyed by
+    the episode start needs "key" to keep an entry per start (``crl_bench.extractor.merge``)."""
     max_asks: int = 2
     """Search-and-Ask queries per episode (agents with ``method.search_ask``, which switches it)."""
     ask_k: int = 2

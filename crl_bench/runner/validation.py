@@ -382,6 +382,11 @@ def validate_config(cfg: "RunConfig", *, presets: Any) -> None:
                     f"top_p={top_p}): vLLM's log-probs are renormalised over the kept tokens, "
                     f"which biases the update's ratio. Use --set {role}.recompute_old_logprobs=true "
                     "(the paper preset does), or sample untruncated (top_k=0, top_p=1.0).")
+    if cfg.experience.merge_scope == "key" and cfg.experience.key != "episode_start":
+        raise ConfigError("experience.merge_scope=key merges entries that share a retrieval key, "
+                          "but with experience.key=entry every entry is keyed by its own text, so "
+                          "no two share one and nothing would merge. Use --set "
+                          "experience.key=episode_start, or experience.merge_scope=family.")
     check_embedder_name("experience.embedder", cfg.experience.embedder)
 
 

@@ -100,6 +100,7 @@ class ExperienceSide(Part):
         settings = dict(extractor_step=extractor_step,
                         temperature=self.models.extractor_sampling.logprob_temperature,
                         merge_every=x.merge_every if merge else 0, merge_chunk=x.merge_chunk,
+                        merge_scope=x.merge_scope,
                         asynchronous=self.runs != "inline", run_name=self.info.run.path.name,
                         key_by_episode_start=x.key == "episode_start",
                         fence_merges=(cfg.extractor.fence == "official"
