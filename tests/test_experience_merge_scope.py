@@ -218,3 +218,21 @@ def test_real_extractor_merges_keep_a_move_per_start(landmark_bank):
             assert hits[0].content == f"{WIN} {MOVES[kind]}."
     print(f"\nSmolLM2 key merges: {result.n_windows - result.n_malformed}/{result.n_windows} "
           f"well-formed")
+
+
+def test_the_track_merges_per_key_with_the_action_template(landmark_bank):
+    """``experience.merge_scope=key`` and ``extractor.answer_template=action`` reach the merge
+    through the extractor track, and the pass's counts are logged."""
+    from crl_bench.extractor.track import ExtractorTrack
+    from crl_bench.baselines.comp_rl import AGENT as COMP_RL
+    from crl_bench.runner.config import ExtractorConfig
+
+    manager, _ = landmark_bank
+    cfg = ExtractorConfig(answer_template="action", merge_format="items")
+    track = ExtractorTrack(manager, Copier(), None, cfg, temperature=1.0, merge_every=5,
+                           merge_chunk=5, merge_scope="key", extractor_step=COMP_RL.extractor_step,
+                           asynchronous=False, log=lambda m: None, key_by_episode_start=True)
+    metrics = track.merge(5)
+    assert metrics["bank/merge_scopes"] == 8 and metrics["bank/merge_size_after"] == 8
+    assert metrics["bank/merge_deleted"] == 24 and metrics["bank/merge_added"] == 8
+    assert metrics["bank/merge_merged"] == 24

@@ -571,10 +571,9 @@ class ExtractorTrack:
 
 
 def _merge_counts(result: Any) -> dict[str, float]:
-    out = {}
-    for key in ("merged", "rewritten", "discarded", "kept", "malformed", "deleted", "added"):
-        val = getattr(result, key, None)
-        if val is None:
-            continue
-        out[key] = float(len(val) if hasattr(val, "__len__") else val)
-    return out
+    """One merge pass's counts (``bank/merge_<key>``; the cumulative windows and malformed
+    windows come from the manager's counters)."""
+    return {"merged": float(result.merged), "rewritten": float(result.rewritten),
+            "discarded": float(result.discarded), "scopes": float(result.n_scopes),
+            "added": float(len(result.created_ids)), "deleted": float(len(result.deleted_ids)),
+            "size_after": float(result.size_after)}
