@@ -636,7 +636,7 @@ def test_a_changed_number_fails(tmp_path: Path) -> None:
 # figures whose records were never committed: the page must say so where it quotes them
 UNCOMMITTED = {
     "README.md": [
-        "about 50 minutes on 2 cores (a figure not recorded in the repository",
+        "1,564 s, `.ci/run`'s total: a figure not recorded in the repository",
     ],
     "results/quick_start.md": [
         "8 min 19 s (808 CPU-s, 7.2 GB; output not committed)",
