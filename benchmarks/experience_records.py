@@ -3,6 +3,7 @@ of ``results/experience_helps/PLAN.md`` computed from them alone.
 
     python benchmarks/minihack_landmark.py export RUN_DIR [RUN_DIR ...]   # -> records/
     python benchmarks/minihack_landmark.py analyse --summary-only        # reads records/ only
+    python benchmarks/minihack_landmark.py banks RUN_DIR [RUN_DIR ...] --out FOLDER
 
 ``export`` writes one ``<agent>__seed<S>.jsonl`` per run into ``--records`` (default
 ``results/experience_helps/records``): a first line ``{"run": {...}}`` (agent, run seed, tasks,
@@ -102,6 +103,128 @@ def export_run(run: Path, records: Path = RECORDS) -> Path:
     tmp.write_text("\n".join(lines) + "\n")
     tmp.replace(path)
     return path
+
+
+# -- banks -------------------------------------------------------------------------------------
+
+BANK_STEP_KEYS = ("bank/size", "bank/merges", "bank/merge_windows", "bank/merge_malformed",
+                  "bank/merge_scopes", "bank/merge_size_after", "extractor/extractions",
+                  "extractor/malformed")
+"""What ``banks`` keeps of each step's ``metrics.jsonl`` record (absent keys are null)."""
+
+
+def run_name(run: Path) -> str:
+    """``<agent>__seed<S>`` of a run directory (from its config)."""
+    config = json.loads((run / "config.json").read_text())
+    return f"{config['agent']}__seed{config['seed']}"
+
+
+def bank_size_by_step(run: Path) -> dict[str, dict[str, Any]]:
+    """Per actor step, the bank's size and the merge and extraction counters (``metrics.jsonl``)."""
+    out = {}
+    for m in _read_jsonl(run / "metrics.jsonl"):
+        if m.get("step"):
+            out[str(m["step"])] = {k: m.get(k) for k in BANK_STEP_KEYS}
+    return out
+
+
+def entry_claim(content: str) -> tuple[str, str] | None:
+    """``("success" | "failure", move)`` of an entry written with the ``action`` template
+    (``"To succeed, take the action X."`` / ``"To avoid this failure, do not take the action
+    X."``); None for any other text."""
+    from crl_bench.extractor.extraction import ActionTemplate
+
+    text = " ".join(str(content).split())
+    for outcome, stem in zip(("success", "failure"), ActionTemplate.stems):
+        stem = " ".join(stem.split()).rstrip(" >") + " "
+        if text.startswith(stem) and text.endswith("."):
+            return outcome, text[len(stem):-1].strip().lower()
+    return None
+
+
+def bank_content(bank_path: Path) -> dict[str, Any]:
+    """What a Landmark run's bank holds at the end, judged against the level rule: entries,
+    distinct retrieval keys, entries in the ``action`` template's form, success entries that
+    name the rule's move of their levels, failure entries that name another move, and keys
+    whose entries include a success naming the rule's move (what retrieval by that start can
+    hand the actor). An entry's levels are its task ids (training level seeds); the rule's move
+    is the one of their landmark kind (they agree for entries keyed by one start)."""
+    import numpy as np
+
+    from crl_bench.envs.minihack.landmark import landmark_layout
+    from crl_bench.experience.bank import ExperienceBank
+    from crl_bench.extractor.merge import key_groups
+
+    bank = ExperienceBank.open(bank_path, read_only=True, build_index=False)
+    try:
+        ids = bank.all_ids()
+        entries = bank.get(ids)
+        vecs = bank.get_embeddings(ids) if ids else np.zeros((0, bank.dim), np.float32)
+    finally:
+        bank.close()
+    counts: Counter[str] = Counter()
+    good_keys = 0
+    groups = key_groups(vecs)
+    for rows in groups:
+        key_good = False
+        for r in rows:
+            e = entries[r]
+            claim = entry_claim(e.content)
+            rules = {landmark_layout(int(t))[2] for t in e.task_ids if str(t).isdigit()}
+            counts["entries"] += 1
+            counts["merged"] += e.origin == "merge"
+            if claim is None:
+                counts["other_text"] += 1
+                continue
+            outcome, move = claim
+            counts[outcome] += 1
+            if len(rules) == 1:
+                rule = next(iter(rules))
+                if outcome == "success" and move == rule:
+                    counts["success_naming_the_rule"] += 1
+                    key_good = True
+                elif outcome == "failure" and move != rule:
+                    counts["failure_naming_another_move"] += 1
+            else:
+                counts["levels_of_several_kinds"] += 1
+        good_keys += key_good
+    return {"entries": len(entries), "keys": len(groups),
+            "keys_with_a_success_naming_the_rule": good_keys,
+            **{k: counts[k] for k in ("merged", "success", "success_naming_the_rule", "failure",
+                                      "failure_naming_another_move", "other_text",
+                                      "levels_of_several_kinds")}}
+
+
+def export_banks(runs: list[Path], out: Path) -> list[Path]:
+    """``bank_size_by_step.json`` and ``bank_content.json`` (one key per run) and each run's
+    ``<agent>__seed<S>_end.txt`` (``crl-bench bank show``) into ``out``; runs without a bank
+    (``grpo``) are skipped."""
+    import contextlib
+    import io
+
+    from crl_bench.cli import main as cli_main
+
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    sizes_path, content_path = out / "bank_size_by_step.json", out / "bank_content.json"
+    sizes = json.loads(sizes_path.read_text()) if sizes_path.exists() else {}
+    content = json.loads(content_path.read_text()) if content_path.exists() else {}
+    for run in runs:
+        if not (run / "bank.sqlite").exists():
+            continue
+        name = run_name(run)
+        sizes[name] = bank_size_by_step(run)
+        content[name] = bank_content(run / "bank.sqlite")
+        text = io.StringIO()
+        with contextlib.redirect_stdout(text):
+            cli_main(["bank", "show", str(run / "bank.sqlite")])
+        path = out / f"{name}_end.txt"
+        path.write_text(text.getvalue())
+        written.append(path)
+    for path, data in ((sizes_path, sizes), (content_path, content)):
+        path.write_text(json.dumps(dict(sorted(data.items())), indent=1) + "\n")
+        written.append(path)
+    return written
 
 
 # -- analysis ----------------------------------------------------------------------------------
@@ -319,6 +442,9 @@ def main(argv: list[str]) -> int:
     ex = sub.add_parser("export", help="write the compact records of finished runs")
     ex.add_argument("runs", nargs="+", type=Path, help="run directories")
     ex.add_argument("--records", type=Path, default=RECORDS)
+    bk = sub.add_parser("banks", help="bank size by step, content at the end, bank show")
+    bk.add_argument("runs", nargs="+", type=Path, help="run directories")
+    bk.add_argument("--out", type=Path, required=True, help="folder, e.g. .../keyed_merge/banks")
     an = sub.add_parser("analyse", help="the plan's analysis from the committed records only")
     an.add_argument("--summary-only", action="store_true",
                     help="run nothing, read the records (the only mode; kept for the plan's wording)")
@@ -333,6 +459,10 @@ def main(argv: list[str]) -> int:
             for run in args.runs:
                 path = export_run(run, args.records)
                 print(f"{path} ({path.stat().st_size / 1024:.0f} KB)")
+            return 0
+        if args.command == "banks":
+            for path in export_banks(args.runs, args.out):
+                print(path)
             return 0
         result = analyse(args.records, args.agents, args.seeds, args.steps)
     except (ValueError, FileNotFoundError) as exc:

@@ -285,7 +285,7 @@ def retrieval(cfg: Any, held_out: list[int], per_kind: int, view: str) -> dict[s
 
 def main(argv: list[str] | None = None) -> int:
     args_in = sys.argv[1:] if argv is None else list(argv)
-    if args_in[:1] in (["export"], ["analyse"]):  # the comparison runs' records and analysis
+    if args_in[:1] in (["export"], ["analyse"], ["banks"]):  # the comparison runs' records and analysis
         import experience_records
 
         return experience_records.main(args_in)

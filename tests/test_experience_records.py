@@ -108,3 +108,30 @@ def test_a_verdict_on_part_of_the_planned_runs_is_called_provisional(tmp_path) -
     text = er.summary_markdown(er.analyse(records))
     assert "Provisional verdict (PLAN.md rule on the 2 of 15 planned runs recorded so far)" in text
     assert "**Verdict" not in text
+
+
+def test_bank_content_judges_entries_against_the_level_rule(tmp_path):
+    """Levels 8 and 9 are a fountain room (stairs southwest) and an altar room (north)
+    (``landmark_layout``); each key holds what the ``action`` template writes, or other text."""
+    np = pytest.importorskip("numpy")
+    from crl_bench.envs.minihack.landmark import landmark_layout
+    from crl_bench.experience.bank import ExperienceBank
+
+    assert [landmark_layout(s)[2] for s in (8, 9)] == ["southwest", "north"]
+    bank = ExperienceBank(tmp_path / "bank.sqlite", dim=4, embedder_name="test")
+    a, b = np.eye(4, dtype=np.float32)[:2]
+    rows = [("To succeed, take the action southwest.", "8", a),
+            ("To avoid this failure, do not take the action north.", "8", a),
+            ("To succeed, take the action east.", "9", b),
+            ("When you see an altar, go north.", "9", b)]
+    bank.add([{"title": "t", "content": c, "family": "minihack", "task_ids": [t]}
+              for c, t, _ in rows], np.stack([v for _, _, v in rows]), step=1)
+    bank.close()
+    got = er.bank_content(tmp_path / "bank.sqlite")
+    assert got == {"entries": 4, "keys": 2, "keys_with_a_success_naming_the_rule": 1, "merged": 0,
+                   "success": 2, "success_naming_the_rule": 1, "failure": 1,
+                   "failure_naming_another_move": 1, "other_text": 1,
+                   "levels_of_several_kinds": 0}
+    assert er.entry_claim("To avoid this failure, do not take the action far east.") == \
+        ("failure", "far east")
+    assert er.entry_claim("take the action east") is None
