@@ -78,6 +78,13 @@ def train_action_counts(run: Path) -> dict[int, dict[str, int]]:
     return out
 
 
+def run_time(run: Path) -> dict[str, Any]:
+    """Where the run's wall time went, in minutes (``learning_minihack.time_breakdown``)."""
+    from learning_minihack import time_breakdown
+
+    return time_breakdown(run)
+
+
 def export_run(run: Path, records: Path = RECORDS) -> Path:
     """Write ``run``'s compact records (module docstring) to ``records``; returns the file."""
     config = json.loads((run / "config.json").read_text())
@@ -91,7 +98,7 @@ def export_run(run: Path, records: Path = RECORDS) -> Path:
               "preset": config["preset"], "steps": config["steps"], "state": status["state"],
               "last_step": status["step"], "eval": config["eval"],
               "train_levels": sorted({e["seed"] for e in episodes if e["phase"] == "train"}),
-              "train_actions": train_action_counts(run)}
+              "train_actions": train_action_counts(run), "time_min": run_time(run)}
     records.mkdir(parents=True, exist_ok=True)
     path = records / f"{config['agent']}__seed{config['seed']}.jsonl"
     lines = [json.dumps({"run": header}, separators=(",", ":"))]
@@ -330,7 +337,8 @@ def analyse(records: Path = RECORDS, agents=AGENTS, seeds=SEEDS, steps: int = ST
                     continue
                 runs[name][seed] = m
                 per_run.append({"series": name, "seed": seed, "state": header["state"],
-                                **{k: v for k, v in m.items() if k != "curve"}})
+                                **{k: v for k, v in m.items() if k != "curve"},
+                                "wall_min": header.get("time_min", {}).get("run")})
     means = {}
     for name, by_seed in runs.items():
         if by_seed:
@@ -370,11 +378,13 @@ def summary_markdown(result: dict[str, Any]) -> str:
               "VIOLATED: " + "; ".join(f"{k}: levels {v[:8]}" for k, v in
                                        result["held_out_violations"].items())]
     lines += ["", "## Per run", "", "| series | seed | start | end | AUC | top move (last step) "
-              "| collapsed |", "|---|---|---|---|---|---|---|"]
+              "| collapsed | run wall (min) |", "|---|---|---|---|---|---|---|---|"]
     for r in result["runs"]:
+        wall = r.get("wall_min")
         lines.append(f"| {r['series']} | {r['seed']} | {r['start']:.3f} | {r['end']:.3f} | "
                      f"{r['auc']:.3f} | {r['top_move_share']:.0%} | "
-                     f"{'yes' if r['collapsed'] else 'no'} |")
+                     f"{'yes' if r['collapsed'] else 'no'} | "
+                     f"{'—' if wall is None else f'{wall:.1f}'} |")
     lines += ["", "## Per agent (mean over seeds, 95% percentile bootstrap, 10,000 resamples)",
               "", "| series | n | start | end | AUC |", "|---|---|---|---|---|"]
     for name, m in result["means"].items():
