@@ -78,6 +78,65 @@ def train_action_counts(run: Path) -> dict[int, dict[str, int]]:
     return out
 
 
+HINT_KEYS = ("with_exp", "shown", "success_hint", "success_hint_rule", "followed",
+             "followed_solved", "failure_hint", "failure_hint_rule", "avoided")
+
+
+def text_claim(text: str) -> tuple[str, str] | None:
+    """The first ``action``-template claim anywhere in a shown experience text (an entry is shown
+    as ``title: content``), as :func:`entry_claim`; None when none is there."""
+    import re
+
+    from crl_bench.extractor.extraction import ActionTemplate
+
+    stems = [" ".join(s.split()).rstrip(" >") for s in ActionTemplate.stems]
+    found = re.search("(" + "|".join(re.escape(s) for s in stems) + r") ([^.\n]+)\.", text)
+    if found is None:
+        return None
+    return ("success" if found.group(1) == stems[0] else "failure"), found.group(2).strip().lower()
+
+
+def train_hints(run: Path) -> dict[int, dict[str, int]]:
+    """Per training step, what the with-experience training episodes were shown and did: shown
+    an entry at all; shown a success claim (``success_hint``), naming the rule's move of the level
+    (``success_hint_rule``), whose move the actor sent (``followed``) and then solved
+    (``followed_solved``); shown a failure claim (``failure_hint``), naming a move that is not the
+    rule's (``failure_hint_rule``: the claim is right), and not sent that move (``avoided``). Read
+    from the run's training trajectories (evaluation episodes keep only the entry ids)."""
+    from crl_bench.envs.minihack.landmark import landmark_layout
+
+    out: dict[int, dict[str, int]] = {}
+    for path in sorted((run / "trajectories").glob("train_step_*.jsonl.gz")):
+        step = int(path.name.split("_")[2].split(".")[0])
+        c: Counter[str] = Counter()
+        with gzip.open(path, "rt") as fh:
+            for line in fh:
+                t = json.loads(line)
+                if not t.get("with_experience"):
+                    continue
+                c["with_exp"] += 1
+                text = str(t.get("experience_text") or "")
+                c["shown"] += bool(text.strip())
+                claim = text_claim(text)
+                if claim is None:
+                    continue
+                rule = landmark_layout(int(t["seed"]))[2]
+                sent = [" ".join(str(x["action"]).lower().split()) for x in t["turns"]
+                        if x.get("kind") == "action" and x.get("action") is not None]
+                outcome, move = claim
+                if outcome == "success":
+                    c["success_hint"] += 1
+                    c["success_hint_rule"] += move == rule
+                    c["followed"] += move in sent
+                    c["followed_solved"] += move in sent and bool(t.get("success"))
+                else:
+                    c["failure_hint"] += 1
+                    c["failure_hint_rule"] += move != rule
+                    c["avoided"] += move not in sent
+        out[step] = {k: c[k] for k in HINT_KEYS}
+    return out
+
+
 def run_time(run: Path) -> dict[str, Any]:
     """Where the run's wall time went, in minutes (``learning_minihack.time_breakdown``)."""
     from learning_minihack import time_breakdown
@@ -98,7 +157,8 @@ def export_run(run: Path, records: Path = RECORDS) -> Path:
               "preset": config["preset"], "steps": config["steps"], "state": status["state"],
               "last_step": status["step"], "eval": config["eval"],
               "train_levels": sorted({e["seed"] for e in episodes if e["phase"] == "train"}),
-              "train_actions": train_action_counts(run), "time_min": run_time(run)}
+              "train_actions": train_action_counts(run), "time_min": run_time(run),
+              "train_hints": train_hints(run)}
     records.mkdir(parents=True, exist_ok=True)
     path = records / f"{config['agent']}__seed{config['seed']}.jsonl"
     lines = [json.dumps({"run": header}, separators=(",", ":"))]
@@ -311,7 +371,7 @@ def analyse(records: Path = RECORDS, agents=AGENTS, seeds=SEEDS, steps: int = ST
     from crl_bench.report.seed_tests import bootstrap_mean
 
     runs: dict[str, dict[int, dict[str, Any]]] = {name: {} for name in SERIES}
-    missing, leaks, per_run, recorded = [], {}, [], 0
+    missing, leaks, per_run, recorded, hints = [], {}, [], 0, []
     for agent in agents:
         for seed in seeds:
             path = records / f"{agent}__seed{seed}.jsonl"
@@ -322,6 +382,13 @@ def analyse(records: Path = RECORDS, agents=AGENTS, seeds=SEEDS, steps: int = ST
             header, episodes = load_records(path)
             if header["agent"] != agent or int(header["run_seed"]) != seed:
                 raise ValueError(f"{path}: holds {header['agent']} seed {header['run_seed']}")
+            if header.get("train_hints"):
+                total: Counter[str] = Counter()
+                for counts in header["train_hints"].values():
+                    total.update(counts)
+                if total["with_exp"]:
+                    hints.append({"agent": agent, "seed": seed,
+                                  **{k: total[k] for k in HINT_KEYS}})
             leaked = held_out_check(header, episodes)
             if leaked:
                 leaks[f"{agent} seed {seed}"] = leaked
@@ -355,7 +422,7 @@ def analyse(records: Path = RECORDS, agents=AGENTS, seeds=SEEDS, steps: int = ST
     primary = comparisons[0] if comparisons and comparisons[0]["a"] == PRIMARY[1] \
         and comparisons[0]["metric"] == "auc" and comparisons[0]["b"] == PRIMARY[2] else None
     return {"agents": list(agents), "seeds": list(seeds), "steps": steps, "runs": per_run,
-            "recorded": recorded,
+            "recorded": recorded, "hints": hints,
             "missing": missing, "held_out_violations": leaks, "means": means,
             "comparisons": comparisons, "verdict": verdict(primary) if primary else "no data",
             "curves": {name: {s: m["curve"] for s, m in by_seed.items()}
@@ -403,6 +470,20 @@ def summary_markdown(result: dict[str, Any]) -> str:
             f"{_p(c['sign_flip_p_greater'])} / {_p(c['sign_flip_p_two_sided'])} | "
             f"{c['sign_test_positive']}/{c['sign_test_n']}, {_p(c['sign_test_p_greater'])} / "
             f"{_p(c['sign_test_p_two_sided'])} |")
+    if result.get("hints"):
+        lines += ["", "## What the training episodes with experience were shown, and did", "",
+                  "Summed over the run's training steps (``train_hints``): an `action`-template "
+                  "entry shown says *take* a move (a success claim) or *do not take* one (a "
+                  "failure claim); the claim is right when it names the rule's move of the level, "
+                  "or for a failure claim another move.", "",
+                  "| agent | seed | with experience | shown an entry | success claims (right) | "
+                  "followed (then solved) | failure claims (right) | avoided |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for h in result["hints"]:
+            lines.append(f"| {h['agent']} | {h['seed']} | {h['with_exp']} | {h['shown']} | "
+                         f"{h['success_hint']} ({h['success_hint_rule']}) | {h['followed']} "
+                         f"({h['followed_solved']}) | {h['failure_hint']} "
+                         f"({h['failure_hint_rule']}) | {h['avoided']} |")
     planned, recorded = len(result["agents"]) * len(result["seeds"]), result["recorded"]
     if recorded < planned:
         lines += ["", f"**Provisional verdict (PLAN.md rule on the {recorded} of {planned} "

@@ -135,3 +135,27 @@ def test_bank_content_judges_entries_against_the_level_rule(tmp_path):
     assert er.entry_claim("To avoid this failure, do not take the action far east.") == \
         ("failure", "far east")
     assert er.entry_claim("take the action east") is None
+
+
+def test_train_hints_count_what_was_shown_and_done(tmp_path):
+    """Level 8 is a fountain room (stairs southwest), level 9 an altar room (north)."""
+    import gzip
+
+    def traj(seed, text, action, success, with_exp=True):
+        return {"seed": seed, "with_experience": with_exp, "experience_text": text,
+                "success": success, "turns": [{"kind": "action", "action": action}]}
+
+    rows = [traj(8, "Reach the stairs: what worked: To succeed, take the action southwest.",
+                 "southwest", True),
+            traj(9, "t: what went wrong: To avoid this failure, do not take the action north.",
+                 "east", False),
+            traj(9, "", "north", True),
+            traj(8, "To succeed, take the action east.", "east", False, with_exp=False)]
+    (tmp_path / "trajectories").mkdir()
+    with gzip.open(tmp_path / "trajectories" / "train_step_00003.jsonl.gz", "wt") as fh:
+        fh.write("\n".join(json.dumps(r) for r in rows) + "\n")
+    assert er.train_hints(tmp_path) == {3: {
+        "with_exp": 3, "shown": 2, "success_hint": 1, "success_hint_rule": 1, "followed": 1,
+        "followed_solved": 1, "failure_hint": 1, "failure_hint_rule": 0, "avoided": 1}}
+    assert er.text_claim("x: To avoid this failure, do not take the action far east.\nmore") == \
+        ("failure", "far east")

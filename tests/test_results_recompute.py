@@ -489,6 +489,14 @@ def experience_helps() -> list[str]:
     for run in (comp, exp):  # "every fifth step the merge rewrites the whole bank as one entry"
         assert [s for s, m in run.items() if m["bank/size"] == 1] == ["6", "11", "16", "20"]
         assert [run[s]["bank/merges"] for s in ("5", "6", "11", "16", "20")] == [0, 1, 2, 3, 4]
+    hints = {(h["agent"], h["seed"]): h for h in load(RESULTS / "experience_helps/analysis.json")["hints"]}
+    c0, e0 = hints[("comp_rl", 0)], hints[("exp_only", 0)]
+    assert c0["failure_hint"] > 10 * c0["success_hint"]  # "almost only failure claims"
+    hint_quotes = [
+        f"a success claim reached `comp_rl` seed 0's actor {c0['success_hint']} times in "
+        f"{c0['with_exp']} episodes, and named the level's stairs only {c0['success_hint_rule']} times",
+        f"`exp_only` seed 0 sent the claimed move {e0['followed']} time in {e0['success_hint']}",
+    ]
     walls: dict[str, list[float]] = {}
     for path in sorted((RESULTS / "experience_helps/records").glob("*.jsonl")):
         head = json.loads(path.read_text().splitlines()[0])["run"]
@@ -497,7 +505,7 @@ def experience_helps() -> list[str]:
             t = head["time_min"]
             parts = f"{t['distilling']}, {t['merging']} and {t['extractor_training']} min"
     walls = {a: " and ".join(f"{w:.1f}" for w in sorted(v)) for a, v in walls.items()}
-    out = [
+    out = hint_quotes + [
         f"`grpo` {walls['grpo']} min, `comp_rl` {walls['comp_rl']} min, `exp_only` "
         f"{walls['exp_only']} min",
         f"(`comp_rl` seed 0: {parts})",
