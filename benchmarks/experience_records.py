@@ -58,6 +58,11 @@ CURVES = ("grpo", "comp_rl with exp", "exp_only with exp")
 
 # -- export ------------------------------------------------------------------------------------
 
+ENDED_EARLY = "ended_early.txt"
+"""In a records folder: why the plan was ended before all its runs (one line); its absence
+means the plan is still being carried out."""
+
+
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
@@ -423,6 +428,8 @@ def analyse(records: Path = RECORDS, agents=AGENTS, seeds=SEEDS, steps: int = ST
         and comparisons[0]["metric"] == "auc" and comparisons[0]["b"] == PRIMARY[2] else None
     return {"agents": list(agents), "seeds": list(seeds), "steps": steps, "runs": per_run,
             "recorded": recorded, "hints": hints,
+            "ended_early": ((records / ENDED_EARLY).read_text().strip()
+                            if (records / ENDED_EARLY).is_file() else None),
             "missing": missing, "held_out_violations": leaks, "means": means,
             "comparisons": comparisons, "verdict": verdict(primary) if primary else "no data",
             "curves": {name: {s: m["curve"] for s, m in by_seed.items()}
@@ -485,7 +492,11 @@ def summary_markdown(result: dict[str, Any]) -> str:
                          f"({h['followed_solved']}) | {h['failure_hint']} "
                          f"({h['failure_hint_rule']}) | {h['avoided']} |")
     planned, recorded = len(result["agents"]) * len(result["seeds"]), result["recorded"]
-    if recorded < planned:
+    if recorded < planned and result.get("ended_early"):
+        lines += ["", f"**The plan was ended after {recorded} of its {planned} planned runs: "
+                      f"{result['ended_early']}** The plan's rule applied to them gives "
+                      f"\"{result['verdict']}\"; that is not a result of the plan.", ""]
+    elif recorded < planned:
         lines += ["", f"**Provisional verdict (PLAN.md rule on the {recorded} of {planned} "
                       f"planned runs recorded so far): {result['verdict']}** — the plan's verdict "
                       f"is read once every planned run has ended.", ""]

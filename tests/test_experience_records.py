@@ -108,6 +108,11 @@ def test_a_verdict_on_part_of_the_planned_runs_is_called_provisional(tmp_path) -
     text = er.summary_markdown(er.analyse(records))
     assert "Provisional verdict (PLAN.md rule on the 2 of 15 planned runs recorded so far)" in text
     assert "**Verdict" not in text
+    # a plan ended before all its runs says so, with its reason, and claims no verdict
+    (records / er.ENDED_EARLY).write_text("the bank was broken.\n")
+    text = er.summary_markdown(er.analyse(records))
+    assert "The plan was ended after 2 of its 15 planned runs: the bank was broken." in text
+    assert "Provisional" not in text and "**Verdict" not in text
 
 
 def test_bank_content_judges_entries_against_the_level_rule(tmp_path):
