@@ -67,56 +67,59 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def train_action_counts(run: Path) -> dict[int, dict[str, int]]:
-    """Per training step, how often each move was sent (the action turns of the step's
-    trajectories, lower-cased as the env reads them)."""
-    out: dict[int, dict[str, int]] = {}
-    for path in sorted((run / "trajectories").glob("train_step_*.jsonl.gz")):
-        step = int(path.name.split("_")[2].split(".")[0])
-        counts: Counter[str] = Counter()
-        with gzip.open(path, "rt") as fh:
-            for line in fh:
-                for turn in json.loads(line)["turns"]:
-                    if turn.get("kind") == "action" and turn.get("action") is not None:
-                        counts[" ".join(str(turn["action"]).lower().split())] += 1
-        out[step] = dict(sorted(counts.items()))
-    return out
-
-
 HINT_KEYS = ("with_exp", "shown", "success_hint", "success_hint_rule", "followed",
              "followed_solved", "failure_hint", "failure_hint_rule", "avoided")
+
+
+def _claim_re() -> Any:
+    import re
+
+    from crl_bench.extractor.extraction import ActionTemplate
+
+    stems = ActionTemplate().content_stems
+    return re.compile("(" + "|".join(re.escape(s) for s in stems) + r") ([^.\n]+)\.")
 
 
 def text_claim(text: str) -> tuple[str, str] | None:
     """The first ``action``-template claim anywhere in a shown experience text (an entry is shown
     as ``title: content``), as :func:`entry_claim`; None when none is there."""
-    import re
+    found = _claim_re().search(text)
+    return None if found is None else entry_claim(found.group(0))
 
+
+def entry_claim(content: str) -> tuple[str, str] | None:
+    """``("success" | "failure", move)`` of an entry written with the ``action`` template
+    (``ActionTemplate.claim``, the move lower-cased); None for any other text."""
     from crl_bench.extractor.extraction import ActionTemplate
 
-    stems = [" ".join(s.split()).rstrip(" >") for s in ActionTemplate.stems]
-    found = re.search("(" + "|".join(re.escape(s) for s in stems) + r") ([^.\n]+)\.", text)
-    if found is None:
-        return None
-    return ("success" if found.group(1) == stems[0] else "failure"), found.group(2).strip().lower()
+    claim = ActionTemplate().claim(content)
+    return None if claim is None else (claim[0], claim[1].lower())
 
 
-def train_hints(run: Path) -> dict[int, dict[str, int]]:
-    """Per training step, what the with-experience training episodes were shown and did: shown
-    an entry at all; shown a success claim (``success_hint``), naming the rule's move of the level
-    (``success_hint_rule``), whose move the actor sent (``followed``) and then solved
-    (``followed_solved``); shown a failure claim (``failure_hint``), naming a move that is not the
-    rule's (``failure_hint_rule``: the claim is right), and not sent that move (``avoided``). Read
-    from the run's training trajectories (evaluation episodes keep only the entry ids)."""
+def train_step_stats(run: Path) -> tuple[dict[int, dict[str, int]], dict[int, dict[str, int]]]:
+    """One pass over the run's training trajectories, per training step:
+
+    * the moves sent (the action turns, lower-cased as the env reads them): ``train_actions``;
+    * what the with-experience episodes were shown and did (``train_hints``): shown an entry at
+      all; shown a success claim (``success_hint``), naming the rule's move of the level
+      (``success_hint_rule``), whose move the actor sent (``followed``) and then solved
+      (``followed_solved``); shown a failure claim (``failure_hint``), naming a move that is not
+      the rule's (``failure_hint_rule``: the claim is right), and not sent that move
+      (``avoided``). Evaluation episodes keep only the entry ids, so this reads training."""
     from crl_bench.envs.minihack.landmark import landmark_layout
 
-    out: dict[int, dict[str, int]] = {}
+    actions: dict[int, dict[str, int]] = {}
+    hints: dict[int, dict[str, int]] = {}
     for path in sorted((run / "trajectories").glob("train_step_*.jsonl.gz")):
         step = int(path.name.split("_")[2].split(".")[0])
+        moves: Counter[str] = Counter()
         c: Counter[str] = Counter()
         with gzip.open(path, "rt") as fh:
             for line in fh:
                 t = json.loads(line)
+                sent = [" ".join(str(x["action"]).lower().split()) for x in t["turns"]
+                        if x.get("kind") == "action" and x.get("action") is not None]
+                moves.update(sent)
                 if not t.get("with_experience"):
                     continue
                 c["with_exp"] += 1
@@ -126,8 +129,6 @@ def train_hints(run: Path) -> dict[int, dict[str, int]]:
                 if claim is None:
                     continue
                 rule = landmark_layout(int(t["seed"]))[2]
-                sent = [" ".join(str(x["action"]).lower().split()) for x in t["turns"]
-                        if x.get("kind") == "action" and x.get("action") is not None]
                 outcome, move = claim
                 if outcome == "success":
                     c["success_hint"] += 1
@@ -138,8 +139,9 @@ def train_hints(run: Path) -> dict[int, dict[str, int]]:
                     c["failure_hint"] += 1
                     c["failure_hint_rule"] += move != rule
                     c["avoided"] += move not in sent
-        out[step] = {k: c[k] for k in HINT_KEYS}
-    return out
+        actions[step] = dict(sorted(moves.items()))
+        hints[step] = {k: c[k] for k in HINT_KEYS}
+    return actions, hints
 
 
 def run_time(run: Path) -> dict[str, Any]:
@@ -158,12 +160,13 @@ def export_run(run: Path, records: Path = RECORDS) -> Path:
     if any("actions" not in e for e in evals):
         raise ValueError(f"{run}: its evaluation records hold no actions (written before "
                          "episode records carried them); re-run it to export it")
+    train_actions, train_hints = train_step_stats(run)
     header = {"agent": config["agent"], "run_seed": config["seed"], "tasks": config["tasks"],
               "preset": config["preset"], "steps": config["steps"], "state": status["state"],
               "last_step": status["step"], "eval": config["eval"],
               "train_levels": sorted({e["seed"] for e in episodes if e["phase"] == "train"}),
-              "train_actions": train_action_counts(run), "time_min": run_time(run),
-              "train_hints": train_hints(run)}
+              "train_actions": train_actions, "time_min": run_time(run),
+              "train_hints": train_hints}
     records.mkdir(parents=True, exist_ok=True)
     path = records / f"{config['agent']}__seed{config['seed']}.jsonl"
     lines = [json.dumps({"run": header}, separators=(",", ":"))]
@@ -200,20 +203,6 @@ def bank_size_by_step(run: Path) -> dict[str, dict[str, Any]]:
     return out
 
 
-def entry_claim(content: str) -> tuple[str, str] | None:
-    """``("success" | "failure", move)`` of an entry written with the ``action`` template
-    (``"To succeed, take the action X."`` / ``"To avoid this failure, do not take the action
-    X."``); None for any other text."""
-    from crl_bench.extractor.extraction import ActionTemplate
-
-    text = " ".join(str(content).split())
-    for outcome, stem in zip(("success", "failure"), ActionTemplate.stems):
-        stem = " ".join(stem.split()).rstrip(" >") + " "
-        if text.startswith(stem) and text.endswith("."):
-            return outcome, text[len(stem):-1].strip().lower()
-    return None
-
-
 def bank_content(bank_path: Path) -> dict[str, Any]:
     """What a Landmark run's bank holds at the end, judged against the level rule: entries,
     distinct retrieval keys, entries in the ``action`` template's form, success entries that
@@ -243,7 +232,6 @@ def bank_content(bank_path: Path) -> dict[str, Any]:
             e = entries[r]
             claim = entry_claim(e.content)
             rules = {landmark_layout(int(t))[2] for t in e.task_ids if str(t).isdigit()}
-            counts["entries"] += 1
             counts["merged"] += e.origin == "merge"
             if claim is None:
                 counts["other_text"] += 1

@@ -159,7 +159,9 @@ def test_train_hints_count_what_was_shown_and_done(tmp_path):
     (tmp_path / "trajectories").mkdir()
     with gzip.open(tmp_path / "trajectories" / "train_step_00003.jsonl.gz", "wt") as fh:
         fh.write("\n".join(json.dumps(r) for r in rows) + "\n")
-    assert er.train_hints(tmp_path) == {3: {
+    actions, hints = er.train_step_stats(tmp_path)
+    assert actions == {3: {"east": 2, "north": 1, "southwest": 1}}
+    assert hints == {3: {
         "with_exp": 3, "shown": 2, "success_hint": 1, "success_hint_rule": 1, "followed": 1,
         "followed_solved": 1, "failure_hint": 1, "failure_hint_rule": 0, "avoided": 1}}
     assert er.text_claim("x: To avoid this failure, do not take the action far east.\nmore") == \

@@ -355,6 +355,23 @@ class ActionTemplate(SentenceTemplate):
     (:func:`trajectory_to_text`): the 135M model then copies an action it saw more often."""
     within_words: int = 3
 
+    @property
+    def content_stems(self) -> tuple[str, ...]:
+        """The stems as a written content holds them (success, failure): the cue ``\\n>`` left
+        out."""
+        return tuple(" ".join(s.split()).rstrip(" >") for s in self.stems)
+
+    def claim(self, content: str) -> tuple[str, str] | None:
+        """``("success" | "failure", action)`` of a content this template wrote (``"<stem>
+        ACTION."``); None for any other text."""
+        text = " ".join(str(content).split())
+        for outcome, stem in zip(("success", "failure"), self.content_stems):
+            if text.startswith(stem + " ") and text.endswith("."):
+                action = text[len(stem) + 1:-1].strip()
+                if action:
+                    return outcome, action
+        return None
+
     def answer(self, prefill: str, text: str, actions: Sequence[str] | None = None) -> str:
         head, _, stem = prefill.rpartition('"content": "')
         action = self.named_action(text, actions or ())

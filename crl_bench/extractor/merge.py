@@ -302,33 +302,22 @@ class ActionItemTemplate(ItemTemplate):
     def stop(self) -> tuple[str, ...]:
         return self.action.stop
 
-    def stems(self) -> tuple[str, ...]:
-        """The content stems of the ``action`` template, without its trajectory cue ``\n>``."""
-        return tuple(" ".join(s.split()).rstrip(" >") for s in self.action.stems)
-
-    def window_stem(self, entries: Sequence[ExperienceEntry]) -> str:
-        win, lose = self.stems()
-        return win if any(str(e.content).startswith(win) for e in entries) else lose
-
-    def window_actions(self, entries: Sequence[ExperienceEntry], stem: str) -> list[str]:
-        """The actions named by the entries whose content is ``stem`` + `` ACTION.``."""
-        out = []
-        for e in entries:
-            content = " ".join(str(e.content).split())
-            if content.startswith(stem + " ") and content.endswith("."):
-                action = content[len(stem) + 1:-1].strip()
-                if action and action not in out:
-                    out.append(action)
-        return out
+    def window_claim(self, entries: Sequence[ExperienceEntry]) -> tuple[str, list[str]]:
+        """The stem the merged content starts with (success when an entry of the window claims
+        one, else failure) and the actions the window's entries name under that stem."""
+        claims = [c for c in (self.action.claim(e.content) for e in entries) if c is not None]
+        outcome = "success" if any(o == "success" for o, _ in claims) else "failure"
+        stem = self.action.content_stems[outcome == "failure"]
+        return stem, list(dict.fromkeys(a for o, a in claims if o == outcome))
 
     def prefill(self, entries: Sequence[ExperienceEntry] = ()) -> str:
         return (f"{self.prefill_text}<title>{self.title(entries)}</title>\n"
-                f"<content>{self.window_stem(entries)}")
+                f"<content>{self.window_claim(entries)[0]}")
 
     def answer_for(self, entries: Sequence[ExperienceEntry], text: str, finish_reason: str) -> str:
         prefill = self.prefill(entries)
-        stem = self.window_stem(entries)
-        action = self.action.named_action(text, self.window_actions(entries, stem))
+        stem, actions = self.window_claim(entries)
+        action = self.action.named_action(text, actions)
         if action is None:  # no action the window supports with this outcome: malformed
             return prefill + text
         head = prefill[:len(prefill) - len(stem)]
