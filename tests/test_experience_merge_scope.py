@@ -8,7 +8,9 @@ ONE item per window, that walk leaves one entry per scope. Over a family scope, 
 the episode start (``experience.key=episode_start``) then holds one entry for every start, and
 that entry is no longer found by any start in particular (measured on the Landmark comparison: the
 bank went 39 -> 1 and 55 -> 1 at every merge). ``experience.merge_scope=key`` walks each retrieval
-key on its own and keeps the key on what it writes.
+key on its own and keeps the key on what it writes. The per-key scope and the ``action``
+template's merge (``ActionItemTemplate``) are ours, with no official counterpart: their expected
+values follow from their definitions; the per-family collapse follows from the official walk.
 """
 
 from __future__ import annotations
@@ -118,7 +120,7 @@ def test_a_key_merge_keeps_an_entry_per_start_under_its_start(landmark_bank):
                         template=ActionItemTemplate(), scope="key")
     assert result.n_scopes == 8 and result.n_windows == 8 and result.n_malformed == 0
     after = bank.get(bank.all_ids())
-    assert len(after) == 8 >= 8
+    assert len(after) == 8
     # each start's window held its success: the merged entry restates that move, keeps the
     # key its parents shared, and is what retrieval by that start returns
     for kind, start in enumerate(starts):
@@ -211,11 +213,15 @@ def test_real_extractor_merges_keep_a_move_per_start(landmark_bank):
     result = merge_bank(manager, generate, step=5, chunk=5, fmt="items",
                         template=ActionItemTemplate(), scope="key")
     assert result.n_windows == 8 and len(manager.bank) >= 8
+    merged = 0
     for kind, start in enumerate(starts):
         hits = manager.retrieve([start], family="minihack")[0]
         assert hits
         if hits[0].origin == "merge":
             assert hits[0].content == f"{WIN} {MOVES[kind]}."
+            merged += 1
+    # 8 of 8 in the measured run (seed 0); a sampled model may miss one on another CPU
+    assert merged == result.n_windows - result.n_malformed >= 7
     print(f"\nSmolLM2 key merges: {result.n_windows - result.n_malformed}/{result.n_windows} "
           f"well-formed")
 

@@ -497,6 +497,22 @@ def experience_helps() -> list[str]:
         f"{c0['with_exp']} episodes, and named the level's stairs only {c0['success_hint_rule']} times",
         f"`exp_only` seed 0 sent the claimed move {e0['followed']} time in {e0['success_hint']}",
     ]
+    # the second comparison: "7 of its 15 runs are recorded", "about one entry per episode
+    # start", "every action-template claim in it is right", "a right success claim reaches the
+    # actor far more often than in the first comparison"
+    keyed = load(RESULTS / "experience_helps/keyed_merge/analysis.json")
+    for name, bk in load(RESULTS / "experience_helps/keyed_merge/banks/bank_content.json").items():
+        assert bk["keys"] >= 0.9 * bk["entries"], name
+        assert (bk["success"], bk["failure"], bk["other_text"]) == (
+            bk["success_naming_the_rule"], bk["failure_naming_another_move"], 0), name
+    first = load(RESULTS / "experience_helps/analysis.json")
+
+    def right_success(result: dict) -> int:
+        return sum(h["success_hint_rule"] for h in result["hints"] if h["agent"] == "comp_rl")
+
+    assert right_success(keyed) > 3 * right_success(first)
+    hint_quotes_keyed = [f"So far {keyed['recorded']} of its "
+                         f"{len(keyed['agents']) * len(keyed['seeds'])} runs are recorded"]
     walls: dict[str, list[float]] = {}
     for path in sorted((RESULTS / "experience_helps/records").glob("*.jsonl")):
         head = json.loads(path.read_text().splitlines()[0])["run"]
@@ -505,7 +521,7 @@ def experience_helps() -> list[str]:
             t = head["time_min"]
             parts = f"{t['distilling']}, {t['merging']} and {t['extractor_training']} min"
     walls = {a: " and ".join(f"{w:.1f}" for w in sorted(v)) for a, v in walls.items()}
-    out = hint_quotes + [
+    out = hint_quotes + hint_quotes_keyed + [
         f"`grpo` {walls['grpo']} min, `comp_rl` {walls['comp_rl']} min, `exp_only` "
         f"{walls['exp_only']} min",
         f"(`comp_rl` seed 0: {parts})",
