@@ -7,8 +7,10 @@ of ``results/experience_helps/PLAN.md`` computed from them alone.
 
 ``export`` writes one ``<agent>__seed<S>.jsonl`` per run into ``--records`` (default
 ``results/experience_helps/records``): a first line ``{"run": {...}}`` (agent, run seed, tasks,
-steps, the run's state and last step, the training level seeds it played and, per training
-step, how often each move was sent) and one line per evaluation episode::
+steps, the run's state and last step, the training level seeds it played, its time breakdown
+and, per training step, how often each move was sent, what the with-experience episodes were
+shown and did, and how often the first move was the prompt's format example) and one line per
+evaluation episode::
 
     {"step": 5, "seed": 1000017, "task": "...", "exp": 1, "actions": ["southwest"],
      "success": 1, "score": 1.0}
@@ -96,7 +98,30 @@ def entry_claim(content: str) -> tuple[str, str] | None:
     return None if claim is None else (claim[0], claim[1].lower())
 
 
-def train_step_stats(run: Path) -> tuple[dict[int, dict[str, int]], dict[int, dict[str, int]]]:
+EXAMPLE_KEYS = ("episodes", "moved", "sent_example", "claim_not_example", "sent_claim",
+                "sent_example_not_claim")
+"""``train_examples`` per step: training episodes whose first prompt shows a format example
+(``e.g. <answer>MOVE</answer>``); of them, those whose first action is one of the eight moves
+(``moved``) and is the example's move (``sent_example``); with-experience episodes shown a
+success claim naming another move than the example (``claim_not_example``), of which the actor
+sent the claim's move (``sent_claim``) or the example's (``sent_example_not_claim``)."""
+
+MOVES = frozenset(("north", "northeast", "east", "southeast", "south", "southwest", "west",
+                   "northwest"))
+
+
+def format_example(prompt: str) -> str | None:
+    """The move a prompt's answer-format line shows as its example (``e.g. <tag>MOVE</tag>``,
+    the last one in the prompt, lower-cased); None when it shows none."""
+    import re
+
+    found = re.findall(r"e\.g\. <(\w+)>([^<]*)</\1>", prompt)
+    return " ".join(found[-1][1].lower().split()) if found else None
+
+
+def train_step_stats(run: Path, decode: Any = None
+                     ) -> tuple[dict[int, dict[str, int]], dict[int, dict[str, int]],
+                                dict[int, dict[str, int]]]:
     """One pass over the run's training trajectories, per training step:
 
     * the moves sent (the action turns, lower-cased as the env reads them): ``train_actions``;
@@ -105,27 +130,45 @@ def train_step_stats(run: Path) -> tuple[dict[int, dict[str, int]], dict[int, di
       (``success_hint_rule``), whose move the actor sent (``followed``) and then solved
       (``followed_solved``); shown a failure claim (``failure_hint``), naming a move that is not
       the rule's (``failure_hint_rule``: the claim is right), and not sent that move
-      (``avoided``). Evaluation episodes keep only the entry ids, so this reads training."""
+      (``avoided``). Evaluation episodes keep only the entry ids, so this reads training;
+    * with ``decode`` (token ids -> text, the actor's tokenizer), how often the first move was
+      the one the prompt's format line shows as its example (``train_examples``,
+      :data:`EXAMPLE_KEYS`); empty without it."""
     from crl_bench.envs.minihack.landmark import landmark_layout
 
     actions: dict[int, dict[str, int]] = {}
     hints: dict[int, dict[str, int]] = {}
+    examples: dict[int, dict[str, int]] = {}
     for path in sorted((run / "trajectories").glob("train_step_*.jsonl.gz")):
         step = int(path.name.split("_")[2].split(".")[0])
         moves: Counter[str] = Counter()
         c: Counter[str] = Counter()
+        ex: Counter[str] = Counter()
         with gzip.open(path, "rt") as fh:
             for line in fh:
                 t = json.loads(line)
                 sent = [" ".join(str(x["action"]).lower().split()) for x in t["turns"]
                         if x.get("kind") == "action" and x.get("action") is not None]
                 moves.update(sent)
+                text = str(t.get("experience_text") or "") if t.get("with_experience") else ""
+                claim = text_claim(text)
+                example = (format_example(decode(t["turns"][0]["prompt_ids"]))
+                           if decode is not None and t["turns"] and
+                           t["turns"][0].get("prompt_ids") else None)
+                if example is not None:
+                    first = sent[0] if sent else None
+                    ex["episodes"] += 1
+                    ex["moved"] += first in MOVES
+                    ex["sent_example"] += first == example
+                    if claim and claim[0] == "success" and claim[1] in MOVES \
+                            and claim[1] != example:
+                        ex["claim_not_example"] += 1
+                        ex["sent_claim"] += first == claim[1]
+                        ex["sent_example_not_claim"] += first == example
                 if not t.get("with_experience"):
                     continue
                 c["with_exp"] += 1
-                text = str(t.get("experience_text") or "")
                 c["shown"] += bool(text.strip())
-                claim = text_claim(text)
                 if claim is None:
                     continue
                 rule = landmark_layout(int(t["seed"]))[2]
@@ -141,7 +184,9 @@ def train_step_stats(run: Path) -> tuple[dict[int, dict[str, int]], dict[int, di
                     c["avoided"] += move not in sent
         actions[step] = dict(sorted(moves.items()))
         hints[step] = {k: c[k] for k in HINT_KEYS}
-    return actions, hints
+        if ex:
+            examples[step] = {k: ex[k] for k in EXAMPLE_KEYS}
+    return actions, hints, examples
 
 
 def run_time(run: Path) -> dict[str, Any]:
@@ -160,13 +205,16 @@ def export_run(run: Path, records: Path = RECORDS) -> Path:
     if any("actions" not in e for e in evals):
         raise ValueError(f"{run}: its evaluation records hold no actions (written before "
                          "episode records carried them); re-run it to export it")
-    train_actions, train_hints = train_step_stats(run)
+    from crl_bench.llm.models import load_tokenizer
+
+    tokenizer = load_tokenizer(config["model"])
+    train_actions, train_hints, train_examples = train_step_stats(run, tokenizer.decode)
     header = {"agent": config["agent"], "run_seed": config["seed"], "tasks": config["tasks"],
               "preset": config["preset"], "steps": config["steps"], "state": status["state"],
               "last_step": status["step"], "eval": config["eval"],
               "train_levels": sorted({e["seed"] for e in episodes if e["phase"] == "train"}),
               "train_actions": train_actions, "time_min": run_time(run),
-              "train_hints": train_hints}
+              "train_hints": train_hints, "train_examples": train_examples}
     records.mkdir(parents=True, exist_ok=True)
     path = records / f"{config['agent']}__seed{config['seed']}.jsonl"
     lines = [json.dumps({"run": header}, separators=(",", ":"))]
@@ -364,7 +412,7 @@ def analyse(records: Path = RECORDS, agents=AGENTS, seeds=SEEDS, steps: int = ST
     from crl_bench.report.seed_tests import bootstrap_mean
 
     runs: dict[str, dict[int, dict[str, Any]]] = {name: {} for name in SERIES}
-    missing, leaks, per_run, recorded, hints = [], {}, [], 0, []
+    missing, leaks, per_run, recorded, hints, examples = [], {}, [], 0, [], []
     for agent in agents:
         for seed in seeds:
             path = records / f"{agent}__seed{seed}.jsonl"
@@ -382,6 +430,13 @@ def analyse(records: Path = RECORDS, agents=AGENTS, seeds=SEEDS, steps: int = ST
                 if total["with_exp"]:
                     hints.append({"agent": agent, "seed": seed,
                                   **{k: total[k] for k in HINT_KEYS}})
+            if header.get("train_examples"):
+                ex = header["train_examples"]
+                firsts = [str(s) for s in sorted(map(int, ex))[:5]]
+                examples.append({"agent": agent, "seed": seed, **_sum(ex.values(), EXAMPLE_KEYS),
+                                 "first_steps": _sum((ex[s] for s in firsts), EXAMPLE_KEYS),
+                                 "last_steps": _sum((ex[s] for s in sorted(ex, key=int)[-5:]),
+                                                    EXAMPLE_KEYS)})
             leaked = held_out_check(header, episodes)
             if leaked:
                 leaks[f"{agent} seed {seed}"] = leaked
@@ -415,13 +470,20 @@ def analyse(records: Path = RECORDS, agents=AGENTS, seeds=SEEDS, steps: int = ST
     primary = comparisons[0] if comparisons and comparisons[0]["a"] == PRIMARY[1] \
         and comparisons[0]["metric"] == "auc" and comparisons[0]["b"] == PRIMARY[2] else None
     return {"agents": list(agents), "seeds": list(seeds), "steps": steps, "runs": per_run,
-            "recorded": recorded, "hints": hints,
+            "recorded": recorded, "hints": hints, "examples": examples,
             "ended_early": ((records / ENDED_EARLY).read_text().strip()
                             if (records / ENDED_EARLY).is_file() else None),
             "missing": missing, "held_out_violations": leaks, "means": means,
             "comparisons": comparisons, "verdict": verdict(primary) if primary else "no data",
             "curves": {name: {s: m["curve"] for s, m in by_seed.items()}
                        for name, by_seed in runs.items() if by_seed}}
+
+
+def _sum(rows: Any, keys: tuple[str, ...]) -> dict[str, int]:
+    total: Counter[str] = Counter()
+    for r in rows:
+        total.update(r)
+    return {k: total[k] for k in keys}
 
 
 def _p(v: float | None) -> str:
@@ -470,7 +532,7 @@ def summary_markdown(result: dict[str, Any]) -> str:
                   "Summed over the run's training steps (``train_hints``): an `action`-template "
                   "entry shown says *take* a move (a success claim) or *do not take* one (a "
                   "failure claim); the claim is right when it names the rule's move of the level, "
-                  "or for a failure claim another move.", "",
+                  "or for a failure claim anything else (text that names no move included).", "",
                   "| agent | seed | with experience | shown an entry | success claims (right) | "
                   "followed (then solved) | failure claims (right) | avoided |",
                   "|---|---|---|---|---|---|---|---|"]
@@ -479,6 +541,26 @@ def summary_markdown(result: dict[str, Any]) -> str:
                          f"{h['success_hint']} ({h['success_hint_rule']}) | {h['followed']} "
                          f"({h['followed_solved']}) | {h['failure_hint']} "
                          f"({h['failure_hint_rule']}) | {h['avoided']} |")
+    if result.get("examples"):
+        lines += ["", "## The format line's example move against a success claim", "",
+                  "Each training prompt ends with the answer format and one example answer, a "
+                  "move drawn at random per episode (`rollout.example_pick=random`); summed over "
+                  "the run's training steps (``train_examples``), and over its first and last "
+                  "five steps. A first move independent of the example would be the example's "
+                  "in about 1/8 of the episodes that sent a move.", "",
+                  "| agent | seed | episodes | sent a move | the example's move (steps 1–5 / "
+                  "last 5) | success claim ≠ example | sent the claim's move | sent the "
+                  "example's |", "|---|---|---|---|---|---|---|---|"]
+
+        def share(k: int, n: int) -> str:
+            return f"{k}/{n}" + (f" = {k / n:.2f}" if n else "")
+
+        for e in result["examples"]:
+            a, z = e["first_steps"], e["last_steps"]
+            lines.append(f"| {e['agent']} | {e['seed']} | {e['episodes']} | {e['moved']} | "
+                         f"{share(e['sent_example'], e['moved'])} ({share(a['sent_example'], a['moved'])}"
+                         f" / {share(z['sent_example'], z['moved'])}) | {e['claim_not_example']} | "
+                         f"{e['sent_claim']} | {e['sent_example_not_claim']} |")
     planned, recorded = len(result["agents"]) * len(result["seeds"]), result["recorded"]
     if recorded < planned and result.get("ended_early"):
         lines += ["", f"**The plan was ended after {recorded} of its {planned} planned runs: "

@@ -159,10 +159,57 @@ def test_train_hints_count_what_was_shown_and_done(tmp_path):
     (tmp_path / "trajectories").mkdir()
     with gzip.open(tmp_path / "trajectories" / "train_step_00003.jsonl.gz", "wt") as fh:
         fh.write("\n".join(json.dumps(r) for r in rows) + "\n")
-    actions, hints = er.train_step_stats(tmp_path)
+    actions, hints, _ = er.train_step_stats(tmp_path)
     assert actions == {3: {"east": 2, "north": 1, "southwest": 1}}
     assert hints == {3: {
         "with_exp": 3, "shown": 2, "success_hint": 1, "success_hint_rule": 1, "followed": 1,
         "followed_solved": 1, "failure_hint": 1, "failure_hint_rule": 0, "avoided": 1}}
     assert er.text_claim("x: To avoid this failure, do not take the action far east.\nmore") == \
         ("failure", "far east")
+
+
+def test_train_examples_count_the_format_example_against_the_claim(tmp_path):
+    """The example move is read back from the real prompt ids (the runner's prompt builder, the
+    embedded model's tokenizer): an episode that sends it is counted, and one shown a success
+    claim naming another move counts whether it sent the claim's move or the example's."""
+    import gzip
+
+    from crl_bench.llm.models import load_tokenizer
+    from crl_bench.llm.prompting import PromptConfig, build_messages, example_action
+
+    tok = load_tokenizer("smollm2-135m")
+    config = PromptConfig(answer_example=True, example_pick="random", think=False)
+    moves = ["north", "northeast", "east", "southeast", "south", "southwest", "west", "northwest"]
+
+    def prompt(seed: int) -> tuple[list[int], str]:
+        msgs = build_messages(config, family="minihack", goal="Reach the stairs.",
+                              observation="You see: rock", history=[], admissible_actions=moves,
+                              example_seed=seed)
+        text = tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
+        return tok.encode(text, add_special_tokens=False), example_action(config, moves, seed, 0)
+
+    (ids0, ex0), (ids1, ex1), (ids2, ex2) = prompt(0), prompt(1), prompt(2)
+    claim = next(m for m in moves if m != ex1)
+    rows = [  # example followed; claim followed over the example; example over the claim;
+        # an invalid answer; an episode without prompt ids (not counted)
+        {"seed": 8, "with_experience": False, "experience_text": "", "success": False,
+         "turns": [{"kind": "action", "action": ex0, "prompt_ids": ids0}]},
+        {"seed": 8, "with_experience": True, "success": False,
+         "experience_text": f"t: what worked: To succeed, take the action {claim}.",
+         "turns": [{"kind": "action", "action": claim, "prompt_ids": ids1}]},
+        {"seed": 8, "with_experience": True, "success": False,
+         "experience_text": f"t: what worked: To succeed, take the action {claim}.",
+         "turns": [{"kind": "action", "action": ex1, "prompt_ids": ids1}]},
+        {"seed": 8, "with_experience": False, "experience_text": "", "success": False,
+         "turns": [{"kind": "invalid", "action": None, "prompt_ids": ids2}]},
+        {"seed": 8, "with_experience": False, "experience_text": "", "success": False,
+         "turns": [{"kind": "action", "action": "north"}]},
+    ]
+    (tmp_path / "trajectories").mkdir()
+    with gzip.open(tmp_path / "trajectories" / "train_step_00002.jsonl.gz", "wt") as fh:
+        fh.write("\n".join(json.dumps(r) for r in rows) + "\n")
+    assert er.format_example(tok.decode(ids1)) == ex1
+    _, _, examples = er.train_step_stats(tmp_path, tok.decode)
+    assert examples == {2: {"episodes": 4, "moved": 3, "sent_example": 2, "claim_not_example": 2,
+                            "sent_claim": 1, "sent_example_not_claim": 1}}
+    assert er.train_step_stats(tmp_path)[2] == {}  # no tokenizer: nothing read

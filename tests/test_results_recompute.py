@@ -480,7 +480,17 @@ def speed_memory() -> list[str]:
     return out
 
 
+def experience_records() -> Any:
+    """``benchmarks/experience_records.py``, the tool that wrote the comparisons' files."""
+    spec = importlib.util.spec_from_file_location(
+        "experience_records", REPO / "benchmarks" / "experience_records.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def experience_helps() -> list[str]:
+    er = experience_records()
     tf = RESULTS / "experience_helps/task_family"
     b = load(tf / "baselines_retrieval_extractor.json")
     base = b["baselines"]
@@ -513,6 +523,12 @@ def experience_helps() -> list[str]:
     assert right_success(keyed) > 3 * right_success(first)
     hint_quotes_keyed = [f"So far {keyed['recorded']} of its "
                          f"{len(keyed['agents']) * len(keyed['seeds'])} runs are recorded"]
+    # "some failure claims name no move at all": counted over what `bank show` lists
+    ends = sorted((RESULTS / "experience_helps/keyed_merge/banks").glob("*_end.txt"))
+    listed = [er.entry_claim(m.group(0)) for f in ends for m in er._claim_re().finditer(f.read_text())]
+    no_move = sum(c is not None and c[0] == "failure" and c[1] not in er.MOVES for c in listed)
+    hint_quotes_keyed.append(f"({no_move} of the {len(listed)} entries `bank show` lists for the "
+                             f"{len(ends)} banks")
     walls: dict[str, list[float]] = {}
     for path in sorted((RESULTS / "experience_helps/records").glob("*.jsonl")):
         head = json.loads(path.read_text().splitlines()[0])["run"]
@@ -835,10 +851,7 @@ def test_experience_comparison_analysis_rederives_from_its_records(folder: Path)
     if not recorded:
         assert not [p.name for p in folder.glob("analysis.*")]
         return
-    spec = importlib.util.spec_from_file_location(
-        "experience_records", REPO / "benchmarks" / "experience_records.py")
-    er = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(er)
+    er = experience_records()
     result = er.analyse(folder / "records")
     assert json.loads(json.dumps(result)) == json.loads((folder / "analysis.json").read_text())
     assert er.summary_markdown(result) == (folder / "analysis.md").read_text()
