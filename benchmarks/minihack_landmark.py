@@ -26,6 +26,13 @@ hidden under one of eight rocks around the agent; the kind of the room's landmar
   them) and *usable* entries — well-formed, from a solved episode, naming the landmark and the
   move that solved it (what an entry must say to carry the rule).
 
+* ``--follow``: does the actor (untrained, or ``--run RUN_DIR``'s last checkpoint) send the
+  move an experience entry names? The real engine plays the first turn of the held-out levels
+  with and without the format line's example move (``rollout.example_pick`` random / none) and
+  with no entry, a right success entry (the rule's move) or a wrong one (the next move
+  clockwise), rendered as a bank entry of the ``action`` template. Counted: success, a valid
+  move, the example's move, the claim's move.
+
 Wall and CPU time of each part are printed and written to ``--out`` (JSON).
 
 ``export RUN_DIR ...`` / ``analyse --summary-only``: the comparison runs' compact evaluation
@@ -243,6 +250,80 @@ def extractor(ctx: Any, args: argparse.Namespace) -> dict[str, Any]:
             "wall_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0}
 
 
+FOLLOW_CONDITIONS = (("random", None), ("random", "right"), ("random", "wrong"), ("none", None),
+                     ("none", "right"))
+"""``--follow``: (the format line's example pick, the success claim shown: none, the level's
+rule, or the next move clockwise from it)."""
+
+
+def follow(ctx: Any, args: argparse.Namespace, held_out: list[int]) -> dict[str, Any]:
+    """Does the actor send the move an experience entry tells it to? The real engine plays the
+    first turn of each held-out level ``--samples`` times under each of
+    :data:`FOLLOW_CONDITIONS`. The claim is shown as the actor's prompt shows an entry the
+    ``action`` template wrote (``title: To succeed, take the action MOVE.``). Counted:
+    success, a valid move, the format example's move (read back from the prompt ids), and the
+    claim's move."""
+    import gymnasium
+
+    from crl_bench.envs.minihack.landmark import landmark_layout
+    from crl_bench.envs.minihack.language import DIRECTIONS
+    from crl_bench.experience.bank_schema import render_entry_text
+    from crl_bench.extractor.extraction import ANSWER_TEMPLATES
+    from crl_bench.llm.rollout import EpisodeSpec
+    from experience_records import format_example
+
+    t0, c0 = time.perf_counter(), time.process_time()
+    template = ANSWER_TEMPLATES["action"]
+    env = gymnasium.make(ENV_ID, view=args.view)
+    goal = env.reset(seed=held_out[0])[1]["goal"]
+    env.close()
+    rows = []
+    for pick, claim in FOLLOW_CONDITIONS:
+        if pick not in args.follow_examples:
+            continue
+        engine = ctx.player.engine(None, args.seed, temperature=args.temperature)
+        engine.prompt = replace(engine.prompt, max_turns=1, example_pick=pick)
+        envs, specs, claimed = [], [], []
+        for i, level in enumerate(held_out):
+            rule = landmark_layout(level)[2]
+            move = (None if claim is None else rule if claim == "right"
+                    else DIRECTIONS[(DIRECTIONS.index(rule) + 1) % len(DIRECTIONS)])
+            text = ("" if move is None else render_entry_text(
+                template.title(goal, True), f"To succeed, take the action {move}."))
+            for _ in range(args.samples):
+                envs.append(gymnasium.make(ENV_ID, view=args.view))
+                specs.append(EpisodeSpec(env=envs[-1], seed=level, group_id=i,
+                                         with_experience=bool(text), experience_text=text))
+                claimed.append(move)
+        trajectories = engine.run(specs)
+        for e in envs:
+            e.close()
+        n = len(trajectories)
+        firsts = [t.turns[0].action.strip().lower() if t.turns and t.turns[0].action else None
+                  for t in trajectories]
+        examples = [format_example(ctx.backend.tokenizer.decode(t.turns[0].prompt_ids))
+                    if t.turns else None for t in trajectories]
+        row = {"example": pick, "claim": claim or "none",
+               "success": share(sum(bool(t.success) for t in trajectories), n),
+               "valid_move": share(sum(f in DIRECTIONS for f in firsts), n),
+               "sent_example": share(sum(f is not None and f == x
+                                         for f, x in zip(firsts, examples)), n),
+               "sent_claim": (share(sum(f == m for f, m in zip(firsts, claimed)), n)
+                              if claim else None),
+               "top_moves": Counter(f for f in firsts if f).most_common(3),
+               "completions": [t.turns[0].completion_text[:80] for t in trajectories[:4]
+                               if t.turns]}
+        rows.append(row)
+        print(f"  follow: example {pick:<6} claim {row['claim']:<5}  success "
+              f"{row['success']['k']:3d}/{n}  valid {row['valid_move']['share']:.0%}  "
+              f"sent the example {row['sent_example']['share']:.0%}  sent the claim "
+              f"{'-' if row['sent_claim'] is None else format(row['sent_claim']['share'], '.0%')}"
+              f"  ({time.perf_counter() - t0:.0f} s)", flush=True)
+    return {"levels": [held_out[0], held_out[-1]], "samples": args.samples,
+            "temperature": engine.sampling.temperature, "rows": rows,
+            "wall_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0}
+
+
 def _episode_text(traj: Any) -> str:
     """The trajectory text the extractor is shown (``crl_bench.extractor.track``'s rendering)."""
     from crl_bench.extractor.extraction import trajectory_pairs, trajectory_to_text
@@ -294,6 +375,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--probe", action="store_true")
     ap.add_argument("--extractor", action="store_true")
     ap.add_argument("--retrieval", action="store_true")
+    ap.add_argument("--follow", action="store_true",
+                    help="does the untrained actor send the move a success claim names?")
+    ap.add_argument("--follow-examples", nargs="+", default=["random", "none"],
+                    choices=["random", "none"], help="--follow: the example picks to play")
+    ap.add_argument("--run", type=Path, default=None, metavar="RUN_DIR",
+                    help="--follow: play this run's actor (its config and last checkpoint's "
+                         "adapters) instead of the untrained one")
+    ap.add_argument("--temperature", type=float, default=None,
+                    help="--follow: the actor's sampling temperature (default: the preset's)")
     ap.add_argument("--keys-per-kind", type=int, default=1,
                     help="--retrieval: stored entries per landmark kind")
     ap.add_argument("--smoke", action="store_true", help="tiny sizes (a few seconds per part)")
@@ -312,8 +402,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
-    if not (args.baselines or args.probe or args.extractor or args.retrieval):
-        ap.error("choose at least one of --baselines, --probe, --extractor, --retrieval")
+    if not (args.baselines or args.probe or args.extractor or args.retrieval or args.follow):
+        ap.error("choose at least one of --baselines, --probe, --extractor, --retrieval, "
+                 "--follow")
+    if args.run is not None and (args.probe or args.extractor or args.retrieval
+                                 or not args.follow):
+        ap.error("--run is read by --follow only: run the other parts without it")
     if args.smoke:
         args.levels, args.examples, args.probe_every = 16, 16, 16
         args.probe_levels, args.samples, args.episodes, args.batch = 8, 1, 4, 8
@@ -330,14 +424,26 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name:<22} {r['k']:4d}/{r['n']:<4d} {r['share']:6.1%}  "
                   f"[{r['low']:.1%}, {r['high']:.1%}]")
         print(f"baselines: {b['wall_s']:.1f} s wall, {b['cpu_s']:.1f} s CPU", flush=True)
-    if args.probe or args.extractor or args.retrieval:
+    if args.probe or args.extractor or args.retrieval or args.follow:
         from crl_bench.cli import parse_overrides
         from crl_bench.runner.config import build_config
         from minihack_reading import context
 
+        from crl_bench.runner.config import ConfigError
+        from minihack_reading import run_config
+
         agent = "comp_rl" if args.extractor or args.retrieval else "grpo"
-        cfg = build_config(agent=agent, tasks="minihack", preset=args.preset,
-                           overrides=parse_overrides(args.set), seed=args.seed)
+        checkpoint = None
+        if args.run is not None:
+            try:
+                cfg, checkpoint = run_config(args.run, parse_overrides(args.set),
+                                             sys.argv[1:] if argv is None else list(argv))
+            except ConfigError as exc:
+                ap.error(str(exc))
+            result["checkpoint"] = {"run": str(args.run), "step": checkpoint["step"]}
+        else:
+            cfg = build_config(agent=agent, tasks="minihack", preset=args.preset,
+                               overrides=parse_overrides(args.set), seed=args.seed)
         cfg.validate()
         result["model"] = cfg.model.actor
     if args.retrieval:
@@ -347,7 +453,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"retrieval: top-1 entry from a room with the same landmark {t['k']}/{t['n']} "
               f"({t['share']:.1%} [{t['low']:.1%}, {t['high']:.1%}]; chance 12.5%), "
               f"{r['keys']} keys; {r['wall_s']:.0f} s wall, {r['cpu_s']:.0f} s CPU", flush=True)
-    if args.probe or args.extractor:
+    if args.probe or args.extractor or args.follow:
         with tempfile.TemporaryDirectory() as tmp:
             from crl_bench.runner.context import RunContext
             from crl_bench.runner.records import RunDir
@@ -367,6 +473,12 @@ def main(argv: list[str] | None = None) -> int:
                       + json.dumps(x["extractor_text_of_episode_1"]))
                 for e in x["examples"][:4]:
                     print(f"    {e['success']!s:<5} {e['action']}: " + json.dumps(e["answer"][-200:]))
+                del ctx
+            if args.follow:
+                ctx = context(cfg, checkpoint, Path(tmp) / "f")
+                result["follow"] = follow(ctx, args, held_out)
+                f = result["follow"]
+                print(f"follow: {f['wall_s']:.0f} s wall, {f['cpu_s']:.0f} s CPU", flush=True)
                 del ctx
             if args.probe:
                 ctx = context(cfg, None, Path(tmp) / "p")

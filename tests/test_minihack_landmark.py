@@ -132,3 +132,33 @@ def test_the_benchmark_floors_are_one_eighth_and_the_rule_is_the_ceiling() -> No
     assert constants == [2] * 8 and b["best_constant"]["k"] == 2
     assert b["policies"]["toward the landmark"]["k"] == 2
     assert b["ceiling"]["k"] == 16 and b["chance"]["n"] == 16
+
+
+@pytest.mark.slow
+def test_follow_counts_the_claim_and_the_example_from_what_the_real_actor_sent(tmp_path) -> None:
+    """``benchmarks/minihack_landmark.py --follow`` with the embedded actor on 4 held-out levels:
+    under a right claim, sending the claim's move is exactly solving the level; under a wrong
+    one (the next move clockwise), never; each count is read from the episodes actually played."""
+    import json
+    import sys
+    from pathlib import Path
+
+    pytest.importorskip("torch")
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from minihack_landmark import FOLLOW_CONDITIONS, main
+
+    out = tmp_path / "follow.json"
+    assert main(["--follow", "--levels", "4", "--samples", "2", "--set", "threads=1",
+                 "--set", "rollout.history=0", "--set", "rollout.example_pick=random",
+                 "--out", str(out)]) == 0
+    rows = {(r["example"], r["claim"]): r for r in json.loads(out.read_text())["follow"]["rows"]}
+    assert set(rows) == {(p, c or "none") for p, c in FOLLOW_CONDITIONS}
+    assert all(r["success"]["n"] == 8 for r in rows.values())
+    for pick in ("random", "none"):
+        assert rows[(pick, "right")]["sent_claim"]["k"] == rows[(pick, "right")]["success"]["k"]
+        assert rows[(pick, "none")]["sent_claim"] is None
+    wrong = rows[("random", "wrong")]
+    assert wrong["success"]["k"] + wrong["sent_claim"]["k"] <= wrong["valid_move"]["k"]
+    assert rows[("none", "none")]["sent_example"]["k"] == 0  # no example shown: none sent
+    # the example shown is one of the moves: an episode that sent it sent a valid move
+    assert rows[("random", "none")]["sent_example"]["k"] <= rows[("random", "none")]["valid_move"]["k"]

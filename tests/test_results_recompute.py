@@ -489,6 +489,41 @@ def experience_records() -> Any:
     return module
 
 
+def follow_rows(tf: Path) -> list[str]:
+    """The "does the actor act on an entry?" table: one row per condition of each
+    ``follow*.json`` (``benchmarks/minihack_landmark.py --follow``)."""
+    def frac(r: dict[str, Any] | None) -> str:
+        return "—" if r is None else f"{r['k']}/{r['n']} = {r['share']:.2f}"
+
+    out = []
+    for path in sorted(tf.glob("follow*.json")):
+        data = load(path)
+        f = data["follow"]
+        actor = ("untrained" if "checkpoint" not in data else
+                 f"{Path(data['checkpoint']['run']).name.split('v0__')[-1].replace('__', ' seed ')}"
+                 f", step {data['checkpoint']['step']}")
+        for r in f["rows"]:
+            out.append(f"| {actor} | {f['temperature']:g} | {r['example']} | {r['claim']} | "
+                       f"{frac(r['success'])} | {frac(r['valid_move'])} | "
+                       f"{frac(r['sent_example'])} | {frac(r['sent_claim'])} |")
+        out.append(f"`{path.name}`: {f['wall_s']:.0f} s wall, {f['cpu_s']:.0f} s CPU")
+    assert out, "no follow*.json in the task family's folder"
+    # "sends the entry's move no more often than any other move ... (about one valid move in
+    # eight)"; "66-72% of its valid answers"; "75% without an entry and 89-91% with one"
+    sampled, greedy = (load(tf / f"{n}.json")["follow"]["rows"] for n in ("follow", "follow_greedy"))
+    for r in sampled + greedy:
+        if r["claim"] != "none" and r["example"] == "random":
+            assert 0.10 <= r["sent_claim"]["k"] / r["valid_move"]["k"] <= 0.17
+    ex = [r["sent_example"]["k"] / r["valid_move"]["k"] for r in sampled if r["example"] == "random"]
+    out.append(f"in {100 * min(ex):.0f}–{max(ex):.0%} of its valid answers")
+    g = {r["claim"]: r["sent_example"]["share"] for r in greedy}
+    out.append(f"in {g['none']:.0%} without an entry and\n{100 * min(g['right'], g['wrong']):.0f}–"
+               f"{max(g['right'], g['wrong']):.0%} with one")
+    none = [r for r in sampled if r["example"] == "none" and r["claim"] == "none"][0]
+    out.append(f"writes no valid move at all ({none['valid_move']['k']} of {none['valid_move']['n']})")
+    return out
+
+
 def experience_helps() -> list[str]:
     er = experience_records()
     tf = RESULTS / "experience_helps/task_family"
@@ -570,6 +605,7 @@ def experience_helps() -> list[str]:
         out.append(f"| {u['k']}/{u['n']} | [{u['low']:.2f}, {u['high']:.2f}] |")
         out.append(f"of the {a['well_formed_of_acted']['n']} episodes that sent a move")
         out.append(f"{a['wall_s']:.0f} s wall, {a['cpu_s']:.0f} s CPU")
+    out += follow_rows(tf)
     out.append(f"the other {a['episodes'] - a['well_formed_of_acted']['n']} of the {a['episodes']} "
                f"episodes sent no valid move")
     out.append(f"{e['solved']} solved)")
