@@ -665,6 +665,10 @@ def index() -> list[str]:
         if c["mean"] > 0
     }
     assert set(success) == {"MiniHack Room"} and success["MiniHack Room"] * mh["eval_episodes"] == 1
+    example_shares = [r["sent_example"]["k"] / r["valid_move"]["k"]
+                      for n in ("follow", "follow_greedy")
+                      for r in load(RESULTS / f"experience_helps/task_family/{n}.json")["follow"]["rows"]
+                      if r["example"] == "random"]
     return [
         f"{solved} of 5 seeds solve it in 30 steps, end − start {signed(d['mean'])} [{signed(d['low'])}, "
         f"{signed(d['high'])}], 95% t interval over 5 seeds",
@@ -678,6 +682,8 @@ def index() -> list[str]:
         f"~{round(cost['rows'] * cost['prompt_tokens'] / cost['cpu_s_new1'], -1):.0f} per CPU-second",
         "the first command took {wall} ({cpu} CPU-s, {all_gb} GB) on a fresh clone".format(**fresh_clone()),
         f"only MiniHack sees a success (1/{mh['eval_episodes']}, both agents)",
+        f"the answer format's example move in {100 * min(example_shares):.0f}–"
+        f"{max(example_shares):.0%} of its valid answers",
     ]
 
 
