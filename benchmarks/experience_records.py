@@ -207,7 +207,7 @@ def export_run(run: Path, records: Path = RECORDS) -> Path:
                          "episode records carried them); re-run it to export it")
     from crl_bench.llm.models import load_tokenizer
 
-    tokenizer = load_tokenizer(config["model"])
+    tokenizer = load_tokenizer(config["model"]["actor"])
     train_actions, train_hints, train_examples = train_step_stats(run, tokenizer.decode)
     header = {"agent": config["agent"], "run_seed": config["seed"], "tasks": config["tasks"],
               "preset": config["preset"], "steps": config["steps"], "state": status["state"],
