@@ -519,6 +519,11 @@ def follow_rows(tf: Path) -> list[str]:
     g = {r["claim"]: r["sent_example"]["share"] for r in greedy}
     out.append(f"in {g['none']:.0%} without an entry and\n{100 * min(g['right'], g['wrong']):.0f}–"
                f"{max(g['right'], g['wrong']):.0%} with one")
+    trained = load(tf / "follow_greedy_comp_rl_seed2_step20.json")["follow"]["rows"]
+    shares = [r["sent_example"]["share"] for r in trained]
+    out.append(f"copies the example less ({100 * min(shares):.0f}–{max(shares):.0%} greedy)")
+    for r in trained:  # "still sends the entry's move no more often than any other"
+        assert r["claim"] == "none" or r["sent_claim"]["k"] / r["valid_move"]["k"] <= 0.17
     none = [r for r in sampled if r["example"] == "none" and r["claim"] == "none"][0]
     out.append(f"writes no valid move at all ({none['valid_move']['k']} of {none['valid_move']['n']})")
     return out
