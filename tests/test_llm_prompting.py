@@ -157,3 +157,24 @@ def test_observation_last_moves_the_current_observation_after_the_answer_format(
     assert sorted(parts) == sorted(build_messages(
         PromptConfig.for_small_model(example_pick="random"), family="minihack", goal="g",
         observation="OBS", history=[], admissible_actions=MOVES, example_seed=7)[1]["content"].split("\n\n"))
+
+
+def test_experience_last_moves_the_experience_block_just_before_the_answer_format():
+    def parts(**kw):
+        return build_messages(PromptConfig.for_small_model(example_pick="random", **kw),
+                              family="minihack", goal="g", observation="OBS", history=[],
+                              admissible_actions=MOVES, example_seed=7,
+                              experience_text="t: To succeed, take the action west.")[1][
+            "content"].split("\n\n")
+
+    default, last = parts(), parts(experience_last=True)
+    assert default[1].startswith("Experience from earlier episodes") and \
+        default[1].endswith("take the action west.")
+    assert last[-2] == default[1] and last[-1].startswith("Reply with exactly one action")
+    assert last[:2] == ["Your task: g", "Current observation (turn 1):\nOBS"]
+    assert sorted(default) == sorted(last)  # the same parts, only the order differs
+    # no experience: the option changes nothing
+    plain = {k: build_messages(PromptConfig.for_small_model(experience_last=k), family="minihack",
+                               goal="g", observation="OBS", history=[],
+                               admissible_actions=MOVES)[1]["content"] for k in (False, True)}
+    assert plain[False] == plain[True]

@@ -499,7 +499,8 @@ def follow_rows(tf: Path) -> list[str]:
     for path in sorted(tf.glob("follow*.json")):
         data = load(path)
         f = data["follow"]
-        actor = ("untrained" if "checkpoint" not in data else
+        actor = ("untrained" + (", entry last" if "experience_last=true" in data["command"] else "")
+                 if "checkpoint" not in data else
                  f"{Path(data['checkpoint']['run']).name.split('v0__')[-1].replace('__', ' seed ')}"
                  f", step {data['checkpoint']['step']}")
         for r in f["rows"]:
@@ -524,6 +525,9 @@ def follow_rows(tf: Path) -> list[str]:
     out.append(f"copies the example less ({100 * min(shares):.0f}–{max(shares):.0%} greedy)")
     for r in trained:  # "still sends the entry's move no more often than any other"
         assert r["claim"] == "none" or r["sent_claim"]["k"] / r["valid_move"]["k"] <= 0.17
+    last = {r["claim"]: r for r in load(tf / "follow_greedy_experience_last.json")["follow"]["rows"]}
+    out.append(f"sends its move {last['right']['sent_claim']['k']}/128\ntimes, a wrong one's "
+               f"{last['wrong']['sent_claim']['k']}/128")
     none = [r for r in sampled if r["example"] == "none" and r["claim"] == "none"][0]
     out.append(f"writes no valid move at all ({none['valid_move']['k']} of {none['valid_move']['n']})")
     return out

@@ -80,6 +80,11 @@ class PromptConfig:
     before them), so that it is the last thing read before the answer. Measured with the
     embedded 135M actor on MiniHack (``benchmarks/minihack_reading.py``): it still copies the
     example answer (46%) and writes fewer valid answers (24% vs 72%), so the default stays."""
+    experience_last: bool = False
+    """Put the experience block after the observation and the admissible actions, just before
+    the answer format (default: right after the goal, as the official prompt has it). Measured
+    with the embedded 135M actor on the Landmark levels (``benchmarks/minihack_landmark.py
+    --follow --set rollout.experience_last=true``, results/experience_helps)."""
     max_observation_chars: int | None = 6000
     """Observations longer than this are cut in the middle (the prompt says so). None = never."""
     max_response_chars: int | None = 6000
@@ -211,9 +216,10 @@ def build_messages(config: PromptConfig, *, family: str, goal: str, observation:
     parts: list[str] = []
     if goal:
         parts.append(f"Your task: {goal.strip()}")
-    if experience_text.strip():
-        parts.append("Experience from earlier episodes (use it where it applies):\n"
-                     + experience_text.strip())
+    experience = ("Experience from earlier episodes (use it where it applies):\n"
+                  + experience_text.strip()) if experience_text.strip() else ""
+    if experience and not config.experience_last:
+        parts.append(experience)
     shown = history if config.history == -1 else (history[-config.history:] if config.history
                                                   else [])
     if shown:
@@ -232,6 +238,8 @@ def build_messages(config: PromptConfig, *, family: str, goal: str, observation:
         parts.append("Admissible actions: " + ", ".join(admissible_actions))
     if asks_left > 0 and config.ask_style == "official":
         parts.append(ASK_INSTRUCTION.format(q=config.ask_tag, n=config.max_asks))
+    if experience and config.experience_last:
+        parts.append(experience)
     parts.append(_format_line(config, admissible_actions, asks_left,
                               example_action(config, admissible_actions, example_seed, turn_index)))
     if config.observation_last:

@@ -187,6 +187,9 @@ class RolloutConfig(_Section):
     observation_last: bool = False
     """The current observation after the admissible actions and the answer format instead of
     before them (``PromptConfig.observation_last``)."""
+    experience_last: bool = False
+    """The experience block just before the answer format instead of after the goal
+    (``PromptConfig.experience_last``)."""
     env_max_steps: dict[str, int] = field(default_factory=dict)
     """Per-family env action caps overriding the env defaults, e.g. {"minihack": 10}."""
     env_kwargs: dict[str, dict[str, Any]] = field(default_factory=dict)

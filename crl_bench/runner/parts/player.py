@@ -195,7 +195,8 @@ class Player(Part):
         kwargs = dict(history=r.history, think=r.think, max_episode_tokens=r.max_episode_tokens,
                       sequence_length=r.sequence_length or None, ask_style=x.ask_style,
                       format_penalty=r.format_penalty, max_asks=x.max_asks,
-                      conversation=r.conversation, observation_last=r.observation_last)
+                      conversation=r.conversation, observation_last=r.observation_last,
+                      experience_last=r.experience_last)
         if r.small_model_prompt:
             kwargs.pop("think")
             prompt = PromptConfig.for_small_model(example_pick=r.example_pick, **kwargs)
