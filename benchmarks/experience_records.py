@@ -34,6 +34,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from crl_bench.envs.minihack.language import DIRECTIONS
+
 REPO = Path(__file__).resolve().parents[1]
 RECORDS = REPO / "results" / "experience_helps" / "records"
 OUT = REPO / "results" / "experience_helps"
@@ -106,8 +108,8 @@ EXAMPLE_KEYS = ("episodes", "moved", "sent_example", "claim_not_example", "sent_
 success claim naming another move than the example (``claim_not_example``), of which the actor
 sent the claim's move (``sent_claim``) or the example's (``sent_example_not_claim``)."""
 
-MOVES = frozenset(("north", "northeast", "east", "southeast", "south", "southwest", "west",
-                   "northwest"))
+MOVES = frozenset(DIRECTIONS)
+"""The eight moves of a Landmark level (its admissible actions)."""
 
 
 def format_example(prompt: str) -> str | None:
