@@ -567,6 +567,12 @@ def experience_helps() -> list[str]:
     assert right_success(keyed) > 3 * right_success(first)
     hint_quotes_keyed = [f"So far {keyed['recorded']} of its "
                          f"{len(keyed['agents']) * len(keyed['seeds'])} runs are recorded"]
+    # "a collapse onto the example": the runs of the last five steps' example shares quoted
+    last5 = {(e["agent"], e["seed"]): e["last_steps"] for e in keyed["examples"]}
+    g3, c3 = last5[("grpo", 3)], last5[("comp_rl", 3)]
+    assert min(g3["sent_example"] / g3["moved"], c3["sent_example"] / c3["moved"]) >= 0.95
+    hint_quotes_keyed.append(f"`grpo` seed\n3 sent the example's move in {g3['sent_example']}/"
+                             f"{g3['moved']} and `comp_rl` seed 3 in {c3['sent_example']}/{c3['moved']}")
     # "some failure claims name no move at all": counted over what `bank show` lists
     ends = sorted((RESULTS / "experience_helps/keyed_merge/banks").glob("*_end.txt"))
     listed = [er.entry_claim(m.group(0)) for f in ends for m in er._claim_re().finditer(f.read_text())]
