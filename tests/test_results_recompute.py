@@ -510,7 +510,8 @@ def follow_rows(tf: Path) -> list[str]:
         out.append(f"`{path.name}`: {f['wall_s']:.0f} s wall, {f['cpu_s']:.0f} s CPU")
     assert out, "no follow*.json in the task family's folder"
     # "sends the entry's move no more often than any other move ... (about one valid move in
-    # eight)"; "66-72% of its valid answers"; "75% without an entry and 89-91% with one"
+    # eight)": 1/8 is the level's chance by construction (8 moves, one solves it; the floors
+    # table above); "66-72% of its valid answers"; "75% without an entry and 89-91% with one"
     sampled, greedy = (load(tf / f"{n}.json")["follow"]["rows"] for n in ("follow", "follow_greedy"))
     for r in sampled + greedy:
         if r["claim"] != "none" and r["example"] == "random":
@@ -526,8 +527,9 @@ def follow_rows(tf: Path) -> list[str]:
     for r in trained:  # "still sends the entry's move no more often than any other"
         assert r["claim"] == "none" or r["sent_claim"]["k"] / r["valid_move"]["k"] <= 0.17
     last = {r["claim"]: r for r in load(tf / "follow_greedy_experience_last.json")["follow"]["rows"]}
-    out.append(f"sends its move {last['right']['sent_claim']['k']}/128\ntimes, a wrong one's "
-               f"{last['wrong']['sent_claim']['k']}/128")
+    right, wrong = last["right"]["sent_claim"], last["wrong"]["sent_claim"]
+    out.append(f"sends its move {right['k']}/{right['n']}\ntimes, a wrong one's "
+               f"{wrong['k']}/{wrong['n']}")
     none = [r for r in sampled if r["example"] == "none" and r["claim"] == "none"][0]
     out.append(f"writes no valid move at all ({none['valid_move']['k']} of {none['valid_move']['n']})")
     return out
