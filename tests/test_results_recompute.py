@@ -575,6 +575,15 @@ def experience_helps() -> list[str]:
     assert min(g3["sent_example"] / g3["moved"], c3["sent_example"] / c3["moved"]) >= 0.95
     hint_quotes_keyed.append(f"`grpo` seed\n3 sent the example's move in {g3['sent_example']}/"
                              f"{g3['moved']} and `comp_rl` seed 3 in {c3['sent_example']}/{c3['moved']}")
+    # the bank sample on the page is `bank show`'s text, and its claims are right for its levels
+    from crl_bench.envs.minihack.landmark import landmark_layout
+
+    page = (RESULTS / "experience_helps/README.md").read_text()
+    shown = (RESULTS / "experience_helps/keyed_merge/banks/comp_rl__seed4_end.txt").read_text()
+    for block, level in (("#3 ", 5_000_017), ("#54 ", 5_000_016)):
+        entry = next(b for b in shown.split("\n\n") if b.startswith(block)).strip("\n")
+        assert entry in page and f"tasks {level};" in entry, block
+        assert er.text_claim(entry) == ("success", landmark_layout(level)[2]), block
     # "some failure claims name no move at all": counted over what `bank show` lists
     ends = sorted((RESULTS / "experience_helps/keyed_merge/banks").glob("*_end.txt"))
     listed = [er.entry_claim(m.group(0)) for f in ends for m in er._claim_re().finditer(f.read_text())]
