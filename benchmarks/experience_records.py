@@ -256,10 +256,11 @@ def bank_size_by_step(run: Path) -> dict[str, dict[str, Any]]:
 def bank_content(bank_path: Path) -> dict[str, Any]:
     """What a Landmark run's bank holds at the end, judged against the level rule: entries,
     distinct retrieval keys, entries in the ``action`` template's form, success entries that
-    name the rule's move of their levels, failure entries that name another move, and keys
-    whose entries include a success naming the rule's move (what retrieval by that start can
-    hand the actor). An entry's levels are its task ids (training level seeds); the rule's move
-    is the one of their landmark kind (they agree for entries keyed by one start)."""
+    name the rule's move of their levels, failure entries that name another move, keys whose
+    entries include a success naming the rule's move (what retrieval by that start can hand the
+    actor), and the landmark kinds (of 8) such a success entry covers. An entry's levels are its
+    task ids (training level seeds); the rule's move is the one of their landmark kind (they
+    agree for entries keyed by one start)."""
     import numpy as np
 
     from crl_bench.envs.minihack.landmark import landmark_layout
@@ -275,13 +276,15 @@ def bank_content(bank_path: Path) -> dict[str, Any]:
         bank.close()
     counts: Counter[str] = Counter()
     good_keys = 0
+    good_kinds: set[str] = set()
     groups = key_groups(vecs)
     for rows in groups:
         key_good = False
         for r in rows:
             e = entries[r]
             claim = entry_claim(e.content)
-            rules = {landmark_layout(int(t))[2] for t in e.task_ids if str(t).isdigit()}
+            layouts = [landmark_layout(int(t)) for t in e.task_ids if str(t).isdigit()]
+            rules = {rule for _, _, rule in layouts}
             counts["merged"] += e.origin == "merge"
             if claim is None:
                 counts["other_text"] += 1
@@ -293,6 +296,7 @@ def bank_content(bank_path: Path) -> dict[str, Any]:
                 if outcome == "success" and move == rule:
                     counts["success_naming_the_rule"] += 1
                     key_good = True
+                    good_kinds.update(kind for kind, _, _ in layouts)
                 elif outcome == "failure" and move != rule:
                     counts["failure_naming_another_move"] += 1
             else:
@@ -300,6 +304,7 @@ def bank_content(bank_path: Path) -> dict[str, Any]:
         good_keys += key_good
     return {"entries": len(entries), "keys": len(groups),
             "keys_with_a_success_naming_the_rule": good_keys,
+            "kinds_with_a_success_naming_the_rule": len(good_kinds),
             **{k: counts[k] for k in ("merged", "success", "success_naming_the_rule", "failure",
                                       "failure_naming_another_move", "other_text",
                                       "levels_of_several_kinds")}}
@@ -588,19 +593,25 @@ def plot(result: dict[str, Any], path: Path) -> Path | None:
         return None
     from crl_bench.report.seed_tests import bootstrap_mean
 
-    fig, ax = plt.subplots(figsize=(6.4, 4))
-    for name in CURVES:
-        by_seed = result["curves"].get(name)
-        if not by_seed:
-            continue
-        xs = sorted({s for c in by_seed.values() for s in c})
-        bands = [bootstrap_mean([c[x] for c in by_seed.values() if x in c]) for x in xs]
-        ax.plot(xs, [b[0] for b in bands], marker="o", label=f"{name} (n={len(by_seed)})")
-        ax.fill_between(xs, [b[1] for b in bands], [b[2] for b in bands], alpha=0.2)
-    ax.axhline(BEST_CONSTANT, color="grey", ls=":", label="best constant move")
-    ax.set(xlabel="actor step", ylabel="held-out success", ylim=(0, 1),
-           title="mean over seeds, 95% bootstrap band")
-    ax.legend(fontsize=8)
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for ax, top in zip(axes, (1.05, None)):
+        highs = [0.0]
+        for name in CURVES:
+            by_seed = result["curves"].get(name)
+            if not by_seed:
+                continue
+            xs = sorted({s for c in by_seed.values() for s in c})
+            bands = [bootstrap_mean([c[x] for c in by_seed.values() if x in c]) for x in xs]
+            ax.plot(xs, [b[0] for b in bands], marker="o", label=f"{name} (n={len(by_seed)})")
+            ax.fill_between(xs, [b[1] for b in bands], [b[2] for b in bands], alpha=0.2)
+            highs += [b[2] for b in bands]
+        ax.axhline(BEST_CONSTANT, color="grey", ls=":", label="best constant move (1/8)")
+        if top is not None:
+            ax.axhline(1.0, color="black", ls="--", lw=0.8, label="the rule (ceiling)")
+        ax.set(xlabel="actor step", ylabel="held-out success",
+               ylim=(0, top if top is not None else max(0.3, 1.2 * max(highs))),
+               title="mean over seeds, 95% bootstrap band" + ("" if top else " (zoomed)"))
+        ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -116,25 +116,29 @@ def test_a_verdict_on_part_of_the_planned_runs_is_called_provisional(tmp_path) -
 
 
 def test_bank_content_judges_entries_against_the_level_rule(tmp_path):
-    """Levels 8 and 9 are a fountain room (stairs southwest) and an altar room (north)
-    (``landmark_layout``); each key holds what the ``action`` template writes, or other text."""
+    """Levels 8 and 16 are fountain rooms (stairs southwest) at two ring squares, level 9 an altar
+    room (north) (``landmark_layout``); each key holds what the ``action`` template writes, or
+    other text. Two starts of one kind hold a right success: two keys, one kind."""
     np = pytest.importorskip("numpy")
     from crl_bench.envs.minihack.landmark import landmark_layout
     from crl_bench.experience.bank import ExperienceBank
 
-    assert [landmark_layout(s)[2] for s in (8, 9)] == ["southwest", "north"]
+    assert [landmark_layout(s)[::2] for s in (8, 16, 9)] == [
+        ("fountain", "southwest"), ("fountain", "southwest"), ("altar", "north")]
     bank = ExperienceBank(tmp_path / "bank.sqlite", dim=4, embedder_name="test")
-    a, b = np.eye(4, dtype=np.float32)[:2]
+    a, b, c = np.eye(4, dtype=np.float32)[:3]
     rows = [("To succeed, take the action southwest.", "8", a),
             ("To avoid this failure, do not take the action north.", "8", a),
             ("To succeed, take the action east.", "9", b),
-            ("When you see an altar, go north.", "9", b)]
+            ("When you see an altar, go north.", "9", b),
+            ("To succeed, take the action southwest.", "16", c)]
     bank.add([{"title": "t", "content": c, "family": "minihack", "task_ids": [t]}
               for c, t, _ in rows], np.stack([v for _, _, v in rows]), step=1)
     bank.close()
     got = er.bank_content(tmp_path / "bank.sqlite")
-    assert got == {"entries": 4, "keys": 2, "keys_with_a_success_naming_the_rule": 1, "merged": 0,
-                   "success": 2, "success_naming_the_rule": 1, "failure": 1,
+    assert got == {"entries": 5, "keys": 3, "keys_with_a_success_naming_the_rule": 2,
+                   "kinds_with_a_success_naming_the_rule": 1, "merged": 0,
+                   "success": 3, "success_naming_the_rule": 2, "failure": 1,
                    "failure_naming_another_move": 1, "other_text": 1,
                    "levels_of_several_kinds": 0}
     assert er.entry_claim("To avoid this failure, do not take the action far east.") == \
