@@ -535,6 +535,59 @@ def follow_rows(tf: Path) -> list[str]:
     return out
 
 
+def keyed_result(er: Any) -> list[str]:
+    """The second comparison's result on the page, recomputed from its committed records (the
+    verdict, per-agent table, primary difference and tests, collapsed seeds, what the actors
+    were shown and did, the banks at the end, the wall times)."""
+    folder = RESULTS / "experience_helps/keyed_merge"
+    result = er.analyse(folder / "records")
+    assert not result["missing"] and result["verdict"] in ("hit", "reverse", "miss")
+    table = er.summary_markdown(result).split("## Per agent")[1].split("## Comparisons")[0]
+    out = [line for line in table.splitlines() if line.startswith("| ") and "[" in line]
+    assert len(out) == 5
+    c = result["comparisons"][0]
+    assert (c["metric"], c["a"], c["b"]) == er.PRIMARY
+    out += [
+        f"AUC difference {signed(c['diff'])} [{signed(c['low'])}, {signed(c['high'])}], one-sided "
+        f"permutation p {c['perm_p_greater']:.2f}",
+        f"**Verdict (the plan's rule): {result['verdict']}.**",
+        f"{signed(c['diff'])} [{signed(c['low'])}, {signed(c['high'])}]",
+        f"permutation p {c['perm_p_greater']:.4f} one-sided, {c['perm_p_two_sided']:.4f} "
+        f"two-sided ({c['perm_assignments']} assignments)",
+        f"higher in {c['sign_test_positive']} of {c['sign_test_n']} seeds (sign test p "
+        f"{c['sign_test_p_greater']:.4f} one-sided)",
+        "the secondary comparisons' intervals all include 0"
+        if all(x["low"] <= 0 <= x["high"] for x in result["comparisons"][1:])
+        else "a secondary comparison's interval excludes 0",
+        "collapsed by the plan's rule: " + ", ".join(
+            f"`{r['series']}` seed {r['seed']}" for r in result["runs"] if r["collapsed"]),
+    ]
+    for name in ("comp_rl", "exp_only"):
+        h = {k: sum(x[k] for x in result["hints"] if x["agent"] == name) for k in er.HINT_KEYS}
+        out.append(f"`{name}`: {h['success_hint_rule']} of the {h['success_hint']} success "
+                   f"claims shown")
+        out.append(f"sent the claimed move {h['followed']} times ({h['followed_solved']} solved), "
+                   f"{h['followed']}/{h['success_hint']} = {h['followed'] / h['success_hint']:.2f} of "
+                   f"the success claims it was shown")
+        assert h["followed"] <= 0.2 * h["success_hint"], name  # "about one in eight, or less"
+    banks = load(folder / "banks/bank_content.json")
+    for name in ("comp_rl", "exp_only"):
+        rows = [v for k, v in banks.items() if k.startswith(name + "__")]
+        good = [v["keys_with_a_success_naming_the_rule"] for v in rows]
+        keys = [v["keys"] for v in rows]
+        out.append(f"`{name}` {min(good)}–{max(good)} of {min(keys)}–{max(keys)}")
+    kinds = {k: v["kinds_with_a_success_naming_the_rule"] for k, v in banks.items()
+             if "kinds_with_a_success_naming_the_rule" in v}
+    out.append(", ".join(f"`{k.replace('__seed', '` seed ')}: {v}" for k, v in sorted(kinds.items()))
+               + " of the 8 kinds")
+    walls: dict[str, list[float]] = {}
+    for r in result["runs"]:
+        if "without" not in r["series"]:
+            walls.setdefault(r["series"].split()[0], []).append(r["wall_min"])
+    out.append(", ".join(f"`{a}` {min(w):.1f}–{max(w):.1f} min" for a, w in walls.items()))
+    return out
+
+
 def experience_helps() -> list[str]:
     er = experience_records()
     tf = RESULTS / "experience_helps/task_family"
@@ -567,8 +620,9 @@ def experience_helps() -> list[str]:
         return sum(h["success_hint_rule"] for h in result["hints"] if h["agent"] == "comp_rl")
 
     assert right_success(keyed) > 3 * right_success(first)
-    hint_quotes_keyed = [f"So far {keyed['recorded']} of its "
+    hint_quotes_keyed = [f"All {keyed['recorded']} of its "
                          f"{len(keyed['agents']) * len(keyed['seeds'])} runs are recorded"]
+    hint_quotes_keyed += keyed_result(er)
     # "a collapse onto the example": the runs of the last five steps' example shares quoted
     last5 = {(e["agent"], e["seed"]): e["last_steps"] for e in keyed["examples"]}
     g3, c3 = last5[("grpo", 3)], last5[("comp_rl", 3)]
@@ -695,7 +749,12 @@ def index() -> list[str]:
                       for n in ("follow", "follow_greedy")
                       for r in load(RESULTS / f"experience_helps/task_family/{n}.json")["follow"]["rows"]
                       if r["example"] == "random"]
+    keyed = load(RESULTS / "experience_helps/keyed_merge/analysis.json")
+    c = keyed["comparisons"][0]
+    assert keyed["verdict"] == "miss" and keyed["recorded"] == 15  # "a miss"
     return [
+        f"AUC `comp_rl` − `grpo` {signed(c['diff'])} [{signed(c['low'])}, {signed(c['high'])}], "
+        f"permutation p {c['perm_p_greater']:.2f} ({c['n_a']} + {c['n_b']} seeds)",
         f"{solved} of 5 seeds solve it in 30 steps, end − start {signed(d['mean'])} [{signed(d['low'])}, "
         f"{signed(d['high'])}], 95% t interval over 5 seeds",
         f"({pct(whole['success']['share'])}% of episodes vs a walker's {pct(whole['walker_success']['share'])}%)",
@@ -791,6 +850,7 @@ FORM = ("**Question.**", "## Result", "## What this shows, and what it does not"
         "results/minihack_room_random.md",
         "results/comp_rl_one_action.md",
         "results/cpu_scale.md",
+        "results/experience_helps/README.md",
     ],
 )
 def test_experiment_pages_have_the_form(page: str) -> None:
