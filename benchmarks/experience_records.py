@@ -593,24 +593,24 @@ def plot(result: dict[str, Any], path: Path) -> Path | None:
         return None
     from crl_bench.report.seed_tests import bootstrap_mean
 
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    for ax, top in zip(axes, (1.05, None)):
-        highs = [0.0]
-        for name in CURVES:
-            by_seed = result["curves"].get(name)
-            if not by_seed:
-                continue
+    series = {}  # name -> (steps, [(mean, low, high)] per step), drawn on both panels
+    for name in CURVES:
+        by_seed = result["curves"].get(name)
+        if by_seed:
             xs = sorted({s for c in by_seed.values() for s in c})
-            bands = [bootstrap_mean([c[x] for c in by_seed.values() if x in c]) for x in xs]
-            ax.plot(xs, [b[0] for b in bands], marker="o", label=f"{name} (n={len(by_seed)})")
+            series[f"{name} (n={len(by_seed)})"] = (
+                xs, [bootstrap_mean([c[x] for c in by_seed.values() if x in c]) for x in xs])
+    zoom_top = max([0.3] + [1.2 * b[2] for _, bands in series.values() for b in bands])
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for ax, top, title in zip(axes, (1.05, zoom_top), ("", " (zoomed)")):
+        for label, (xs, bands) in series.items():
+            ax.plot(xs, [b[0] for b in bands], marker="o", label=label)
             ax.fill_between(xs, [b[1] for b in bands], [b[2] for b in bands], alpha=0.2)
-            highs += [b[2] for b in bands]
         ax.axhline(BEST_CONSTANT, color="grey", ls=":", label="best constant move (1/8)")
-        if top is not None:
+        if top > 1:
             ax.axhline(1.0, color="black", ls="--", lw=0.8, label="the rule (ceiling)")
-        ax.set(xlabel="actor step", ylabel="held-out success",
-               ylim=(0, top if top is not None else max(0.3, 1.2 * max(highs))),
-               title="mean over seeds, 95% bootstrap band" + ("" if top else " (zoomed)"))
+        ax.set(xlabel="actor step", ylabel="held-out success", ylim=(0, top),
+               title="mean over seeds, 95% bootstrap band" + title)
         ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -132,8 +132,8 @@ def test_bank_content_judges_entries_against_the_level_rule(tmp_path):
             ("To succeed, take the action east.", "9", b),
             ("When you see an altar, go north.", "9", b),
             ("To succeed, take the action southwest.", "16", c)]
-    bank.add([{"title": "t", "content": c, "family": "minihack", "task_ids": [t]}
-              for c, t, _ in rows], np.stack([v for _, _, v in rows]), step=1)
+    bank.add([{"title": "t", "content": content, "family": "minihack", "task_ids": [level]}
+              for content, level, _ in rows], np.stack([v for _, _, v in rows]), step=1)
     bank.close()
     got = er.bank_content(tmp_path / "bank.sqlite")
     assert got == {"entries": 5, "keys": 3, "keys_with_a_success_naming_the_rule": 2,
