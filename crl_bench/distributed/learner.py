@@ -43,20 +43,29 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def group_backend(device: str) -> str:
+    """The ``init_process_group`` backend of a learner on ``device``: on GPUs
+    ``"cpu:gloo,cuda:nccl"`` (NCCL for the CUDA tensors: gradients, FSDP gathers, weight
+    broadcasts; gloo for the CPU ones: the metric sums of :func:`sum_over_ranks`, object
+    collectives, checkpoint coordination). A plain ``"nccl"`` maps only the ``cuda`` device, and
+    any collective on a CPU tensor then fails (``No backend type associated with device type
+    cpu``). ``"gloo"`` on CPUs."""
+    return "cpu:gloo,cuda:nccl" if str(device).startswith("cuda") else "gloo"
+
+
 def join_group(backend_spec: dict[str, Any], rank: int, world_size: int,
                master: tuple[str, int]) -> None:
-    """Join the learner's torch.distributed process group: NCCL when the spec's device is a GPU
-    (Ray sets CUDA_VISIBLE_DEVICES to the bundle's GPU: it is cuda:0 in the rank), gloo
-    otherwise; rank 0's address is ``master``."""
+    """Join the learner's torch.distributed process group (:func:`group_backend`: NCCL and gloo
+    when the spec's device is a GPU, gloo otherwise; Ray sets CUDA_VISIBLE_DEVICES to the
+    bundle's GPU: it is cuda:0 in the rank); rank 0's address is ``master``."""
     import torch
     import torch.distributed as dist
 
     device = str(backend_spec.get("device", "cpu"))
     if device.startswith("cuda"):
         torch.cuda.set_device(0)
-    dist.init_process_group("nccl" if device.startswith("cuda") else "gloo",
-                            init_method=f"tcp://{master[0]}:{master[1]}", rank=rank,
-                            world_size=world_size)
+    dist.init_process_group(group_backend(device), init_method=f"tcp://{master[0]}:{master[1]}",
+                            rank=rank, world_size=world_size)
 
 
 def rank_address() -> tuple[str, int]:
