@@ -6,6 +6,14 @@ cropped ASCII map). When our step cap ends the episode an ``Outcome:`` line foll
 game itself ends (goal reached, death) NLE has already closed the game and the observation is
 the ``Outcome:`` line alone.
 
+``view="official"`` (the ``paper`` preset) shows instead what the official MiniHack env shows
+(:mod:`crl_bench.envs.minihack.official`): the game message, MiniHack's 9 x 9 ASCII crop around
+the agent, the legend of the symbols on the screen, and after each action the official action
+list; an action that is not one of the names repeats the last observation with the official
+``At turn 0, you did not provide a valid action.``; no ``Outcome:`` line (the official env has
+none). ``info["official_prompt"]`` then carries the official env instruction and
+the env manager's templates for the prompt builder.
+
 Actions: the words of :mod:`crl_bench.envs.minihack.actions` (``north`` ... ``northwest`` and the
 task's other actions); ``info["admissible_actions"]`` lists them. Case and extra spaces are
 ignored. Anything else is *feedback*: the observation says the action was not understood and
@@ -40,12 +48,17 @@ from typing import Any
 import numpy as np
 
 from crl_bench.envs.minihack.actions import ActionWord, build_action_words, normalise_action
+from crl_bench.envs.minihack import official
 from crl_bench.envs.minihack.language import VIEWS, describe
 from crl_bench.envs.minihack.tasks import PAPER_MAX_STEPS, des_file_for, des_for_seed, goal_for
 from crl_bench.text_env import TextEnv, coerce_action, reset_options, safe_text
 
 LEVEL_SEED_LIMIT = 2**63  # NLE seeds are C unsigned longs; we keep them in int64 range
 _NEEDED_KEYS = ("glyphs", "chars", "blstats", "message")
+_OFFICIAL_KEYS = ("chars_crop", "screen_descriptions")  # what the official text also reads
+ENV_VIEWS: tuple[str, ...] = VIEWS + ("official",)
+"""``view=`` values: the language views of :mod:`crl_bench.envs.minihack.language` and
+``"official"`` (:mod:`crl_bench.envs.minihack.official`)."""
 _DIRECTION_PROMPT = b"In what direction?"
 _SHOWN_ACTION_CHARS = 40
 
@@ -93,7 +106,8 @@ class MiniHackTextEnv(TextEnv):
         max_steps: actions per episode before ``truncated`` (the paper uses 30).
         show_map: append a cropped ASCII map (11 x 21 squares around the agent).
         view: ``"full"`` (every feature, open directions, health) or ``"compact"`` (single
-            features and the message only); see :mod:`crl_bench.envs.minihack.language`.
+            features and the message only), see :mod:`crl_bench.envs.minihack.language`; or
+            ``"official"``: the official env's text (:mod:`crl_bench.envs.minihack.official`).
         render_mode: ``"ansi"`` (``render()`` returns the last observation) or None.
         **minihack_kwargs: passed to the MiniHack env (e.g. ``reward_win``, ``penalty_step``,
             ``max_episode_steps``, ``actions``). Defaults set here: ``fix_moon_phase=True`` and
@@ -106,20 +120,27 @@ class MiniHackTextEnv(TextEnv):
     def __init__(self, task: str = "MiniHack-Room-5x5-v0", max_steps: int = PAPER_MAX_STEPS,
                  show_map: bool = False, view: str = "full", render_mode: str | None = None,
                  **minihack_kwargs: Any) -> None:
-        if view not in VIEWS:
-            raise ValueError(f"view={view!r}: use one of {', '.join(VIEWS)} (e.g. "
+        if view not in ENV_VIEWS:
+            raise ValueError(f"view={view!r}: use one of {', '.join(ENV_VIEWS)} (e.g. "
                              "gymnasium.make(env_id, view=\"compact\")).")
         super().__init__(max_steps=max_steps, render_mode=render_mode)
         self.task = task
         self.show_map = bool(show_map)
         self.view = view
         self.goal = goal_for(task)
-        self._nle = _make_minihack(task, max_steps, minihack_kwargs)
+        self._nle = _make_minihack(task, max_steps, minihack_kwargs,
+                                   extra_keys=_OFFICIAL_KEYS if view == "official" else ())
         self._des_for_seed = des_for_seed(task)
         self._des = des_file_for(task)  # the level description the game holds now
         self._words: tuple[ActionWord, ...] = build_action_words(self._nle.actions)
         self._word_by_text = {w.text: w for w in self._words}
         self.admissible_actions: list[str] = [w.text for w in self._words]
+        if view == "official":  # the official names, in MiniHack's action order
+            self._official_names = _official_names(self._nle.actions, self._words)
+            for name, word in self._official_names:
+                self._word_by_text.setdefault(name, word)
+            self.admissible_actions = [name for name, _ in self._official_names]
+            self._official_prompt = official.prompt_info(self.admissible_actions)
         self._steps = 0
         self._task_id = ""
         self._description = ""
@@ -168,6 +189,12 @@ class MiniHackTextEnv(TextEnv):
             return after_end
         self._steps += 1
         word = self._word_by_text.get(normalise_action(text))
+        if word is None and self.view == "official":  # env.py:349-353
+            obs = self._description + official.INVALID_ACTION
+            truncated = self._steps >= self.max_steps
+            if truncated:
+                self._done = (False, True)
+            return self.finish_step(obs, 0.0, False, truncated, self._info(action_valid=False))
         if word is None:
             obs = (f"Unknown action {_shown(text)}: nothing happened. Valid actions: "
                    f"{', '.join(self.admissible_actions)}.\n{self._description}")
@@ -192,7 +219,10 @@ class MiniHackTextEnv(TextEnv):
                 break
         assert nle_obs is not None
         truncated = nle_truncated or (not terminated and self._steps >= self.max_steps)
-        if terminated or nle_truncated:
+        if self.view == "official":  # env.py:379-394: NLE's last screen and the action list
+            self._description = safe_text(self._describe(nle_obs))
+            obs = self._description + official.action_list(self.admissible_actions)
+        elif terminated or nle_truncated:
             # NLE has ended the game and its buffers now hold a blank screen: the outcome is
             # all there is to say (the last description would be out of date).
             obs = self._outcome(truncated_by_cap=False)
@@ -219,6 +249,8 @@ class MiniHackTextEnv(TextEnv):
 
     # -- helpers ---------------------------------------------------------------------------------
     def _describe(self, nle_obs: dict[str, np.ndarray]) -> str:
+        if self.view == "official":
+            return official.render_observation(nle_obs)
         return describe(nle_obs["glyphs"], nle_obs["blstats"], nle_obs["message"],
                         nle_obs["chars"], show_map=self.show_map, view=self.view)
 
@@ -232,7 +264,10 @@ class MiniHackTextEnv(TextEnv):
         return "Outcome: the game's own step limit was reached. Task failed."
 
     def _info(self, action_valid: bool) -> dict[str, Any]:
-        return self.make_info(goal=self.goal, admissible_actions=self.admissible_actions,
+        extra = {}
+        if self.view == "official":  # the prompt builder's official pieces (every info)
+            extra["official_prompt"] = self._official_prompt
+        return self.make_info(**extra, goal=self.goal, admissible_actions=self.admissible_actions,
                               success=self._success, score=1.0 if self._success else 0.0,
                               action_valid=action_valid, task_id=self._task_id,
                               end_status=self._end_status, steps=self._steps)
@@ -243,7 +278,26 @@ def _shown(text: str) -> str:
     return repr(short) + ("..." if len(text) > _SHOWN_ACTION_CHARS else "")
 
 
-def _make_minihack(task: str, max_steps: int, minihack_kwargs: dict[str, Any]) -> Any:
+def _official_names(nle_actions: Any, words: tuple[ActionWord, ...]) -> list[tuple[str, ActionWord]]:
+    """The official action names of ``nle_actions`` in their order, each with the word it
+    presses (:func:`crl_bench.envs.minihack.official.official_action_name`); a command with no
+    official name here keeps its words."""
+    by_index = {w.steps[0]: w for w in words if len(w.steps) == 1}
+    names: list[tuple[str, ActionWord]] = []
+    listed: set[str] = set()
+    for index, action in enumerate(nle_actions):
+        name = official.official_action_name(action)
+        if name is not None and index in by_index:
+            names.append((name, by_index[index]))
+            listed.add(by_index[index].text)
+    for w in words:
+        if w.text not in listed and all(n != w.text for n, _ in names):
+            names.append((w.text, w))
+    return names
+
+
+def _make_minihack(task: str, max_steps: int, minihack_kwargs: dict[str, Any],
+                   extra_keys: tuple[str, ...] = ()) -> Any:
     """Instantiate MiniHack's class for ``task`` directly (no gymnasium wrappers around it)."""
     from crl_bench.envs.minihack._nle_import import import_minihack
 
@@ -268,5 +322,5 @@ def _make_minihack(task: str, max_steps: int, minihack_kwargs: dict[str, Any]) -
     kwargs.setdefault("fix_moon_phase", True)
     kwargs.setdefault("max_episode_steps", 3 * max_steps + 10)
     keys = list(kwargs.pop("observation_keys", ()))
-    kwargs["observation_keys"] = keys + [k for k in _NEEDED_KEYS if k not in keys]
+    kwargs["observation_keys"] = keys + [k for k in _NEEDED_KEYS + extra_keys if k not in keys]
     return load_env_creator(spec.entry_point)(**kwargs)
