@@ -26,6 +26,11 @@ DEFAULT_SYSTEM_PROMPTS: dict[str, str] = {
 """The fallback system prompt. Each env family owns its own prompt: it is registered with its envs
 (``register_env(..., system_prompt=...)`` in ``envs/<family>/registration.py``)."""
 
+LAYOUTS = ("ours", "official")
+"""``PromptConfig.layout``'s values."""
+EXPERIENCE_PLACES = ("user", "system")
+"""``PromptConfig.experience_place``'s values."""
+
 
 @dataclass
 class PromptConfig:
@@ -110,6 +115,24 @@ class PromptConfig:
     """Text the assistant turn starts with, fed as prompt tokens (e.g. ``"<answer>"`` makes a
     small model that cannot follow the format emit just the action). The parser reads
     ``response_prefix + completion_text``; the completion ids/text stay the sampled ones."""
+    layout: str = "ours"
+    """"ours": the messages above. "official" (``paper``; "full" conversations only): for an env
+    that gives its official prompt pieces (``info["official_prompt"]``: the MiniHack env with
+    ``view="official"``) the messages of the official env manager (``traj_env_manager.py:358-406``):
+    the env's official system prompt; a first user message of the env instruction, a newline and
+    the turn template around the first observation (with the Search-and-Ask tool text appended
+    to it, as the official tool wrapper does, ``tool_env_wrapper.py:23-28``); each later user
+    message the turn template around the observation. No goal line, admissible-actions line or
+    answer-format line (the env's instruction and observations carry them), and observations
+    are never cut. Envs without official pieces keep "ours"."""
+    experience_place: str = "user"
+    """Where retrieved experience goes. "user": the experience block of the user message (above;
+    under the official layout a user message of its own before the first one, in the memory
+    header, official ``trajectory_memory_injection: user``, ``traj_env_manager.py:375-378``).
+    "system" (``paper``, official ``trajectory_memory_injection: system``,
+    ``memory_config.py:310``): appended to the system message after a newline, in the official
+    memory header (``traj_env_manager.py:101-108, 370-371``; the env's own header when it gives
+    one in ``info["official_prompt"]["memory"]``, else :data:`OFFICIAL_MEMORY_TEMPLATE`)."""
 
     def __post_init__(self) -> None:
         if self.example_pick not in EXAMPLE_PICKS:
@@ -136,6 +159,14 @@ class PromptConfig:
             raise ValueError("answer_tag and ask_tag must differ.")
         if self.ask_style not in ("short", "official"):
             raise ValueError(f"ask_style must be 'short' or 'official', got {self.ask_style!r}.")
+        if self.layout not in LAYOUTS:
+            raise ValueError(f"layout must be 'ours' or 'official', got {self.layout!r}.")
+        if self.layout == "official" and self.conversation != "full":
+            raise ValueError("layout='official' is the official multi-turn chat: it needs "
+                             "conversation='full' (--set rollout.conversation=full).")
+        if self.experience_place not in EXPERIENCE_PLACES:
+            raise ValueError(f"experience_place must be 'user' or 'system', got "
+                             f"{self.experience_place!r}.")
         if "text" not in self.system_prompts:
             raise ValueError("system_prompts needs a 'text' entry: the fallback for families "
                              "without their own prompt.")
@@ -210,9 +241,24 @@ Wrap the whole query in <{q}>...</{q}>."""
 def build_messages(config: PromptConfig, *, family: str, goal: str, observation: str,
                    history: list[HistoryItem], admissible_actions: list[str] | None,
                    experience_text: str = "", asks_left: int = 0, turn_index: int = 0,
-                   example_seed: int = 0) -> list[dict[str, str]]:
+                   example_seed: int = 0, official: dict | None = None) -> list[dict[str, str]]:
     """The chat messages of one turn (system + user). ``example_seed`` (one per episode, given by
-    the engine) seeds the example answer's pick when ``config.example_pick == "random"``."""
+    the engine) seeds the example answer's pick when ``config.example_pick == "random"``.
+    ``official``: the env's ``info["official_prompt"]`` (``PromptConfig.layout``)."""
+    system = system_message(config, family, experience_text, official)
+    if uses_official_layout(config, official):
+        assert official is not None
+        tool = official_tool_text(config.ask_tag, config.max_asks) if asks_left > 0 else ""
+        messages = [{"role": "system", "content": system}]
+        if config.experience_place == "user" and experience_text.strip():  # :375-378
+            template = official.get("memory") or OFFICIAL_MEMORY_TEMPLATE
+            messages.append({"role": "user",
+                             "content": template.format(memory_message=experience_text)})
+        messages.append({"role": "user",
+                         "content": official_first_message(official, observation + tool)})
+        return messages
+    if config.experience_place == "system":
+        experience_text = ""  # it is in the system message
     parts: list[str] = []
     if goal:
         parts.append(f"Your task: {goal.strip()}")
@@ -244,7 +290,7 @@ def build_messages(config: PromptConfig, *, family: str, goal: str, observation:
                               example_action(config, admissible_actions, example_seed, turn_index)))
     if config.observation_last:
         parts.append(current)
-    return [{"role": "system", "content": config.system_prompt(family)},
+    return [{"role": "system", "content": system},
             {"role": "user", "content": "\n\n".join(parts)}]
 
 
@@ -278,10 +324,15 @@ def _format_line(config: PromptConfig, admissible_actions: list[str] | None, ask
 
 def build_followup_message(config: PromptConfig, *, observation: str,
                            admissible_actions: list[str] | None, asks_left: int = 0,
-                           turn_index: int = 1, example_seed: int = 0) -> str:
+                           turn_index: int = 1, example_seed: int = 0,
+                           official: dict | None = None) -> str:
     """The user message that follows an assistant turn in a "full" conversation: the new
     observation (env feedback, advice or invalid-format feedback), the admissible actions and the
-    answer format (Search-and-Ask only while ``asks_left > 0``)."""
+    answer format (Search-and-Ask only while ``asks_left > 0``); under the official layout the
+    env's turn template around the observation (``traj_env_manager.py:394-406``)."""
+    if uses_official_layout(config, official):
+        assert official is not None
+        return official["turn"].format(observation=observation)
     current = (f"Observation (turn {turn_index + 1}):\n"
                f"{_cut(observation, config.max_observation_chars)}")
     parts = [] if config.observation_last else [current]
@@ -354,3 +405,62 @@ def parse_completion(text: str, config: PromptConfig, asks_left: int = 0) -> Par
 
 def invalid_format_feedback(error: str, config: PromptConfig) -> str:
     return f"Invalid format ({error}); the environment did not change."
+
+
+# -- the official layout (PromptConfig.layout / experience_place) -----------------------------
+OFFICIAL_MEMORY_TEMPLATE = ("\nBelow is distilled knowledge from earlier experiences.\n"
+                            "Use it to guide your actions without overfitting.\n"
+                            "Some insights may be overly specific, so identify only what is most "
+                            "relevant.\nKnowledge: \n{memory_message}\n")
+"""The official memory header of the ALFWorld and SWE env managers
+(``traj_env_manager_alfworld.py:105-112``, ``traj_env_manager_swe.py:130-137``), for envs that
+give none of their own (the MiniHack manager's, ``traj_env_manager.py:101-108``, ends in 16
+spaces more; the MiniHack env gives it)."""
+
+OFFICIAL_TOOL_TEXT = ("\nAvailable tools and their instructions:\n***Tool 1***\nTool Type: base\n"
+                      "Tool Instruction: {instruction}\n")
+"""What the official tool wrapper appends to the first observation (``tool_env_wrapper.py:23-28``;
+one tool, ``knowledge_search_and_ask``, whose ``tool_type`` is gem's ``BaseTool`` default
+``"base"``)."""
+
+
+def uses_official_layout(config: PromptConfig, official: dict | None) -> bool:
+    """Whether this episode's messages follow the official layout: ``config.layout`` is
+    "official" and the env gave its official pieces."""
+    return config.layout == "official" and bool(official)
+
+
+def system_message(config: PromptConfig, family: str, experience_text: str,
+                   official: dict | None = None) -> str:
+    """The system message: the family's prompt (the env's official one under the official
+    layout), and with ``experience_place="system"`` the experience in the official memory header
+    after a newline (``traj_env_manager.py:369-371``; nothing when the experience is blank,
+    ``mixin.py:461-472``)."""
+    system = official["system"] if uses_official_layout(config, official) else \
+        config.system_prompt(family)
+    if config.experience_place == "system" and experience_text.strip():
+        template = (official or {}).get("memory") or OFFICIAL_MEMORY_TEMPLATE
+        system = system + "\n" + template.format(memory_message=experience_text)
+    return system
+
+
+def official_tool_text(ask_tag: str, max_asks: int) -> str:
+    """The Search-and-Ask tool text the official tool wrapper appends to the first observation
+    (:data:`OFFICIAL_TOOL_TEXT` around :data:`ASK_INSTRUCTION`)."""
+    return OFFICIAL_TOOL_TEXT.format(instruction=ASK_INSTRUCTION.format(q=ask_tag, n=max_asks))
+
+
+def official_first_message(official: dict, observation: str) -> str:
+    """The first user message of the official layout: the env instruction, a newline, the turn
+    template around the first observation (``traj_env_manager.py:388-406``)."""
+    return f"{official['instruction']}\n" + official["turn"].format(observation=observation)
+
+
+def official_task_prompt(official: dict, observation: str) -> str:
+    """The gate's "initial task prompt" as the official actor-critic builds it
+    (``mixin.py:576-592`` and ``build_initial_task_prompt``, ``:539-545``): ``Environment
+    Instruction: `` + the system template (without memory), a newline, ``Observation: `` + the
+    env instruction directly followed (no newline, unlike the actor's first message) by the turn
+    template around ``observation`` (the first observation, tool text included)."""
+    user = official["instruction"] + official["turn"].format(observation=observation)
+    return f"Environment Instruction: {official['system']}\nObservation: {user}"
