@@ -234,7 +234,7 @@ def test_missing_and_failed_runs_are_reported_not_dropped(report):
     assert c["n"] == 2 and c["expected_n"] == SEEDS
     md = (out / "report.md").read_text()
     assert "## Missing or unfinished runs (2)" in md
-    assert "(n=2/3)" in md and "no run directory found" in md
+    assert "(2/3 seeds)" in md and "no run directory found" in md
     with open(out / "missing_runs.csv") as fh:
         assert len(list(csv.DictReader(fh))) == 2
 
@@ -421,11 +421,11 @@ def test_ratio_with_zero_denominator_is_undefined_not_missing():
     from crl_bench.report.tables import Cell, format_cell
 
     assert format_cell(Cell("r", ratio_of_means([0.0], [0.0]), kind="ratio")) == \
-        "undefined: denominator 0 (n=1)"
+        "undefined: denominator 0 (1 seed)"
     assert format_cell(Cell("r", ratio_of_means([0.5, 0.7], [0.2, 0.4]), paper=1.3, kind="ratio")) == \
-        "2.00x (n=2) · paper 1.3x"
+        "2.00x (2 seeds) · paper 1.3x"
     assert format_cell(Cell("r", None, kind="ratio")) == "no runs"
-    assert format_cell(Cell("r", None, expected_n=3, kind="ratio")) == "missing (n=0/3)"
+    assert format_cell(Cell("r", None, expected_n=3, kind="ratio")) == "missing (0/3 seeds)"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -46,13 +46,21 @@ def configure_report(p: argparse.ArgumentParser) -> None:
 
 
 def print_summary(result: Any) -> None:
-    print(f"report: {result.n_runs} finished run(s), {len(result.tables)} table(s), "
-          f"{len(result.plots)} plot(s), {len(result.missing)} missing/incomplete run(s)")
+    groups = getattr(result, "groups", [])
+    print(f"report: {result.n_runs} finished run(s) in {len(groups)} row(s) of (mix, agent, "
+          f"configuration), {len(result.tables)} table(s), {len(result.plots)} plot(s), "
+          f"{len(result.missing)} missing/incomplete run(s)")
+    for g in groups:
+        if g.label:  # an agent with several configurations: each is its own row
+            print(f"  row {g.tasks}/{g.row}: {len(g.seeds)} finished seed(s) "
+                  f"({', '.join(map(str, g.seeds)) or '-'})")
     for m in result.missing[:20]:
         seed = "" if m.seed is None else f" seed {m.seed}"
         print(f"  missing: {m.tasks}/{m.agent}{seed}: {m.reason}")
     if len(result.missing) > 20:
         print(f"  ... and {len(result.missing) - 20} more (see missing_runs.csv)")
+    for note in getattr(result, "notes", []):
+        print(f"  note: {note}")
     print(f"wrote {result.markdown}, {result.json}, {len(result.csvs)} CSV file(s)")
 
 

@@ -22,7 +22,8 @@ from typing import Any, Sequence
 
 from crl_bench.report.runs import Run, RunSet
 from crl_bench.report.stats import mean_ci
-from crl_bench.report.suites import ABLATIONS, PAPER_AGENTS, agent_label
+from crl_bench.report.suites import ABLATIONS, PAPER_AGENTS
+from crl_bench.report.suites import agent_label as _agent_label
 
 __all__ = ["Plot", "make_plots", "curve_band"]
 
@@ -91,9 +92,18 @@ def _eval_series(run: Run, tasks: list[str], with_experience: bool) -> dict[int,
             for s, v in by_step.items() if all(t in v for t in tasks)}
 
 
-def _agent_order(agents: list[str]) -> list[str]:
+def _agent_order(agents: list[str], rs: RunSet | None = None) -> list[str]:
+    """Rows (agents, or an agent's configurations, see ``RunSet``) in the paper's order."""
     rank = {a: i for i, a in enumerate((*PAPER_AGENTS, *ABLATIONS))}
-    return sorted(agents, key=lambda a: (rank.get(a, len(rank)), a))
+    base = rs.agent_of if rs is not None else (lambda a: a)
+    return sorted(agents, key=lambda a: (rank.get(base(a), len(rank)), a))
+
+
+def _step_axis(ax: Any, last_step: int) -> None:
+    """The whole run on the step axis (0 .. its last step), so that a short run's one or two
+    points sit where they belong instead of on an axis matplotlib zoomed to +-0.1 around them."""
+    last = max(1, last_step)
+    ax.set_xlim(-0.04 * last, 1.04 * last)
 
 
 class _Painter:
@@ -133,7 +143,7 @@ class _Painter:
         steps, mean, low, high, ns = curve_band(per_seed, self.confidence)
         color = self.colors.get(agent) if color is None else color
         ax.plot(steps, mean, linestyle=linestyle, color=color, linewidth=1.8,
-                label=f"{label} (n={max(ns)})", marker=marker if len(steps) <= 12 else None,
+                label=f"{label} ({max(ns)} seed{'s' if max(ns) != 1 else ''})", marker=marker if len(steps) <= 12 else None,
                 markersize=3.5)
         if shade and any(not math.isnan(x) for x in low):
             if clip is not None:
@@ -166,7 +176,12 @@ def make_plots(rs: RunSet, out_dir: str | Path, confidence: float = 0.95
     from crl_bench.report.suites import VARIANTS
 
     out = Path(out_dir)
-    all_agents = _agent_order(list({r.agent: None for r in rs.runs}))
+    all_agents = _agent_order(list({r.row: None for r in rs.runs}), rs)
+
+    def agent_label(row: str) -> str:  # a row: the agent's label, and its group
+        label = _agent_label(rs.agent_of(row))
+        return f"{label} ({rs.label_of(row)})" if rs.label_of(row) else label
+
     painter = _Painter(all_agents, confidence)
     pct = int(round(confidence * 100))
     plots: list[Plot] = []
@@ -176,7 +191,8 @@ def make_plots(rs: RunSet, out_dir: str | Path, confidence: float = 0.95
         runs = [r for r in rs.runs if r.tasks == mix]
         if not runs:
             continue
-        agents = _agent_order(list({r.agent: None for r in runs}))
+        agents = _agent_order(list({r.row: None for r in runs}), rs)
+        last_step = max(int(r.config.get("steps") or 0) for r in runs)
         tasks = runs[0].task_names
         window = _smoothing_window(runs)
         smooth_note = f", {window}-step moving average" if window > 1 else ""
@@ -186,7 +202,7 @@ def make_plots(rs: RunSet, out_dir: str | Path, confidence: float = 0.95
 
         def seeds(agent: str, key: str, smooth: bool = True) -> list[dict[int, float]]:
             return [_moving_average(_metric_series(r, key), window if smooth else 1)
-                    for r in runs if r.agent == agent]
+                    for r in runs if r.row == agent]
 
         def save(fig: Any, kind: str, title: str) -> None:
             path = out / f"{kind}_{mix}.png"
@@ -205,6 +221,7 @@ def make_plots(rs: RunSet, out_dir: str | Path, confidence: float = 0.95
                                      clip=unit_range)
             ax.set_title(name)
             ax.set_xlabel(step_label)
+            _step_axis(ax, last_step)
             ax.set_ylabel("success rate (fraction of episodes)")
             ax.set_ylim(-0.02, 1.02)
         if drew:
@@ -216,16 +233,17 @@ def make_plots(rs: RunSet, out_dir: str | Path, confidence: float = 0.95
         # 2. evaluation with vs without experience: one panel per agent that uses a bank, the
         # baseline drawn in each panel as the reference
         bank_agents = [a for a in agents
-                       if True in VARIANTS.get(a, (True,)) and False in VARIANTS.get(a, (False,))
-                       and any(r.agent == a and any(e.get("with_experience") for e in r.evals)
+                       if True in VARIANTS.get(rs.agent_of(a), (True,))
+                       and False in VARIANTS.get(rs.agent_of(a), (False,))
+                       and any(r.row == a and any(e.get("with_experience") for e in r.evals)
                                for r in runs)]
         if bank_agents:
             fig, axes = painter.figure(len(bank_agents), "Evaluation success with (solid) vs "
                                        f"without (dashed) experience, {mix}\n({eval_note})")
-            baseline = [_eval_series(r, tasks, False) for r in runs if r.agent == "grpo"]
+            baseline = [_eval_series(r, tasks, False) for r in runs if r.row == "grpo"]
             for ax, agent in zip(axes, bank_agents):
                 for wx, style in ((True, "-"), (False, "--")):
-                    per_seed = [_eval_series(r, tasks, wx) for r in runs if r.agent == agent]
+                    per_seed = [_eval_series(r, tasks, wx) for r in runs if r.row == agent]
                     painter.band(ax, per_seed, agent, "w/ exp" if wx else "w/o exp", style,
                                  clip=unit_range, marker="o" if wx else "s")
                 if any(baseline):
@@ -233,6 +251,7 @@ def make_plots(rs: RunSet, out_dir: str | Path, confidence: float = 0.95
                                  shade=False, marker=".")
                 ax.set_title(agent_label(agent))
                 ax.set_xlabel("training step at evaluation")
+                _step_axis(ax, last_step)
                 ax.set_ylabel("success rate, mean over tasks (fraction)")
                 ax.set_ylim(-0.02, 1.02)
                 ax.legend(fontsize=8)
@@ -250,6 +269,7 @@ def make_plots(rs: RunSet, out_dir: str | Path, confidence: float = 0.95
             drew |= painter.band(ax, seeds(agent, "charts/avg_actions"), agent,
                                  agent_label(agent), clip=(0.0, math.inf))
         ax.set_xlabel(step_label)
+        _step_axis(ax, last_step)
         ax.set_ylabel("actions per episode")
         if drew:
             ax.legend(fontsize=8)
@@ -264,7 +284,7 @@ def make_plots(rs: RunSet, out_dir: str | Path, confidence: float = 0.95
                      ("bank/hit_rate", "retrieval hit rate", "fraction of queries with a hit",
                       unit_range)]
         with_bank = [a for a in agents
-                     if any(_metric_series(r, "bank/size") for r in runs if r.agent == a)]
+                     if any(_metric_series(r, "bank/size") for r in runs if r.row == a)]
         if with_bank:
             fig, axes = painter.figure(3, f"Experience bank over training, {mix}\n({band_note}; "
                                           "bank size not averaged over steps)")
@@ -274,6 +294,7 @@ def make_plots(rs: RunSet, out_dir: str | Path, confidence: float = 0.95
                                  agent_label(agent), clip=clip)
                 ax.set_title(name)
                 ax.set_xlabel(step_label)
+                _step_axis(ax, last_step)
                 ax.set_ylabel(unit)
             axes[0].legend(fontsize=8)
             save(fig, "bank", "Experience bank size and retrieval")
@@ -289,6 +310,7 @@ def make_plots(rs: RunSet, out_dir: str | Path, confidence: float = 0.95
                                  agent_label(agent), clip=(-1.0, 1.0))
         ax.axhline(0.0, color="grey", linewidth=0.8)
         ax.set_xlabel(step_label)
+        _step_axis(ax, last_step)
         ax.set_ylabel("mean extractor reward (in [-1, 1])")
         ax.set_ylim(-1.05, 1.05)
         if drew:

@@ -12,7 +12,9 @@ Tables (each emitted only when some run or expectation belongs to it):
 - ``task_scaling``: average success of Baseline and Comp. RL per multi-task mix, and the gain.
 
 A run's value for a cell comes from its *final* evaluation (largest eval step). A finished run
-that lacks the evaluation a cell needs is reported as a gap, never silently averaged away.
+that lacks the evaluation a cell needs is reported as a gap, never silently averaged away. An
+agent whose runs on a mix come in several configurations gets a row per configuration, named by
+what differs (``Comp. RL (lr=2e-6) w/ exp``; :class:`crl_bench.report.runs.RunGroup`).
 """
 
 from __future__ import annotations
@@ -92,14 +94,16 @@ def mix_task_names(rs: RunSet, mix: str) -> list[str]:
 
 
 def _variants(rs: RunSet, mix: str, agent: str) -> tuple[bool, ...]:
-    if agent in VARIANTS:
-        return VARIANTS[agent]
+    if rs.agent_of(agent) in VARIANTS:
+        return VARIANTS[rs.agent_of(agent)]
     found = {bool(r["with_experience"]) for run in rs.select(mix, agent) for r in run.evals}
     return tuple(sorted(found, reverse=True)) or (False,)
 
 
-def _row_label(agent: str, with_experience: bool, variants: tuple[bool, ...]) -> str:
-    label = agent_label(agent)
+def _row_label(rs: RunSet, row: str, with_experience: bool, variants: tuple[bool, ...]) -> str:
+    label = agent_label(rs.agent_of(row))
+    if rs.label_of(row):
+        label += f" ({rs.label_of(row)})"
     if len(variants) > 1:
         label += " w/ exp" if with_experience else " w/o exp"
     return label
@@ -145,9 +149,19 @@ def _cell(column: str, values: list[float], conf: float, expected_n: int | None,
     return Cell(column, est, paper_value, expected_n or None)
 
 
-def _ordered_agents(agents: list[str]) -> list[str]:
+def _ordered_agents(agents: list[str], rs: RunSet | None = None) -> list[str]:
     rank = {a: i for i, a in enumerate((*PAPER_AGENTS, *ABLATIONS))}
-    return sorted(agents, key=lambda a: (rank.get(a, len(rank)), a))
+    base = rs.agent_of if rs is not None else (lambda a: a)
+    return sorted(agents, key=lambda a: (rank.get(base(a), len(rank)), a))
+
+
+def _several(rs: RunSet, mix: str, agents: tuple[str, ...]) -> list[str]:
+    """Notes for agents with several configurations on ``mix``: a comparison that needs one row
+    per agent is not made for them."""
+    return [f"{agent_label(a)} has {len(rs.rows_of(mix, a))} configurations on {mix} "
+            f"({'; '.join(rs.label_of(r) for r in rs.rows_of(mix, a))}): no comparison is made "
+            "with it here; compare its rows in the tables above."
+            for a in agents if len(rs.rows_of(mix, a)) > 1]
 
 
 def _is_multi(rs: RunSet, mix: str) -> bool:
@@ -169,7 +183,7 @@ def _single_tables(rs: RunSet, vals: _Values, conf: float) -> list[Table]:
         if name not in column_mix:
             columns.append(name)
             column_mix[name] = m
-    agents = _ordered_agents(list({a: None for m in mixes for a in rs.agents(m)}))
+    agents = _ordered_agents(list({a: None for m in mixes for a in rs.agents(m)}), rs)
     tables = []
     for metric, name, title, unit, digits in (
             ("success_rate", "single_success", "Single-task success rate", "fraction of episodes", 2),
@@ -187,14 +201,16 @@ def _single_tables(rs: RunSet, vals: _Values, conf: float) -> list[Table]:
                     m = column_mix[col]
                     values = vals.per_seed(m, agent, lambda r: vals.task(r, col, wx, metric))
                     cells.append(_cell(col, values, conf, rs.expected_n(m, agent)))
-                rows.append(Row(_row_label(agent, wx, variants), cells, agent, wx))
+                rows.append(Row(_row_label(rs, agent, wx, variants), cells,
+                                rs.agent_of(agent), wx))
         tables.append(Table(name, title, metric, unit, columns, rows, digits=digits, notes=[
             "One run per (env family, agent, seed), trained and evaluated on that family alone; "
             "final evaluation.",
             "The paper gives no single-task table, only relative claims: see single_vs_baseline."]))
 
-    if all(any(rs.expected_n(column_mix[c], a) or rs.select(column_mix[c], a)
-               for c in columns) for a in ("grpo", "comp_rl")):
+    if all(any(rs.expected_n(column_mix[c], r) or rs.select(column_mix[c], r)
+               for c in columns for r in rs.rows_of(column_mix[c], a))
+           for a in ("grpo", "comp_rl")):
         tables.append(_single_vs_baseline(rs, vals, conf, columns, column_mix))
     return tables
 
@@ -202,6 +218,7 @@ def _single_tables(rs: RunSet, vals: _Values, conf: float) -> list[Table]:
 def _single_vs_baseline(rs: RunSet, vals: _Values, conf: float, columns: list[str],
                         column_mix: dict[str, str]) -> Table:
     rows = []
+    notes = [n for col in columns for n in _several(rs, column_mix[col], ("grpo", "comp_rl"))]
     for col in columns:
         m = column_mix[col]
 
@@ -229,7 +246,7 @@ def _single_vs_baseline(rs: RunSet, vals: _Values, conf: float, columns: list[st
                      "difference of independent means with a Welch 95% t-interval.",
                      "Paper: ~1.3x baseline success on MiniHack Room and ALFWorld, +3.0 points "
                      "on SWE-Bench, 1.5x fewer actions on MiniHack and 2x fewer on ALFWorld; "
-                     "a 'steady lead' on WebShop with no number."])
+                     "a 'steady lead' on WebShop with no number.", *notes])
 
 
 def _mix_table(rs: RunSet, vals: _Values, conf: float, mix: str, agents: list[str], name: str,
@@ -249,8 +266,9 @@ def _mix_table(rs: RunSet, vals: _Values, conf: float, mix: str, agents: list[st
                     values = vals.per_seed(
                         mix, agent, lambda r: vals.task(r, col, wx, "success_rate"))
                 cells.append(_cell(col, values, conf, rs.expected_n(mix, agent),
-                                   paper.multi_task_value(mix, agent, wx, col)))
-            rows.append(Row(_row_label(agent, wx, variants), cells, agent, wx, mix))
+                                   paper.multi_task_value(mix, rs.agent_of(agent), wx, col)))
+            rows.append(Row(_row_label(rs, agent, wx, variants), cells, rs.agent_of(agent),
+                            wx, mix))
     return Table(name, title, "success_rate", "fraction of episodes", columns, rows, notes=notes)
 
 
@@ -260,17 +278,27 @@ def _multi_tables(rs: RunSet, vals: _Values, conf: float) -> list[Table]:
         if not _is_multi(rs, mix):
             continue
         present = rs.agents(mix)
-        if not any(a in PAPER_AGENTS for a in present) and any(a in ABLATIONS for a in present):
+        bases = {rs.agent_of(a) for a in present}
+        if not bases & set(PAPER_AGENTS) and bases & set(ABLATIONS):
             continue  # an ablation-only mix: its table is the ablation table
-        others = [a for a in _ordered_agents(present)
-                  if a not in PAPER_AGENTS and a not in ABLATIONS]
-        agents = [*PAPER_AGENTS, *others]
+        others = [a for a in _ordered_agents(present, rs)
+                  if rs.agent_of(a) not in PAPER_AGENTS and rs.agent_of(a) not in ABLATIONS]
+        paper_rows = [r for a in PAPER_AGENTS for r in rs.rows_of(mix, a)]
+        # a paper row nobody ran or asked for is named in a note, not shown as a row of
+        # "no runs" beside a report that counts nothing missing
+        unasked = [r for r in paper_rows if not rs.select(mix, r) and not rs.expected_n(mix, r)]
+        agents = [*(r for r in paper_rows if r not in unasked), *others]
         n_tasks = len(mix_task_names(rs, mix))
+        notes = ["The paper's layout. Average = per-run mean over the mix's tasks, then mean ± CI "
+                 "over seeds.", "A paper row that was expected but has no finished run reads "
+                 "'missing'."]
+        if unasked:
+            notes.append(f"Paper rows not run here (not asked for, so not counted missing; "
+                         f"`crl-bench report --suite multi` expects them): "
+                         f"{', '.join(agent_label(r) for r in unasked)}.")
         tables.append(_mix_table(
             rs, vals, conf, mix, agents, f"multi_{mix}",
-            f"Multi-task success rate, {n_tasks} tasks ({mix})",
-            ["The paper's layout. Average = per-run mean over the mix's tasks, then mean ± CI "
-             "over seeds.", "Every paper row is listed; a row without runs reads 'missing'."]))
+            f"Multi-task success rate, {n_tasks} tasks ({mix})", notes))
     return tables
 
 
@@ -278,9 +306,9 @@ def _ablation_tables(rs: RunSet, vals: _Values, conf: float) -> list[Table]:
     tables = []
     for mix in rs.mixes():
         present = rs.agents(mix)
-        if not any(a in ABLATIONS for a in present):
+        if not any(rs.agent_of(a) in ABLATIONS for a in present):
             continue
-        agents = ["comp_rl", *ABLATIONS]
+        agents = [r for a in ("comp_rl", *ABLATIONS) for r in rs.rows_of(mix, a)]
         tables.append(_mix_table(
             rs, vals, conf, mix, agents, f"ablation_{mix}",
             f"Ablations on {mix}: Comp. RL with one mechanism off",
@@ -291,10 +319,12 @@ def _ablation_tables(rs: RunSet, vals: _Values, conf: float) -> list[Table]:
 
 def _task_scaling_table(rs: RunSet, vals: _Values, conf: float) -> list[Table]:
     mixes = [m for m in rs.mixes() if _is_multi(rs, m)
-             and any(a in rs.agents(m) for a in ("grpo", "comp_rl"))]
+             and all(any(rs.select(m, r) or rs.expected_n(m, r) for r in rs.rows_of(m, a))
+                     for a in ("grpo", "comp_rl"))]  # a gain needs both agents
     if not mixes:
         return []
     mixes.sort(key=lambda m: len(mix_task_names(rs, m)))
+    several = [n for m in mixes for n in _several(rs, m, ("grpo", "comp_rl"))]
     rows = []
     columns = ["Baseline", "Comp. RL w/ exp", "Gain w/ exp", "Comp. RL w/o exp", "Gain w/o exp"]
     for mix in mixes:
@@ -325,7 +355,7 @@ def _task_scaling_table(rs: RunSet, vals: _Values, conf: float) -> list[Table]:
                       "Gain = Comp. RL average - Baseline average, a difference of independent "
                       "means with a Welch 95% t-interval.",
                       "Paper gains: +6.6 points (3 tasks), +8.1 points (6 tasks; the paper does "
-                      "not name its 6 tasks, our 6mix is our own choice)."])]
+                      "not name its 6 tasks, our 6mix is our own choice).", *several])]
 
 
 def build_tables(rs: RunSet, confidence: float = 0.95) -> tuple[list[Table], list[MissingRun]]:
@@ -345,22 +375,33 @@ def _num(x: float, digits: int, signed: bool) -> str:
     return f"{x:+.{digits}f}" if signed else f"{x:.{digits}f}"
 
 
+def _seeds(n: int, expected: int | None = None) -> str:
+    """``3 seeds``, ``1 seed``, ``2/3 seeds`` (n counts seeds, i.e. runs; never episodes)."""
+    if expected and n < expected:
+        return f"{n}/{expected} seeds"
+    return f"{n} seed" + ("" if n == 1 else "s")
+
+
 def format_cell(cell: Cell, digits: int = 2) -> str:
-    """``0.62 ± 0.08 (n=3)``, ``+0.07 ± 0.05 (n=3)``, ``1.25x``; paper value after ``·``."""
+    """``0.62 ± 0.08 (3 seeds)``, ``+0.07 ± 0.05 (3 seeds)``, ``1.25x (3 seeds)``,
+    ``0.40 (1 seed, no CI)``, ``missing (0/3 seeds)``; the paper's value after ``·``."""
     est = cell.estimate
-    expected = f"/{cell.expected_n}" if cell.expected_n and cell.n < cell.expected_n else ""
+    expected = cell.expected_n if cell.expected_n and cell.n < cell.expected_n else None
     if est is not None and est.n > 0 and math.isnan(est.mean) and cell.kind == "ratio":
-        text = f"undefined: denominator 0 (n={est.n}{expected})"  # runs exist, ratio has no value
+        # runs exist, the ratio has no value
+        text = f"undefined: denominator 0 ({_seeds(est.n, expected)})"
     elif est is None or est.n == 0 or math.isnan(est.mean):
         # "missing" when the matrix expected runs here; "no runs" when nothing was asked for
-        text = f"missing (n=0{expected})" if expected else "no runs"
+        text = f"missing ({_seeds(0, expected)})" if expected else "no runs"
     elif cell.kind == "ratio":
-        text = f"{est.mean:.2f}x (n={est.n}{expected})"
+        text = f"{est.mean:.2f}x ({_seeds(est.n, expected)})"
     else:
         signed = cell.kind == "diff"
         text = _num(est.mean, digits, signed)
-        text += f" ± {est.half_width:.{digits}f}" if est.has_ci else " (no CI)"
-        text += f" (n={est.n}{expected})"
+        if est.has_ci:
+            text += f" ± {est.half_width:.{digits}f} ({_seeds(est.n, expected)})"
+        else:
+            text += f" ({_seeds(est.n, expected)}, no CI)"
     if cell.paper is not None:
         if cell.kind == "ratio":
             text += f" · paper {cell.paper:.1f}x"

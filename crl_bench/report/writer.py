@@ -46,6 +46,9 @@ class ReportResult:
     missing: list[MissingRun]
     skipped_plots: list[str] = field(default_factory=list)
     n_runs: int = 0
+    groups: list[Any] = field(default_factory=list)
+    """The rows: one per (tasks, agent, configuration), :class:`crl_bench.report.runs.RunGroup`."""
+    notes: list[str] = field(default_factory=list)
 
 
 def _f(x: float | None) -> float | None:
@@ -127,13 +130,46 @@ def _show(v: Any, fmt: str = "{}") -> str:
     return "-" if v is None else fmt.format(v)
 
 
+NOT_A_RESULT_PRESETS = ("tiny", "quick")
+"""Presets whose runs are a look at the pipeline (a tiny or briefly trained model, a handful of
+episodes): a report of them says so before any number."""
+
+
+def _not_a_result(presets: list[str]) -> str:
+    small = [p for p in presets if p in NOT_A_RESULT_PRESETS]
+    if not small:
+        return ""
+    return (f"**Not a result.** These runs use the {', '.join(f'`{p}`' for p in small)} "
+            "preset: a small model trained for a few steps and evaluated on a handful of "
+            "episodes, to show the pipeline end to end. Their numbers say nothing about the "
+            "agents, and the paper's values beside them are not comparable (they come from the "
+            "`paper` preset's 7B model after 512 steps).\n")
+
+
+def _groups_markdown(groups: list[Any]) -> str:
+    """The agents whose runs come in several configurations, and how they differ."""
+    several = [g for g in groups if g.label]
+    if not several:
+        return ""
+    lines = ["## Configurations\n",
+             "Runs of one mix and agent whose settings differ (in anything but the seed) are "
+             "separate rows, named by the settings that tell them apart; every setting in which "
+             "they differ:\n", "| mix | row | seeds | runs | differing settings |",
+             "|---|---|---|---|---|"]
+    for g in several:
+        diff = "; ".join(f"`{k}`={v!r}" for k, v in g.differs.items())
+        lines.append(f"| {g.tasks} | {_md_escape(g.row)} | "
+                     f"{', '.join(map(str, g.seeds)) or '-'} | {g.runs} | {_md_escape(diff)} |")
+    return "\n".join(lines) + "\n"
+
+
 def _runs_markdown(runs: list[Any], facts: list[dict[str, Any]]) -> str:
     if not runs:
         return "None.\n"
     lines = ["| mix | agent | seed | preset | steps | training episodes | eval episodes per mode "
              "| time (min) | bank entries | path |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r, f in zip(runs, facts):
-        lines.append(f"| {r.tasks} | {r.agent} | {r.seed} | {r.config.get('preset', '?')} | "
+        lines.append(f"| {r.tasks} | {_md_escape(r.row)} | {r.seed} | {r.config.get('preset', '?')} | "
                      f"{_show(f['steps'])} | {f['train_episodes']} | {_show(f['eval_episodes'])} | "
                      f"{_show(f['time_min'], '{:.0f}')} | {_show(f['bank_size'])} | {r.path} |")
     return ("\n".join(lines) + "\n\nTime: the training steps and the timed evaluations as the "
@@ -193,10 +229,16 @@ def write_report(run_dirs: Iterable[str | Path], out_dir: str | Path, *,
     md = [f"# {title}\n",
           f"Generated {generated} by `crl-bench report` from {len(rs.runs)} finished run(s); "
           f"preset(s): {', '.join(presets) or '-'}; model(s): {', '.join(models) or '-'}.\n",
+          _not_a_result(presets),
           f"Every cell: mean ± half-width of the two-sided {pct}% Student-t interval over seeds "
-          f"(n = seeds; `n=2/3` means one expected seed is missing), at the final evaluation. "
-          f"`paper` is the value reported by {PAPER_REF}, where it reports one.\n",
+          f"(`3 seeds`: three runs, one per seed; `2/3 seeds`: one expected seed is missing; one "
+          f"seed has no interval), each run's value being its final evaluation's rate over its "
+          f"held-out episodes. `paper` is the value reported by {PAPER_REF}, where it reports "
+          f"one.\n",
+          f"{len(rs.runs)} finished run(s) in {len(rs.groups)} row(s) of (mix, agent, "
+          f"configuration).\n",
           f"## Missing or unfinished runs ({len(missing)})\n", _missing_markdown(missing),
+          _groups_markdown(rs.groups),
           f"## Runs ({len(rs.runs)})\n", _runs_markdown(rs.runs, facts)]
     if rs.notes:
         md.append("Notes:\n\n" + "\n".join(f"- {n}" for n in rs.notes) + "\n")
@@ -216,7 +258,9 @@ def write_report(run_dirs: Iterable[str | Path], out_dir: str | Path, *,
     doc = {
         "title": title, "generated": generated, "confidence": confidence,
         "paper": PAPER_REF,
-        "runs": [{"path": str(r.path), "tasks": r.tasks, "agent": r.agent, "seed": r.seed,
+        "groups": [g.as_dict() for g in rs.groups],
+        "runs": [{"path": str(r.path), "tasks": r.tasks, "agent": r.agent, "row": r.row,
+                  "group": r.group, "seed": r.seed,
                   "state": r.state, "step": r.status.get("step"),
                   "preset": r.config.get("preset"), "model": r.config.get("model"), **f}
                  for r, f in zip(rs.runs, facts)],
@@ -237,4 +281,4 @@ def write_report(run_dirs: Iterable[str | Path], out_dir: str | Path, *,
     json_path = out / "report.json"
     json_path.write_text(json.dumps(doc, indent=2, allow_nan=False))
     return ReportResult(out, md_path, json_path, csvs, plot_list, tables, missing, skipped,
-                        len(rs.runs))
+                        len(rs.runs), rs.groups, rs.notes)
