@@ -21,7 +21,13 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "report": ("crl_bench.report.cli:configure_report", "write tables and plots from run directories"),
     "reproduce": ("crl_bench.runner.reproduce:configure",
                   "run a whole suite (agents x tasks x seeds), then the report"),
+    "eval": ("crl_bench.runner.cli:configure_eval", "evaluate a model, a run's checkpoint or an "
+                                                    "OpenAI-compatible endpoint on a task set"),
+    "show": ("crl_bench.runner.cli:configure_show", "print one episode of a run as the model saw it"),
     "bank": ("crl_bench.experience.cli:configure", "inspect an experience bank"),
+    "build-model": ("crl_bench.cli:_configure_build_model",
+                    "build a named model into the cache (e.g. smollm2-135m-reader) and print "
+                    "its folder"),
     "plan": ("crl_bench.cli:_configure_plan", "memory and time per GPU of a GPU run; refuses one "
                                               "that does not fit"),
 }
@@ -91,6 +97,26 @@ def _describe(exc: BaseException) -> str:
     for note in getattr(exc, "__notes__", ()):
         text += f" {note}"
     return text
+
+
+# ---------------------------------------------------------------------------------------------
+# build-model
+# ---------------------------------------------------------------------------------------------
+
+def _configure_build_model(p: argparse.ArgumentParser) -> None:
+    p.add_argument("name", help="a known short model name (crl_bench.llm.models.KNOWN_MODELS), "
+                                "e.g. smollm2-135m-reader")
+    p.add_argument("--debug", action="store_true", help="show the traceback of a failure")
+    p.set_defaults(func=_cmd_build_model)
+
+
+def _cmd_build_model(args: argparse.Namespace) -> int:
+    from crl_bench.llm.models import KNOWN_MODELS, resolve_model
+
+    if args.name not in KNOWN_MODELS:
+        raise ValueError(f"unknown model {args.name!r}; known: {', '.join(KNOWN_MODELS)}")
+    print(resolve_model(args.name))  # built once into the cache, then found there
+    return 0
 
 
 # ---------------------------------------------------------------------------------------------

@@ -36,7 +36,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("the report and bank command lines", ("crl_bench.report.cli", "crl_bench.experience.cli")),
     ("entry points: the Python API and the commands that train",
      ("crl_bench.runner.api", "crl_bench.runner.cli", "crl_bench.runner.reproduce",
-      "crl_bench.cli")),
+      "crl_bench.runner.eval_api", "crl_bench.data_fetch", "crl_bench.cli")),
 ]
 __doc__ += "\n" + "\n".join(f"{i}. {name}: {', '.join(mods)}" for i, (name, mods) in enumerate(LAYERS))
 FACADES = {"crl_bench"}

@@ -185,3 +185,119 @@ def closing_lines(path, sample: int = 3) -> list[str]:
                   "  crl-bench report runs/minihack__* --out results/mine",
                   "  (about 70 min per run on 2 CPU cores; on GPUs --preset paper; docs/usage.md)"]
     return lines
+
+
+# ---------------------------------------------------------------------------------------------
+# eval / show
+# ---------------------------------------------------------------------------------------------
+
+def configure_eval(p: argparse.ArgumentParser) -> None:
+    from crl_bench.runner.config import DEFAULT_TASKS, PRESETS
+
+    p.add_argument("model", nargs="?", default=None, metavar="MODEL",
+                   help="what to evaluate: a Hugging Face id (owner/name), a model folder, a "
+                        "built-in name (smollm2-135m, tiny-sft), or a run directory (its "
+                        "configuration and last checkpoint); default: the preset's actor")
+    p.add_argument("--endpoint", metavar="URL",
+                   help="an OpenAI-compatible server instead of MODEL, e.g. "
+                        "http://127.0.0.1:8000/v1 (vllm serve, SGLang, llama.cpp, OpenAI); "
+                        "$OPENAI_API_KEY is sent when set")
+    p.add_argument("--model-id", metavar="NAME", help="with --endpoint: the served model's name")
+    p.add_argument("--tasks", default=None,
+                   help=f"task set: a mix (`crl-bench list mixes`) or comma-separated env ids; "
+                        f"default {DEFAULT_TASKS} (a run directory: the run's)")
+    p.add_argument("--bank", metavar="PATH",
+                   help="an experience bank (e.g. RUN_DIR/bank.sqlite): evaluate without and with "
+                        "experience retrieved from it (a copy is used; the file is not changed)")
+    p.add_argument("--seed", type=int, nargs="+", default=[0],
+                   help="one or more seeds (one evaluation each; the report's intervals are over "
+                        "them); default 0")
+    p.add_argument("--episodes", type=int, default=None,
+                   help="held-out episodes per task and mode (default: the preset's "
+                        "eval.episodes_per_task)")
+    p.add_argument("--preset", choices=list(PRESETS), default=None,
+                   help="settings of the episodes and sampling (default: quick without a GPU, "
+                        "paper with one; a run directory: the run's)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config field, e.g. --set eval.temperature=0")
+    p.add_argument("--out", default=None,
+                   help="output folder: one folder per seed (seed_N, laid out as a run's) and "
+                        "report/; default evals/<tasks>__<model>__<time>")
+    p.add_argument("--concurrency", type=int, default=8,
+                   help="with --endpoint: requests in flight at once (default 8)")
+    p.add_argument("--no-progress", action="store_true", help="no live progress line")
+    p.add_argument("--no-report", action="store_true", help="do not write OUT/report")
+    p.add_argument("--wandb", action="store_true",
+                   help="also log to Weights & Biases (as for `crl-bench run --wandb`)")
+    p.add_argument("--debug", action="store_true", help="show tracebacks")
+    p.set_defaults(func=eval_command)
+    p.epilog = ("Writes the same evaluation records as a run (eval.jsonl, episodes.jsonl, "
+                "trajectories/) and a report with success, steps and intervals over seeds. "
+                "`crl-bench show OUT/seed_0 --episode 0` prints one episode as the model saw it.")
+
+
+def eval_command(args: argparse.Namespace) -> int:
+    import os
+    from pathlib import Path
+
+    from crl_bench.cli import parse_overrides
+    from crl_bench.runner.eval_api import resolve_model, run_eval
+
+    if args.wandb:
+        os.environ["CRL_WANDB"] = "1"
+    if args.concurrency < 1:
+        raise ValueError(f"--concurrency {args.concurrency}: give 1 or more")
+    model = resolve_model(args.model, args.endpoint, args.model_id)
+    out, dirs, report = run_eval(
+        model, tasks=args.tasks, preset=args.preset, seeds=list(args.seed),
+        out=Path(args.out) if args.out else None, bank=Path(args.bank) if args.bank else None,
+        episodes=args.episodes, overrides=parse_overrides(args.overrides),
+        progress=not args.no_progress, report=not args.no_report, concurrency=args.concurrency)
+    from crl_bench.runner.records import read_jsonl
+
+    evals = [e for d in dirs for e in read_jsonl(d / "eval.jsonl")]
+    print(f"\nevaluation: {out} ({len(dirs)} seed(s): {', '.join(d.name for d in dirs)})")
+    for line in eval_summary_lines(evals):
+        print(line)
+    if report is not None:
+        print(f"report: {report.markdown}")
+    print(f"one episode as the model saw it: crl-bench show {dirs[0]} --episode 0")
+    return 0
+
+
+def eval_summary_lines(evals: list[dict]) -> list[str]:
+    """Per task and mode: success over all seeds' episodes (the report has the intervals)."""
+    cells: dict[tuple[str, bool], list[dict]] = {}
+    for e in evals:
+        cells.setdefault((e["task"], bool(e["with_experience"])), []).append(e)
+    lines = [f"  {'task':<22}{'mode':>18}{'success':>10}{'episodes':>10}{'seeds':>7}"]
+    for (task, with_exp), recs in cells.items():
+        n = sum(int(r["n"]) for r in recs)
+        wins = sum(float(r["success_rate"]) * int(r["n"]) for r in recs)
+        lines.append(f"  {task:<22}{'with experience' if with_exp else 'without':>18}"
+                     f"{wins / max(1, n):>10.2f}{n:>10}{len(recs):>7}")
+    return lines
+
+
+def configure_show(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run_dir", metavar="RUN_DIR", help="a run directory (or one seed's folder of "
+                                                      "an evaluation)")
+    p.add_argument("--episode", type=int, default=None, metavar="N",
+                   help="line N (from 0) of RUN_DIR/episodes.jsonl; without it the episodes are "
+                        "listed")
+    p.add_argument("--debug", action="store_true", help="show tracebacks")
+    p.set_defaults(func=show_command)
+
+
+def show_command(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from crl_bench.runner.show import episode_index_lines, format_episode
+
+    run = Path(args.run_dir)
+    if not run.is_dir():
+        raise FileNotFoundError(f"{run}: no such run directory")
+    lines = (episode_index_lines(run) if args.episode is None
+             else format_episode(run, args.episode))
+    print("\n".join(lines))
+    return 0

@@ -21,6 +21,7 @@ from typing import Any, Callable
 from crl_bench.agent import Agent
 from crl_bench.runner.config import RunConfig
 from crl_bench.runner.context import RunContext
+from crl_bench.runner.eval_logs import log_eval_tables
 from crl_bench.memory import limit_malloc_arenas, peak_rss_gb, release_free_memory, rss_gb
 from crl_bench.runner.records import RunDir, write_json_atomic
 from crl_bench.runner.trainer import timed
@@ -119,10 +120,11 @@ class Trainer:
         modes = [False] + ([True] if ctx.manager is not None else [])
         if ctx.manager is not None and ctx.cfg.eval.modes == "with_experience":
             modes = [True]  # official: eval_memory_split off, every episode with memory
-        records, summaries = [], []
+        records, summaries, played = [], [], []
         out: dict[str, Any] = {}
         for with_exp in modes:
             trajs = ctx.play("eval", step, ctx.eval_plan(with_exp))
+            played.extend(trajs)
             records.extend(episode_record(t, "eval", step) for t in trajs)
             for task in self.tasks:
                 mine = [t for t in trajs if t.task_name == task.name]
@@ -136,6 +138,9 @@ class Trainer:
             out[f"eval/avg_actions_{tag}"] = sum(t.n_actions for t in trajs) / max(1, len(trajs))
         self.run.append("episodes.jsonl", records)
         self.run.append("eval.jsonl", summaries)
+        # in episodes.jsonl's order (`crl-bench show RUN_DIR --episode N` pairs them)
+        self.run.write_trajectories(step, "eval", [t.to_json() for t in played])
+        log_eval_tables(self, step, played)  # sampled episodes and bank entries: TB and W&B
         return out
 
     # -- the loop ------------------------------------------------------------------------------
