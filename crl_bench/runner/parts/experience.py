@@ -189,9 +189,15 @@ class ExperienceSide(Part):
             self._metrics = list(metrics) + self._metrics
 
     # -- the pre-rollout flush -----------------------------------------------------------------
-    def wait_for_bank(self) -> None:
+    def wait_for_bank(self, *, merge: bool = True) -> None:
         """``extractor.wait_before_rollout``: pending bank writes finish before a rollout (the
-        official flush before each rollout); the wait is logged as ``timing_s/bank_wait``."""
+        official flush before each rollout); the wait is logged as ``timing_s/bank_wait``.
+
+        ``merge``: with official fencing the every-``merge_every`` merge sits inside this flush.
+        Officially the flush (and its merge) runs once per step, before both the evaluation and
+        the training rollout (``multi_agentic_pipeline.py:1237-1261``, evaluation at :1303); here
+        evaluation plays after the step's training rollout, so its plays pass False and a merge
+        pass runs at most once per merge step (never a second time on the same step)."""
         cfg = self.info.cfg
         if self.extractor is None or not cfg.extractor.wait_before_rollout:
             return
@@ -206,7 +212,8 @@ class ExperienceSide(Part):
             self.extractor.wait_writes()
         every = cfg.experience.merge_every
         step = self.info.step
-        if fenced and self.extractor.merge_every and every and step % every == 0:
+        if (merge and fenced and self.extractor.merge_every and every and step % every == 0
+                and self.extractor.last_merge_step != step):
             with timed(timings, "timing_s/merge"):  # the merge sits inside the flush
                 self.log({"step": step, **self.extractor.merge(step)})
 

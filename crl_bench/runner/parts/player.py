@@ -221,7 +221,7 @@ class Player(Part):
         from crl_bench.runner.trainer import timed
 
         info, exp = self.info, self.experience
-        exp.wait_for_bank()
+        exp.wait_for_bank(merge=phase == "train")  # evaluation never merges (at most once a step)
         specs = self.episode_specs(phase, step, plan)
         callback, ask_samples = self.ask_callback(
             exp.search_ask, record=(phase == "train" and exp.trainer is not None))
