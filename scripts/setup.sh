@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set up crl-bench in ./.venv: the package with every extra, the embedded model and embedder,
-# and links to environment data that cannot be downloaded here.
+# and the environment data (linked from a shared folder beside the checkout, else downloaded).
 #
 #   bash scripts/setup.sh            # everything (CPU machines get the small CPU build of torch)
 #   PYTHON=python3.11 bash scripts/setup.sh
@@ -53,4 +53,7 @@ for fam in webshop alfworld swe; do
     echo "[setup] linked $CACHE/data/$fam -> $SHARED/$fam"
   fi
 done
+# Elsewhere: fetch each family's data that is still not found from where its authors publish it
+# (progress line and SHA-256 per file; offline it says exactly what is missing and goes on).
+"$VENV/bin/python" -m crl_bench.data_fetch || echo "[setup] some data could not be fetched (above); the envs that have theirs work"
 echo "[setup] done. Try: $VENV/bin/crl-bench list envs"
