@@ -124,6 +124,25 @@ def _loopback_up():
         fcntl.ioctl(s.fileno(), siocsifflags, struct.pack("16sH22x", b"lo", flags | iff_up))
 
 
+def _hide(root, cfg):
+    """Cover each ``hide`` path (the task data: crl-bench's own package and data folders) that a
+    read-only bind made visible: an empty read-only tmpfs on a folder, ``/dev/null`` on a file.
+    """
+    binds = [(p, os.path.realpath(p)) for p in cfg["ro_binds"] if os.path.lexists(p)]
+    for hidden in cfg.get("hide") or ():
+        for inside, real in binds:
+            if hidden != real and not hidden.startswith(real.rstrip("/") + "/"):
+                continue
+            target = root + inside.rstrip("/") + hidden[len(real.rstrip("/")):]
+            if os.path.isdir(target) and not os.path.islink(target):
+                _mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                       "size=4k,nr_inodes=1,mode=0555")
+                _mount(None, target, None,
+                       MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
+            elif os.path.isfile(target):
+                _mount("/dev/null", target, None, MS_BIND)
+
+
 def _build_root(cfg):
     root = cfg["root"]
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
@@ -138,6 +157,7 @@ def _build_root(cfg):
         real = os.path.realpath(path)
         target = _make_mountpoint(root, path, os.path.isdir(real))
         _bind(real, target, readonly=True)
+    _hide(root, cfg)
     for source, inside in cfg["rw_binds"]:
         target = _make_mountpoint(root, inside, True)
         _bind(source, target, readonly=False)

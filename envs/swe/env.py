@@ -214,7 +214,8 @@ class SWETextEnv(TextEnv):
                     self.sandbox.close()
                 self.sandbox = LocalSandbox(limits=self.limits, isolation=self.isolation,
                                             venv=str(runtime.venv), ro_binds=runtime.ro_binds,
-                                            env=dict(runtime.env))
+                                            env=dict(runtime.env),
+                                            hide=self.task_set.data_paths())
                 self._sandbox_key = key
             self.sandbox.prepare(runtime.template)
             self._test_command = runtime.test_command
@@ -257,7 +258,8 @@ class SWETextEnv(TextEnv):
         sb = self.sandbox
         assert sb is not None
         if hasattr(sb, "workspace_diff"):
-            return sb.workspace_diff(timeout_s=min(120.0, self.eval_timeout_s))
+            return sb.workspace_diff(timeout_s=min(120.0, self.eval_timeout_s),
+                                     max_bytes=self.max_patch_bytes)
         base = shlex.quote(self._base_rev)
         diff = sb.run("export GIT_INDEX_FILE=$(mktemp); git -c core.hooksPath=/dev/null "
                       "-c core.fsmonitor=false add -A -f . >/dev/null 2>&1 && "

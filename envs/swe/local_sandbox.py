@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import shutil
 import subprocess
 import tempfile
@@ -17,15 +18,16 @@ from typing import Any, Mapping
 
 from crl_bench.envs.swe.sandbox_base import (MiB, SETUP_ERROR_EXIT, SETUP_ERROR_PREFIX, WORKDIR,
                                              CommandResult, Sandbox, SandboxError,
-                                             SandboxLimits, SandboxPathError)
-from crl_bench.envs.swe.sandbox_fs import (QuotaWatch, chown_tree, fs_usage, mount_quota_fs,
-                                           remove_tree, tree_usage)
+                                             SandboxLimits, SandboxPathError, process_reserve_mb)
+from crl_bench.envs.swe.sandbox_fs import (QuotaWatch, changed_bytes, chown_tree, fs_usage,
+                                           mount_quota_fs, remove_tree, tree_usage)
 from crl_bench.envs.swe.sandbox_proc import (OWNER_FILE, WORKSPACE_PREFIX, _base_config,
                                              _is_root, _kill_uid, _launch, _uid_counter,
                                              _world_traversable, clean_stale_workspaces,
                                              collect_output, default_ro_binds,
-                                             make_memory_cgroup, namespaces_available,
-                                             owner_record, remove_cgroup)
+                                             make_memory_cgroup, memory_events, memory_usage,
+                                             namespaces_available, owner_record, remove_cgroup,
+                                             sandbox_parent_cgroup, task_data_paths)
 
 ISOLATIONS = ("auto", "namespaces", "unsafe-rlimits")
 
@@ -54,6 +56,9 @@ class LocalSandbox(Sandbox):
             a high range that no login user has).
         use_cgroup: cap the sandbox's memory with a cgroup where the host allows it (else, or
             when False, the process budget of :class:`SandboxLimits` applies).
+        hide: host paths covered with an empty folder inside the sandbox, on top of
+            crl-bench's own package folders, which are always covered (the task data with the
+            gold patches lives there when crl-bench is installed from a wheel).
 
     Workspaces live in ``<base_dir>/crl-swe-<pid>-*`` with an owner file; a new sandbox removes
     those of processes that are gone (a killed run).
@@ -67,6 +72,7 @@ class LocalSandbox(Sandbox):
     base_dir: str | None = None
     uid: int | None = None
     use_cgroup: bool = True
+    hide: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.isolation == "rlimits":
@@ -108,11 +114,17 @@ class LocalSandbox(Sandbox):
         self._dir = Path(tempfile.mkdtemp(prefix=f"{WORKSPACE_PREFIX}{owner['pid']}-",
                                           dir=self.base_dir))
         lim = self.limits
-        # the owner file and the empty mount skeleton take a few inodes and blocks of their own
-        why = mount_quota_fs(self._dir, lim.disk_mb * MiB + 64 * 1024, lim.max_inodes + 8)
+        self._setup_memory(owner)
+        # A tmpfs quota is RAM: only where the sandbox's memory cgroup (inside the parent that
+        # bounds all sandboxes of the host) is charged for its pages. The owner file and the
+        # empty mount skeleton take a few inodes and blocks of their own.
+        why = (mount_quota_fs(self._dir, lim.disk_mb * MiB + 64 * 1024, lim.max_inodes + 8)
+               if self._cgroup is not None else
+               "no memory cgroup to charge a tmpfs to, so the files stay on disk")
         self.quota_fs = not why
-        self.quota_note = (f"tmpfs of {lim.disk_mb:,} MiB and {lim.max_inodes:,} inodes"
-                           if self.quota_fs else f"checked while commands run ({why})")
+        self.quota_note = (f"tmpfs of {lim.disk_mb:,} MiB and {lim.max_inodes:,} inodes, "
+                           "charged to the sandbox's memory" if self.quota_fs
+                           else f"checked while commands run ({why})")
         (self._dir / OWNER_FILE).write_text(json.dumps(owner))
         self.ws = self._dir / "testbed"
         self.tmp = self._dir / "tmp"
@@ -121,25 +133,29 @@ class LocalSandbox(Sandbox):
             d.mkdir()
         self._source: Path | None = None
         self._ro = default_ro_binds(tuple(self.ro_binds) + ((self.venv,) if self.venv else ()))
+        self._hide = task_data_paths(tuple(self.hide))
         self._own(self._dir)
         if self.uid is not None:
             os.lchown(self._dir / OWNER_FILE, os.getuid(), os.getgid())
-        self._setup_memory(owner)
 
     def _setup_memory(self, owner: dict[str, Any]) -> None:
         """A memory cgroup for the whole sandbox, else a process budget (see SandboxLimits)."""
         lim = self.limits
         self._cgroup: Path | None = None
         self._max_processes = lim.max_processes
+        self.budget_mb = 0
         if self.use_cgroup:
             name = f"{WORKSPACE_PREFIX}{owner['pid']}-{owner['start']}-{self._dir.name[-8:]}"
             self._cgroup, why = make_memory_cgroup(name, lim.sandbox_memory_mb * MiB)
         else:
             why = "use_cgroup=False"
         if self._cgroup is not None:
+            self.budget_mb = sandbox_parent_cgroup()[2] // MiB
             self.memory_note = (f"memory cgroup {self._cgroup}: {lim.sandbox_memory_mb} MiB for "
-                                f"the whole sandbox, {lim.memory_mb} MiB address space per "
-                                "process")
+                                f"the whole sandbox (its workspace files included), "
+                                f"{lim.memory_mb} MiB address space per process; all sandboxes "
+                                f"of this host together: {self.budget_mb:,} MiB "
+                                f"({self._cgroup.parent})")
             return
         budget = max(1, lim.sandbox_memory_mb // lim.memory_mb)
         self._max_processes = min(lim.max_processes, budget)
@@ -264,7 +280,8 @@ class LocalSandbox(Sandbox):
                                            quota if self.quota_fs else left),
                            max_processes=self._max_processes,
                            cgroup_procs=str(self._cgroup / "cgroup.procs") if self._cgroup
-                           else None)
+                           else None, hide=self._hide)
+        events = self._memory_events()
         start = time.monotonic()
         try:
             proc = _launch(cfg)
@@ -274,10 +291,35 @@ class LocalSandbox(Sandbox):
         if self.mode == "unsafe-rlimits" and self.uid is not None:
             _kill_uid(self.uid)  # what setsid/double-fork took out of the process group
         result.duration_s = time.monotonic() - start
-        result.note = "; ".join(n for n in (result.note, self._after_command(left)) if n)
+        notes = (result.note, self._memory_note(events), self._after_command(left))
+        result.note = "; ".join(n for n in notes if n)
         if result.exit_code == SETUP_ERROR_EXIT and result.output.startswith(SETUP_ERROR_PREFIX):
             raise SandboxError(f"the sandbox could not start the command: {result.output.strip()}")
         return result
+
+    def _memory_events(self) -> tuple[dict[str, int], dict[str, int]] | None:
+        if self._cgroup is None:
+            return None
+        return memory_events(self._cgroup), memory_events(self._cgroup.parent)
+
+    def _memory_note(self, before: tuple[dict[str, int], dict[str, int]] | None) -> str:
+        """Why a process of the command was killed for memory, if one was (else '')."""
+        if before is None or self._cgroup is None:
+            return ""
+        own = memory_events(self._cgroup)
+        if own["oom_kill"] <= before[0]["oom_kill"]:
+            return ""
+        files = fs_usage(self._dir)[0] if self.quota_fs else 0
+        held = f" (the workspace's files hold {files / MiB:,.1f} MiB of it)" if files else ""
+        # (cgroup v1 counts neither hit in memory.failcnt here: the parent's use tells)
+        in_use = memory_usage(self._cgroup.parent)
+        if in_use >= self.budget_mb * MiB - process_reserve_mb(self.limits.sandbox_memory_mb) * MiB:
+            return (f"a process was killed: the memory of all sandboxes on this host together "
+                    f"({self.budget_mb:,} MiB; {in_use / MiB:,.0f} MiB in use) ran out{held}; "
+                    "other sandboxes' files count too: commands may fail until files are "
+                    "removed or episodes end")
+        return (f"a process was killed: this sandbox's memory ({self.limits.sandbox_memory_mb:,} "
+                f"MiB for all its processes and files) ran out{held}")
 
     def _after_command(self, left_before: int) -> str:
         """Remove folders nested past ``max_path_depth``; say how the quotas stand."""
@@ -300,8 +342,13 @@ class LocalSandbox(Sandbox):
             notes.append("no disk quota was left for this command: files could not grow")
         return "; ".join(notes)
 
-    def workspace_diff(self, timeout_s: float = 120.0) -> str:
+    def workspace_diff(self, timeout_s: float = 120.0, max_bytes: int = 16 * MiB) -> str:
         """The workspace's changes against the template it was made from, as a binary git diff.
+
+        Memory stays bounded by ``max_bytes`` whatever the workspace holds: a workspace whose
+        new or changed files hold more than ``4 * max_bytes`` is refused before git reads any
+        of it, and the diff is read from git in pieces and refused once it passes
+        ``2 * max_bytes`` (the caller's own patch limit then applies to what it keeps).
 
         Runs host git with a git folder of its own (the template's objects as alternates, no
         hooks, no config from the workspace) on the workspace as work tree, with every file
@@ -321,6 +368,15 @@ class LocalSandbox(Sandbox):
         if walk.too_deep:
             raise SandboxError(f"folders are nested more than {self.limits.max_path_depth} "
                                "levels deep; remove them")
+        input_cap, output_cap = 4 * max_bytes, 2 * max_bytes
+        changed = changed_bytes(self.ws, Path(self._source), input_cap,
+                                max_depth=self.limits.max_path_depth)
+        if changed > input_cap:
+            raise SandboxError(
+                f"the workspace's new and changed files hold over {input_cap:,} bytes "
+                f"({changed / MiB:,.1f} MiB counted so far); patches are limited to "
+                f"{max_bytes:,} bytes, so this was not diffed. Remove large files you made "
+                "(find /testbed -size +1M -newer /testbed/.git/HEAD) and submit again.")
         with tempfile.TemporaryDirectory(prefix="crl-swe-diff-") as tmp:
             gitdir = Path(tmp) / "git"
             env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": tmp, **GIT_ENV,
@@ -355,11 +411,14 @@ class LocalSandbox(Sandbox):
             for tree, index in ((Path(self._source), "base.index"), (self.ws, "ws.index")):
                 git("add", "-A", "-f", "--", ".", tree=tree, index=index)
                 trees.append(git("write-tree", tree=tree, index=index).strip())
-            return git("diff-tree", "-r", "-p", "--binary", "--no-renames", "--full-index",
-                       trees[0], trees[1], tree=self.ws, index="ws.index")
+            return _capped_output(
+                ["git", *opts, f"--work-tree={self.ws}", "diff-tree", "-r", "-p", "--binary",
+                 "--no-renames", "--full-index", trees[0], trees[1]], cwd=self.ws,
+                env={**env, "GIT_INDEX_FILE": str(Path(tmp) / "ws.index")},
+                deadline=deadline, timeout_s=timeout_s, cap=output_cap, max_bytes=max_bytes)
 
     def describe(self) -> dict[str, Any]:
-        return {"backend": "local", "isolation": self.mode, "uid": self.uid,
+        return {"backend": "local", "budget_mb": self.budget_mb or None, "isolation": self.mode, "uid": self.uid,
                 "network": self.limits.network if self.mode == "namespaces" else True,
                 "workdir": self.command_workdir, "uid_note": self.uid_note or None,
                 "namespace_problem": self.namespace_problem or None,
@@ -367,11 +426,12 @@ class LocalSandbox(Sandbox):
                 "max_inodes": self.limits.max_inodes, "quota": self.quota_note}
 
     def close(self) -> None:
+        # the files first: tmpfs pages stay charged to the cgroup (and its parent) until freed
+        if getattr(self, "_dir", None) is not None and self._dir.exists():
+            remove_tree(self._dir)
         if getattr(self, "_cgroup", None) is not None:
             remove_cgroup(self._cgroup)  # type: ignore[arg-type]
             self._cgroup = None
-        if getattr(self, "_dir", None) is not None and self._dir.exists():
-            remove_tree(self._dir)
 
     def __del__(self) -> None:  # best effort; close() is the real API
         try:
@@ -379,3 +439,44 @@ class LocalSandbox(Sandbox):
         except Exception:
             pass
 
+
+def _capped_output(cmd: list[str], *, cwd: Path, env: dict[str, str], deadline: float,
+                   timeout_s: float, cap: int, max_bytes: int) -> str:
+    """Run ``cmd`` and return its stdout, read in pieces: over ``cap`` bytes it is killed and
+    refused, so the whole output is never held (the workspace diff's byte cap)."""
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    out = bytearray()
+    err = b""
+    try:
+        fd = proc.stdout.fileno()
+        while True:
+            if time.monotonic() > deadline:
+                raise SandboxError(f"computing the patch took over {timeout_s:g} s")
+            ready, _w, _x = select.select([fd], [], [], min(1.0, max(0.0, deadline -
+                                                                     time.monotonic())))
+            if not ready:
+                continue
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                break
+            out += chunk
+            if len(out) > cap:
+                raise SandboxError(f"the patch is over {cap:,} bytes (patches are limited to "
+                                   f"{max_bytes:,}); remove large files you made and submit "
+                                   "again")
+        err = proc.stderr.read(4096)
+        code = proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        raise SandboxError(f"computing the patch took over {timeout_s:g} s") from None
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()
+        proc.stderr.close()
+    if code != 0:
+        raise SandboxError("git diff-tree failed while computing the patch: "
+                           + err.decode("utf-8", "replace")[-500:])
+    return out.decode("utf-8", "surrogateescape")

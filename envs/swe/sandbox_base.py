@@ -5,6 +5,7 @@ See :mod:`crl_bench.envs.swe.sandbox` for the backends and what each confines.
 
 from __future__ import annotations
 
+import math
 import signal
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
@@ -39,6 +40,14 @@ def default_sandbox_memory_mb(meminfo: str = "/proc/meminfo") -> int:
     return max(1024, min(16384, kib // 1024 // 4))
 
 
+DEFAULT_DISK_MB = 4096
+
+
+def process_reserve_mb(sandbox_memory_mb: int) -> int:
+    """Memory of a sandbox kept for its commands whatever its files take (a quarter, >= 64)."""
+    return max(64, sandbox_memory_mb // 4)
+
+
 @dataclass(frozen=True)
 class SandboxLimits:
     """Limits applied to every command.
@@ -61,7 +70,12 @@ class SandboxLimits:
             budget: at most ``sandbox_memory_mb // memory_mb`` processes, each capped at
             ``memory_mb`` (``LocalSandbox.describe()["memory"]`` says which).
             The default is 16 GiB or a quarter of the host's memory, whichever is less.
-        disk_mb: bytes the workspace and the sandbox's ``/tmp`` may hold together, MiB.
+        disk_mb: bytes the workspace and the sandbox's ``/tmp`` may hold together, MiB. Files
+            on the quota tmpfs are memory charged to the sandbox, so they must leave room for
+            commands: ``disk_mb + shm_mb`` may take at most ``sandbox_memory_mb`` less a
+            reserve (:func:`process_reserve_mb`: a quarter of it, at least 64 MiB), or a full
+            workspace would leave no memory to run even ``rm``. ``None`` (the default): 4096
+            or what that rule leaves, whichever is less.
         max_inodes: files, folders and links they may hold together.
             Both quotas hold while a command runs: where the host lets this process mount
             (root), the sandbox folder is a tmpfs of exactly that size and inode count and the
@@ -84,17 +98,32 @@ class SandboxLimits:
     network: bool = False
     shm_mb: int = 64
     sandbox_memory_mb: int = field(default_factory=default_sandbox_memory_mb)
-    disk_mb: int = 4096
+    disk_mb: int | None = None
     max_inodes: int = 200_000
     max_path_depth: int = 128
 
     def __post_init__(self) -> None:
-        for name in ("timeout_s", "memory_mb", "max_processes", "max_file_mb",
-                     "output_keep_bytes", "output_hard_bytes", "shm_mb", "sandbox_memory_mb",
-                     "disk_mb", "max_inodes", "max_path_depth"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"SandboxLimits.{name} must be positive, got "
-                                 f"{getattr(self, name)}.")
+        names = ("timeout_s", "memory_mb", "max_processes", "max_file_mb", "output_keep_bytes",
+                 "output_hard_bytes", "shm_mb", "sandbox_memory_mb", "max_inodes",
+                 "max_path_depth") + (("disk_mb",) if self.disk_mb is not None else ())
+        for name in names:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+                    not math.isfinite(value) or value <= 0:
+                raise ValueError(f"SandboxLimits.{name} must be a positive finite number, got "
+                                 f"{str(value)[:80]}.")
+        reserve = process_reserve_mb(int(self.sandbox_memory_mb))
+        room = int(self.sandbox_memory_mb) - reserve - int(self.shm_mb)
+        if self.disk_mb is None:
+            object.__setattr__(self, "disk_mb", max(1, min(DEFAULT_DISK_MB, room)))
+        elif self.disk_mb > room:
+            raise ValueError(
+                f"SandboxLimits.disk_mb={self.disk_mb} with shm_mb={self.shm_mb} would let the "
+                f"sandbox's files take its whole memory (sandbox_memory_mb="
+                f"{self.sandbox_memory_mb}): a full workspace would leave no room to run even "
+                f"rm. Files may take at most {max(room, 0)} MiB here (the memory less "
+                f"{reserve} MiB kept for commands, less the /dev/shm size): lower disk_mb or "
+                "shm_mb, or raise sandbox_memory_mb.")
         if self.output_hard_bytes < self.output_keep_bytes:
             raise ValueError("SandboxLimits.output_hard_bytes must be >= output_keep_bytes "
                              "(the hard cap stops a command; the keep size is what is shown).")

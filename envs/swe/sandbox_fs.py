@@ -73,6 +73,46 @@ def tree_usage(*tops: Path, max_depth: int = 10**9, git_top: Path | None = None)
     return usage
 
 
+def changed_bytes(top: Path, template: Path, stop_at: int, max_depth: int = 10**9) -> int:
+    """Bytes of the regular files under ``top`` that are new or differ from ``template`` by
+    size or modification time (``top/.git`` aside), iteratively; stops counting past
+    ``stop_at``. A workspace is a copy of its template with times kept, so this is what a diff
+    would have to read."""
+    total = 0
+    stack: list[tuple[str, int]] = [(str(top), 0)]
+    top_s = str(top)
+    while stack:
+        folder, depth = stack.pop()
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            continue
+        for entry in entries:
+            if depth == 0 and entry.name == ".git":
+                continue
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if stat.S_ISDIR(st.st_mode):
+                if depth + 1 < max_depth:
+                    stack.append((entry.path, depth + 1))
+                continue
+            if not stat.S_ISREG(st.st_mode):
+                continue
+            try:
+                old = os.stat(str(template) + entry.path[len(top_s):], follow_symlinks=False)
+                same = (old.st_size == st.st_size and old.st_mtime_ns == st.st_mtime_ns
+                        and stat.S_ISREG(old.st_mode))
+            except OSError:
+                same = False
+            if not same:
+                total += st.st_size
+                if total > stop_at:
+                    return total
+    return total
+
+
 def remove_tree(path: Path | str) -> None:
     """``rm -rf`` ``path`` (any depth); folders a command made unwritable are opened first.
 

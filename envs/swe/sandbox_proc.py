@@ -70,6 +70,23 @@ def default_ro_binds(extra: tuple[str, ...] = ()) -> list[str]:
     return paths
 
 
+def task_data_paths(extra: tuple[str, ...] = ()) -> list[str]:
+    """Host paths no sandbox may read: crl-bench's own package folders wherever it is installed
+    (a wheel ships the ``mini`` tasks with their gold patches inside the package; an editable
+    install maps it to the checkout), plus ``extra`` (a task set's data folder). Real paths."""
+    import importlib
+
+    found: list[str] = []
+    for name in ("crl_bench", "crl_bench.envs"):
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        found += [os.path.realpath(p) for p in getattr(module, "__path__", [])]
+    found += [os.path.realpath(p) for p in extra if p]
+    return sorted(set(found))
+
+
 def _launch(cfg: dict[str, Any]) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [sys.executable, "-I", "-S", str(LAUNCHER), json.dumps(cfg)],
@@ -117,7 +134,8 @@ def _base_config(mode: str, root: str, ws: str, tmpdir: str, ro_binds: list[str]
                  limits: SandboxLimits, *, uid: int | None, command: str,
                  env: dict[str, str], timeout_s: float | None = None,
                  fsize_bytes: int | None = None, max_processes: int | None = None,
-                 cgroup_procs: str | None = None) -> dict[str, Any]:
+                 cgroup_procs: str | None = None,
+                 hide: list[str] | None = None) -> dict[str, Any]:
     cpu = limits.cpu_s if limits.cpu_s is not None else (timeout_s or limits.timeout_s) + 5
     nproc = limits.max_processes if max_processes is None else max_processes
     rlimits: dict[str, float] = {
@@ -141,6 +159,7 @@ def _base_config(mode: str, root: str, ws: str, tmpdir: str, ro_binds: list[str]
         "host_gid": os.getgid(),
         "root": root,
         "ro_binds": ro_binds,
+        "hide": list(hide or ()),
         "rw_binds": [[ws, WORKDIR], [tmpdir, "/tmp"]] if mode == "namespaces" else [],
         "workdir": WORKDIR if mode == "namespaces" else ws,
         "uid": uid,
@@ -359,12 +378,92 @@ def memory_cgroup_root() -> tuple[Path | None, str]:
     return None, "no writable memory cgroup (needs root and a writable cgroupfs)"
 
 
-def make_memory_cgroup(name: str, limit_bytes: int) -> tuple[Path | None, str]:
-    """Create a memory cgroup capped at ``limit_bytes`` (swap included where the kernel can)."""
+SANDBOX_GROUP_ENV = "CRL_SWE_SANDBOX_GROUP"  # the parent cgroup's name (default below)
+SANDBOX_BUDGET_ENV = "CRL_SWE_SANDBOX_BUDGET_MB"  # its memory limit, MiB (default: half the RAM)
+DEFAULT_SANDBOX_GROUP = "crl-sandboxes"
+
+
+def default_sandbox_budget_mb(meminfo: str = "/proc/meminfo") -> int:
+    """Half of the host's ``MemTotal`` (at least 1 GiB): what all sandboxes together may use."""
+    try:
+        with open(meminfo) as fh:
+            kib = next(int(line.split()[1]) for line in fh if line.startswith("MemTotal:"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        return 8192
+    return max(1024, kib // 1024 // 2)
+
+
+def sandbox_budget_mb() -> int:
+    """The memory budget of all sandboxes on this host (``CRL_SWE_SANDBOX_BUDGET_MB`` or half
+    the RAM)."""
+    given = os.environ.get(SANDBOX_BUDGET_ENV)
+    if not given:
+        return default_sandbox_budget_mb()
+    try:
+        value = int(given)
+        if value <= 0:
+            raise ValueError
+    except ValueError:
+        raise ValueError(f"{SANDBOX_BUDGET_ENV}={given[:40]!r} must be a positive whole number "
+                         "of MiB (the memory all SWE sandboxes on this host may use together)."
+                         ) from None
+    return value
+
+
+def sandbox_parent_cgroup() -> tuple[Path | None, str, int]:
+    """The parent memory cgroup every sandbox's own cgroup is made in, its version, its limit.
+
+    One parent per host (``crl-sandboxes``, or ``CRL_SWE_SANDBOX_GROUP``), limited to
+    :func:`sandbox_budget_mb`: the processes *and the quota tmpfs files* of all sandboxes on
+    the host, of every run and process, are charged to it, so the kernel bounds their sum.
+    ``(None, why, 0)`` where no memory cgroup can be made.
+    """
     root, version = memory_cgroup_root()
     if root is None:
+        return None, version, 0
+    name = os.environ.get(SANDBOX_GROUP_ENV) or DEFAULT_SANDBOX_GROUP
+    if not all(c.isalnum() or c in "-_." for c in name) or name.startswith((".", WORKSPACE_PREFIX)):
+        raise ValueError(f"{SANDBOX_GROUP_ENV}={name[:60]!r}: use a plain name (letters, digits, "
+                         f"'-', '_', '.'), not starting with '.' or {WORKSPACE_PREFIX!r}.")
+    budget = sandbox_budget_mb() * MiB
+    parent = root / name
+    try:
+        parent.mkdir(exist_ok=True)
+        if version == "v2":
+            controls = (parent / "cgroup.subtree_control").read_text().split()
+            if "memory" not in controls:
+                (parent / "cgroup.subtree_control").write_text("+memory")
+        limit_file = parent / ("memory.max" if version == "v2" else "memory.limit_in_bytes")
+        if _read_limit(limit_file) != budget:
+            limit_file.write_text(str(budget))
+        if version == "v1" and (parent / "memory.memsw.limit_in_bytes").exists():
+            try:
+                (parent / "memory.memsw.limit_in_bytes").write_text(str(budget))
+            except OSError:
+                pass  # memsw may not go below what its children already hold
+    except OSError as exc:
+        return None, f"could not set up the sandboxes' parent cgroup {parent}: {exc}", 0
+    return parent, version, _read_limit(limit_file) or budget
+
+
+def _read_limit(path: Path) -> int | None:
+    try:
+        text = path.read_text().strip()
+    except OSError:
+        return None
+    return None if text == "max" else int(text)
+
+
+def make_memory_cgroup(name: str, limit_bytes: int) -> tuple[Path | None, str]:
+    """Create a memory cgroup capped at ``limit_bytes`` (swap included where the kernel can),
+    inside the sandboxes' parent (:func:`sandbox_parent_cgroup`)."""
+    try:
+        parent, version, _budget = sandbox_parent_cgroup()
+    except ValueError as exc:
+        return None, str(exc)
+    if parent is None:
         return None, version
-    group = root / name
+    group = parent / name
     try:
         group.mkdir(exist_ok=True)
         if version == "v2":
@@ -379,6 +478,36 @@ def make_memory_cgroup(name: str, limit_bytes: int) -> tuple[Path | None, str]:
     except OSError as exc:
         remove_cgroup(group)
         return None, f"could not set up a memory cgroup at {group}: {exc}"
+
+
+def memory_events(group: Path) -> dict[str, int]:
+    """How often ``group`` hit its limit (``max``) and had a process killed for memory
+    (``oom_kill``); v2 counts include its descendants."""
+    out = {"max": 0, "oom_kill": 0}
+    try:
+        if (group / "memory.events").exists():  # v2
+            for line in (group / "memory.events").read_text().splitlines():
+                key, _, value = line.partition(" ")
+                if key in out:
+                    out[key] = int(value)
+        else:
+            out["max"] = int((group / "memory.failcnt").read_text())
+            for line in (group / "memory.oom_control").read_text().splitlines():
+                key, _, value = line.partition(" ")
+                if key == "oom_kill":
+                    out["oom_kill"] = int(value)
+    except (OSError, ValueError):
+        pass
+    return out
+
+
+def memory_usage(group: Path) -> int:
+    for name in ("memory.current", "memory.usage_in_bytes"):
+        try:
+            return int((group / name).read_text())
+        except (OSError, ValueError):
+            continue
+    return 0
 
 
 def remove_cgroup(group: Path) -> None:
@@ -407,7 +536,8 @@ def _stale_cgroups() -> list[Path]:
     if root is None:
         return []
     stale = []
-    for group in root.glob(WORKSPACE_PREFIX + "*"):
+    groups = list(root.glob(WORKSPACE_PREFIX + "*")) + list(root.glob("*/" + WORKSPACE_PREFIX + "*"))
+    for group in groups:
         try:
             pid, start = group.name[len(WORKSPACE_PREFIX):].split("-")[:2]
         except ValueError:

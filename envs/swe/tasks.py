@@ -201,6 +201,11 @@ class TaskSet:
             raise KeyError(f"No task {instance_id!r} in task set {self.name!r}. Known: "
                            f"{', '.join(sorted(self.tasks))}") from None
 
+    def data_paths(self) -> tuple[str, ...]:
+        """Where this set's records (gold patches included) live: hidden from every sandbox."""
+        where = getattr(self, "data_dir", None) or getattr(self, "path", None)
+        return (os.path.realpath(where),) if where else ()
+
     def local_runtime(self, task: SWETask) -> LocalRuntime:
         raise NotImplementedError(
             f"Task set {self.name!r} has no recipe for the local backend; use backend='docker' "
@@ -302,5 +307,6 @@ class FileTaskSet(TaskSet):
     def __init__(self, path: str | os.PathLike[str]) -> None:
         super().__init__()
         self.name = str(path)
+        self.path = str(path)
         for t in load_instances(path):
             self.tasks[t.instance_id] = t
