@@ -68,6 +68,8 @@ Query = Literal["goal_observation", "family"]
 UsagePer = Literal["pick", "batch"]
 EvalModes = Literal["both", "with_experience"]
 ExtractorRuns = Literal["inline", "thread", "process"]
+PromptLayout = Literal["ours", "official"]
+ExperiencePlace = Literal["user", "system"]
 
 DEPRECATED: dict[str, str] = {
     "experience.warmup_steps": "experience.bank_fill_steps",
@@ -187,6 +189,15 @@ class RolloutConfig(_Section):
     observation_last: bool = False
     """The current observation after the admissible actions and the answer format instead of
     before them (``PromptConfig.observation_last``)."""
+    prompt_layout: PromptLayout = "ours"
+    """"official" (``paper``): the official env manager's messages for envs that give their
+    official prompt pieces (MiniHack with ``view="official"``): the official system prompt, the
+    env instruction and the turn template (``PromptConfig.layout``); needs
+    ``conversation="full"``."""
+    experience_place: ExperiencePlace = "user"
+    """Where retrieved experience goes: the "user" message (ours) or, "system" (``paper``, as
+    official), appended to the system message in the official memory header
+    (``PromptConfig.experience_place``)."""
     experience_last: bool = False
     """The experience block just before the answer format instead of after the goal
     (``PromptConfig.experience_last``)."""
@@ -572,6 +583,12 @@ PAPER = Preset("paper", "the paper's configuration for GPUs (Qwen2.5-7B-Instruct
                    "rollout.groups": 16, "rollout.group_size": 8, "rollout.top_k": 100,
                    "rollout.max_new_tokens": 4096, "rollout.conversation": "full",
                    "rollout.history": -1, "rollout.think": True,
+                   # the official MiniHack observation and messages: the 9x9 crop, legend,
+                   # message and action list (env.py:526-583, :383-394), the maze system prompt,
+                   # env instruction and turn template, memory in the system message
+                   # (traj_env_manager.py:101-108, :358-406; multitask_env_tool.yaml:263-279)
+                   "rollout.env_kwargs": {"minihack": {"view": "official"}},
+                   "rollout.prompt_layout": "official", "rollout.experience_place": "system",
                    "rollout.max_episode_tokens": 32768, "rollout.sequence_length": 32768,
                    "rollout.env_max_steps": {"minihack": 30, "webshop": 15, "alfworld": 30, "swe": 50},
                    # one sequence per trajectory, loss on every assistant turn,

@@ -305,6 +305,9 @@ def validate_config(cfg: "RunConfig", *, presets: Any) -> None:
         if "max_steps" in kwargs:
             raise ConfigError(f"rollout.env_kwargs[{family!r}] sets max_steps: use "
                               f"rollout.env_max_steps[{family!r}] for the action cap.")
+    if r.prompt_layout == "official" and r.conversation != "full":
+        raise ConfigError("rollout.prompt_layout=official is the official multi-turn chat: it "
+                          "needs rollout.conversation=full (--set rollout.conversation=full).")
     # 2. names, against the registries
     from crl_bench.algorithms import ADVANTAGES, LOSSES, loss_arg_ranges
     from crl_bench.llm.backend import BACKENDS

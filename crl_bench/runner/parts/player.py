@@ -125,7 +125,7 @@ class Player(Part):
             envs = self.envs_for(g.task, phase, used + g.size)[used:used + g.size]
             by_task[g.task.env_id] = used + g.size
             retrieved: list[list[Any]] = [[] for _ in range(g.size)]
-            query = goal = first_obs = None
+            query = goal = first_obs = official = None
             # the episode's starting query (goal + first observation): the retrieval query, and
             # with experience.key="episode_start" the key its distilled entries are stored under
             if manager is not None and (g.with_experience or x.key == "episode_start"):
@@ -135,6 +135,7 @@ class Player(Part):
                     obs, info = None, None
                 if info is not None:
                     goal, first_obs = str(info.get("goal", "")), str(obs)
+                    official = info.get("official_prompt")
                     query = retrieval_query(g.task.family, goal, first_obs, x.query)
                     if g.with_experience:
                         retrieved[:g.with_experience] = manager.retrieve(
@@ -150,10 +151,25 @@ class Player(Part):
                     experience_text="\n".join(e.render() for e in entries),
                     meta=meta))
                 if self.experience.gate and entries:
-                    gates.append((specs[-1], f"Goal: {goal}\nObservation: {first_obs}"))
+                    gates.append((specs[-1], self.task_prompt(goal, first_obs, official)))
         if gates:
             self.run_gate(gates)
         return specs
+
+    def task_prompt(self, goal: Any, first_obs: Any, official: dict | None) -> str:
+        """The gate's "initial task prompt". Under ``rollout.prompt_layout=official``, for an env
+        that gives its official prompt pieces, the official actor-critic's (``mixin.py:576-592``):
+        the system template, the env instruction and the turn template around the first
+        observation with the tool text when Search-and-Ask is offered (the official tool wrapper
+        adds it at reset, ``tool_env_wrapper.py:23-28``); else ``Goal: ...\nObservation: ...``."""
+        from crl_bench.llm.prompting import official_task_prompt, official_tool_text
+
+        prompt = self.prompt_config()
+        if prompt.layout == "official" and official:
+            asks = self.experience.search_ask and prompt.max_asks > 0
+            tool = official_tool_text(prompt.ask_tag, prompt.max_asks) if asks else ""
+            return official_task_prompt(official, f"{first_obs}{tool}")
+        return f"Goal: {goal}\nObservation: {first_obs}"
 
     def run_gate(self, gates: list[tuple[Any, str]]) -> None:
         """The accept / refine / reject gate (:mod:`crl_bench.extractor.gate`): one batched actor
@@ -185,29 +201,38 @@ class Player(Part):
     def engine(self, ask: Any, seed: int, temperature: float | None = None) -> Any:
         """The rollout engine of one play call, sampling with ``seed`` (and ``temperature``
         instead of the rollout's when given)."""
-        from crl_bench.llm.rollout import PromptConfig, RolloutEngine
+        from crl_bench.llm.rollout import RolloutEngine
 
         cfg = self.info.cfg
-        r, x = cfg.rollout, cfg.experience
+        x = cfg.experience
         sampling = dataclasses.replace(self.models.actor_sampling, seed=seed)
         if temperature is not None:
             sampling = dataclasses.replace(sampling, temperature=temperature)
-        kwargs = dict(history=r.history, think=r.think, max_episode_tokens=r.max_episode_tokens,
-                      sequence_length=r.sequence_length or None, ask_style=x.ask_style,
-                      format_penalty=r.format_penalty, max_asks=x.max_asks,
-                      conversation=r.conversation, observation_last=r.observation_last,
-                      experience_last=r.experience_last)
-        if r.small_model_prompt:
-            kwargs.pop("think")
-            prompt = PromptConfig.for_small_model(example_pick=r.example_pick, **kwargs)
-        else:
-            prompt = PromptConfig(**kwargs)
+        prompt = self.prompt_config()
         # experience.ask_offer="with_experience": Search-and-Ask is not even offered to
         # without-experience episodes; "all": offered to every episode (official tool wrapper)
         return RolloutEngine(self.models.backend, sampling, prompt, adapter="actor",
                              ask_callback=ask, progress=False,
                              on_progress=self.info.progress.on_play_progress,
                              ask_requires_experience=x.ask_offer != "all")
+
+    def prompt_config(self) -> Any:
+        """The actor's :class:`~crl_bench.llm.prompting.PromptConfig` from the run's settings."""
+        from crl_bench.llm.rollout import PromptConfig
+
+        r, x = self.info.cfg.rollout, self.info.cfg.experience
+        kwargs = dict(history=r.history, think=r.think, max_episode_tokens=r.max_episode_tokens,
+                      sequence_length=r.sequence_length or None, ask_style=x.ask_style,
+                      format_penalty=r.format_penalty, max_asks=x.max_asks,
+                      conversation=r.conversation, observation_last=r.observation_last,
+                      experience_last=r.experience_last, layout=r.prompt_layout,
+                      experience_place=r.experience_place)
+        if r.small_model_prompt:
+            kwargs.pop("think")
+            prompt = PromptConfig.for_small_model(example_pick=r.example_pick, **kwargs)
+        else:
+            prompt = PromptConfig(**kwargs)
+        return prompt
 
     def play(self, phase: str, step: int, plan: list[GroupPlan], *,
              sampling_seed: int | None = None) -> list[Any]:

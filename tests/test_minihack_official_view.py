@@ -1,0 +1,290 @@
+"""The official MiniHack observation (``view="official"``) and the official prompt layout, on real
+MiniHack levels.
+
+Expected values are taken from the ComplementaryRL fork of ROLL at ab2574f (paths relative to it):
+
+* ``roll/pipeline/agentic/env/minihack/env.py`` (``env.py``): ``_obs_to_text`` :526-590 (message,
+  ``Dungeon view:`` + ``chars_crop``, legend), :383-394 (the action list after an action),
+  :277-292 and :742-749 (the env instruction), :349-353 (an invalid action), :954-966 (names);
+* ``roll/pipeline/agentic/env/minihack/utils.py`` (``utils.py``): :19-76 (legend over the whole
+  screen), :210-271 (the crop's rows);
+* ``examples/singletask-agentic/multitask_env_tool.yaml`` (``yaml``): :25-28 (system prompt),
+  :65-69 (turn template), :263-279 (the launched MiniHack env: Room-Ultimate-5x5, its keys);
+* ``roll/pipeline/agentic/env_manager/traj_env_manager.py`` (``manager``): :101-108 (memory
+  header), :358-406 (the messages of a turn);
+* ``roll/pipeline/agentic/tools/tool_env_wrapper.py`` :23-28 (tool text on the first observation);
+* ``roll/pipeline/agentic/env_manager/memory_integration_mixin.py`` (``mixin``): :539-545,
+  :576-592 (the gate's initial task prompt).
+
+The crop, the legend and the message are checked against NLE's own arrays (``chars``,
+``screen_descriptions``, ``blstats``, ``message``) of the state the text describes.
+"""
+
+from __future__ import annotations
+
+import gymnasium
+import numpy as np
+import pytest
+
+pytest.importorskip("nle")
+
+import crl_bench  # noqa: E402,F401  (registers the crl/ envs)
+from crl_bench.env_check import check_text_env  # noqa: E402
+from crl_bench.llm.prompting import (  # noqa: E402
+    ASK_INSTRUCTION,
+    PromptConfig,
+    build_followup_message,
+    build_messages,
+    official_task_prompt,
+)
+from crl_bench.runner.config import PRESETS, ConfigError, build_config  # noqa: E402
+
+# --- expected text, copied from the official sources ---------------------------------------------
+# env.py:288, :390-392 with the names of env.py:954-966 in MiniHack's navigation order (N E S W
+# NE SE SW NW: minihack.base MiniHackNavigation's actions, the launched Room task's)
+ACTIONS = "\nYour available actions are:\nnorth, east, south, west, northeast, southeast, southwest, northwest"
+# env.py:742-749 + :288-292
+INSTRUCTION = ("You are playing NetHack, a roguelike game. Navigate through the dungeon, avoid "
+               "monsters, and reach the goal. Think carefully, then respond with exactly one action "
+               "per turn using the format <think>[Your thoughts]</think><answer>[One of the actions "
+               "in the action list]</answer>." + ACTIONS)
+# yaml :25-28 (a `|` block: newline-joined lines, one final newline)
+SYSTEM = ("You are navigating a maze with varied terrain and obstacles. Plan a route toward the "
+          "down staircase (>),\navoiding dead ends, hazards (lava, ice, traps), and monsters. Watch "
+          "for objects that might help.\nEvaluate alternate paths if blocked. Put your thoughts "
+          "between <think> ... </think> tags. Respond with one action wrapped in <answer> ... "
+          "</answer> tags.\n")
+TURN = "Observation:\n{observation}\n\nThink carefully, then choose your next action:\n"  # yaml :65-69
+MEMORY = ("\nBelow is distilled knowledge from earlier experiences.\nUse it to guide your actions "
+          "without overfitting.\nSome insights may be overly specific, so identify only what is "
+          "most relevant.\nKnowledge: \n{memory_message}\n                ")  # manager :101-108
+LEGEND = ("The meaning of common symbols in the dungeon view is (same symbol may have different "
+          "descriptions):")  # env.py:577-579
+INVALID = "At turn 0, you did not provide a valid action."  # env.py:351 (turn counter stays 0, :327)
+TOOL = "\nAvailable tools and their instructions:\n***Tool 1***\nTool Type: base\nTool Instruction: "
+
+LEVELS = [("crl/MiniHack-Room-Ultimate-5x5-v0", s) for s in (0, 1, 2)] + [
+    ("crl/MiniHack-Room-5x5-v0", 3), ("crl/MiniHack-Room-15x15-v0", 4),
+    ("crl/MiniHack-Room-Monster-15x15-v0", 5), ("crl/MiniHack-Corridor-R2-v0", 6)]
+
+
+def nle_arrays(env):
+    """NLE's arrays of the env's current state (MiniHack's dict of NLE's last observation)."""
+    nle = env.unwrapped.nle_env
+    return nle._get_observation(nle.last_observation)
+
+
+def window(chars, x, y, size=9):
+    """The size x size window of ``chars`` centred on column x, row y; outside the map, blank."""
+    half = size // 2
+    rows = []
+    for r in range(y - half, y + half + 1):
+        line = ""
+        for c in range(x - half, x + half + 1):
+            inside = 0 <= r < chars.shape[0] and 0 <= c < chars.shape[1]
+            v = int(chars[r, c]) if inside else 0
+            line += " " if v in (0, 32) else chr(v)
+        rows.append(line)
+    return rows
+
+
+def parse(text):
+    """(message or None, crop rows or None, [(symbol, descriptions)]) of an official observation."""
+    lines = text.split("\n")
+    message = None
+    if lines[0].startswith("Message: "):
+        message = lines.pop(0)[len("Message: "):]
+    crop = None
+    if lines[0] == "" and lines[1] == "Dungeon view:":
+        crop, lines = lines[2:11], lines[11:]
+    assert lines[0] == LEGEND, text
+    legend = []
+    for line in lines[1:]:
+        if not line:
+            break
+        symbol, _, rest = line.partition(": ")
+        legend.append((symbol, eval(rest)))  # noqa: S307 - a printed Python list of str
+    return message, crop, legend
+
+
+def check_against_nle(text, arrays):
+    chars, descs = arrays["chars"], arrays["screen_descriptions"]
+    x, y = int(arrays["blstats"][0]), int(arrays["blstats"][1])
+    message, crop, legend = parse(text)
+    # the message is NLE's (env.py:531-534)
+    nle_message = bytes(arrays["message"]).decode("utf-8", "ignore").rstrip("\0").strip()
+    assert message == (nle_message or None)
+    # the crop is the 9 x 9 window of NLE's chars around the agent (blstats 0, 1) (env.py:553-556)
+    assert crop == window(chars, x, y)
+    assert crop[4][4] == "@"
+    # the legend lists exactly the symbols on the screen, first appearance first, each with the
+    # sorted set of NLE's descriptions of its squares (utils.py:63-76)
+    expected: dict[str, set[str]] = {}
+    for r in range(chars.shape[0]):
+        for c in range(chars.shape[1]):
+            if int(chars[r, c]) in (0, 32):
+                continue
+            d = bytes(descs[r, c]).decode("utf-8", "replace").rstrip("\0").strip()
+            assert d, f"NLE describes every shown square; {chr(chars[r, c])!r} at {r},{c} has none"
+            expected.setdefault(chr(chars[r, c]), set()).add(d)
+    assert [s for s, _ in legend] == list(expected)
+    assert {s: sorted(d) for s, d in legend} == {s: sorted(d) for s, d in expected.items()}
+    return crop, legend
+
+
+@pytest.mark.parametrize("env_id,seed", LEVELS)
+def test_official_observation_matches_nle_arrays_through_an_episode(env_id, seed):
+    env = gymnasium.make(env_id, view="official")
+    obs, info = env.reset(seed=seed)
+    check_against_nle(obs, nle_arrays(env))
+    assert "Your available actions" not in obs  # the first observation has none (env.py:325-333)
+    rng = np.random.default_rng(seed)
+    for _ in range(6):
+        obs, _, terminated, truncated, info = env.step(str(rng.choice(info["admissible_actions"])))
+        if terminated or truncated:
+            break
+        assert obs.endswith(ACTIONS if "Room" in env_id else obs[obs.index("\nYour available"):])
+        check_against_nle(obs[:obs.index("\nYour available actions are:\n")], nle_arrays(env))
+    env.close()
+
+
+def test_legend_covers_the_whole_screen_not_only_the_crop():
+    """utils.py:36-53: the full-size screen_descriptions pair with the full chars, so a symbol
+    outside the 9 x 9 crop (the far staircase of a lit 15 x 15 room) is in the legend."""
+    env = gymnasium.make("crl/MiniHack-Room-15x15-v0", view="official")
+    for seed in range(10):
+        obs, _ = env.reset(seed=seed)
+        crop, legend = check_against_nle(obs, nle_arrays(env))
+        if ">" not in "".join(crop):
+            assert ">" in dict(legend) and dict(legend)[">"] == ["staircase down"]
+            break
+    else:
+        pytest.fail("no level with the staircase outside the crop in 10 seeds")
+    env.close()
+
+
+def test_action_list_instruction_and_invalid_action_are_official():
+    env = gymnasium.make("crl/MiniHack-Room-Ultimate-5x5-v0", view="official")
+    first, info = env.reset(seed=0)
+    assert info["admissible_actions"] == ACTIONS.split("\n")[-1].split(", ")
+    official = info["official_prompt"]
+    assert official == {"system": SYSTEM, "instruction": INSTRUCTION, "turn": TURN,
+                        "memory": MEMORY}
+    obs, reward, terminated, truncated, info = env.step("bogus")  # env.py:349-372
+    assert obs == first + INVALID and reward == 0.0 and not info["action_valid"]
+    obs, _, _, _, info = env.step("East")  # names are matched case-insensitively
+    assert info["action_valid"] and obs.endswith("\n" + ACTIONS)  # legend's "\n" + the list
+    again, _, _, _, _ = env.step("no such move")
+    assert again == obs[:-len(ACTIONS)] + INVALID  # the last observation without the list
+    env.close()
+
+
+def test_official_view_keeps_the_text_env_contract():
+    report = check_text_env("crl/MiniHack-Room-Ultimate-5x5-v0", seed=11,
+                            make_kwargs={"view": "official"})
+    assert len(report.checks) == 7  # it raises on the first broken rule
+
+
+def test_other_views_are_unchanged_and_a_bad_view_names_the_choices():
+    env = gymnasium.make("crl/MiniHack-Room-5x5-v0")
+    obs, info = env.reset(seed=0)
+    assert "Dungeon view" not in obs and "official_prompt" not in info
+    env.close()
+    with pytest.raises(ValueError, match="official"):
+        gymnasium.make("crl/MiniHack-Room-5x5-v0", view="oficial")
+
+
+# --- the prompt layout ------------------------------------------------------------------------
+def first_turn(seed=0):
+    env = gymnasium.make("crl/MiniHack-Room-Ultimate-5x5-v0", view="official")
+    obs, info = env.reset(seed=seed)
+    return env, obs, info
+
+
+def test_official_first_turn_and_follow_up_messages():
+    """manager :365-406: system = the maze template (+ "\\n" + memory header when memory was
+    retrieved); first user message = instruction + "\\n" + turn template around the first
+    observation with the tool text; later user messages = the turn template alone."""
+    env, obs, info = first_turn()
+    cfg = PromptConfig(conversation="full", layout="official", experience_place="system",
+                       max_asks=2)
+    kwargs = dict(family="minihack", goal=info["goal"], observation=obs, history=[],
+                  admissible_actions=info["admissible_actions"], official=info["official_prompt"])
+    tool = TOOL + ASK_INSTRUCTION.format(q=cfg.ask_tag, n=2) + "\n"
+    messages = build_messages(cfg, experience_text="Go east first.", asks_left=2, **kwargs)
+    assert messages == [
+        {"role": "system", "content": SYSTEM + "\n" + MEMORY.format(memory_message="Go east first.")},
+        {"role": "user", "content": INSTRUCTION + "\n" + TURN.format(observation=obs + tool)}]
+    # no memory retrieved: the template alone (mixin :461-472); no asks offered: no tool text
+    assert build_messages(cfg, experience_text="  ", asks_left=0, **kwargs) == [
+        {"role": "system", "content": SYSTEM},
+        {"role": "user", "content": INSTRUCTION + "\n" + TURN.format(observation=obs)}]
+    step_obs = env.step("north")[0]
+    assert build_followup_message(cfg, observation=step_obs, admissible_actions=None,
+                                  official=info["official_prompt"]) == TURN.format(observation=step_obs)
+    # the user injection mode (manager :375-378): memory as a user message of its own
+    user_cfg = PromptConfig(conversation="full", layout="official", experience_place="user")
+    assert [m["content"] for m in build_messages(user_cfg, experience_text="Tip.", **kwargs)] == [
+        SYSTEM, MEMORY.format(memory_message="Tip."), INSTRUCTION + "\n" + TURN.format(observation=obs)]
+    env.close()
+
+
+def test_official_layout_never_cuts_an_observation():
+    env, obs, info = first_turn()
+    cfg = PromptConfig(conversation="full", layout="official", max_observation_chars=100)
+    long_obs = obs * 20
+    [_, user] = build_messages(cfg, family="minihack", goal="", observation=long_obs, history=[],
+                               admissible_actions=None, official=info["official_prompt"])
+    assert long_obs in user["content"] and "characters cut" not in user["content"]
+    env.close()
+
+
+def test_memory_in_the_system_message_under_our_layout():
+    """experience_place=system without official pieces: the family's own system prompt, then the
+    memory header; the user message has no experience block."""
+    cfg = PromptConfig(experience_place="system")
+    system, user = build_messages(cfg, family="minihack", goal="Reach the stairs.",
+                                  observation="You see: stairs", history=[],
+                                  admissible_actions=["north"], experience_text="Tip one.")
+    assert system["content"] == (PromptConfig().system_prompt("minihack") + "\n"
+                                 + "\nBelow is distilled knowledge from earlier experiences.\n"
+                                   "Use it to guide your actions without overfitting.\nSome "
+                                   "insights may be overly specific, so identify only what is "
+                                   "most relevant.\nKnowledge: \nTip one.\n")
+    assert "Tip one." not in user["content"] and "Experience from" not in user["content"]
+    ours = build_messages(PromptConfig(), family="minihack", goal="Reach the stairs.",
+                          observation="You see: stairs", history=[], admissible_actions=["north"],
+                          experience_text="Tip one.")
+    assert ours[0]["content"] == PromptConfig().system_prompt("minihack")
+    assert "Tip one." in ours[1]["content"]
+
+
+def test_gate_task_prompt_is_the_official_actor_critic_one():
+    """mixin :576-592 + :539-545: "Environment Instruction: " + system template, "\\n",
+    "Observation: " + instruction + turn template around the tool-text first observation (no
+    newline between the instruction and the template, unlike the actor's message)."""
+    env, obs, info = first_turn(3)
+    tool = TOOL + "x\n"
+    assert official_task_prompt(info["official_prompt"], obs + tool) == (
+        "Environment Instruction: " + SYSTEM + "\nObservation: " + INSTRUCTION
+        + TURN.format(observation=obs + tool))
+    env.close()
+
+
+def test_official_layout_needs_full_conversations():
+    with pytest.raises(ValueError, match="conversation='full'"):
+        PromptConfig(layout="official")
+    with pytest.raises(ConfigError, match="rollout.conversation=full"):
+        build_config(agent="grpo", tasks="minihack", preset="tiny",
+                     overrides={"rollout.prompt_layout": "official"})
+
+
+def test_paper_sets_the_official_view_and_layout_and_the_cpu_presets_do_not():
+    paper = PRESETS["paper"]()
+    assert paper.rollout.env_kwargs["minihack"] == {"view": "official"}
+    assert (paper.rollout.prompt_layout, paper.rollout.experience_place) == ("official", "system")
+    assert paper.rollout.conversation == "full"
+    for name in ("tiny", "quick", "cpu"):
+        cfg = PRESETS[name]()
+        assert "minihack" not in cfg.rollout.env_kwargs
+        assert (cfg.rollout.prompt_layout, cfg.rollout.experience_place) == ("ours", "user")
