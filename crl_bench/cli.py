@@ -278,7 +278,12 @@ def _configure_plan(p: argparse.ArgumentParser) -> None:
 
     p.add_argument("--preset", default="paper", choices=list(PRESETS),
                    help="configuration preset (default paper)")
-    p.add_argument("--gpus", type=int, default=16, help="GPUs in all (a multiple of 4; paper: 16)")
+    p.add_argument("--gpus", type=int, default=16,
+                   help="GPUs in all, any count >= 1 (paper: 16): half per role; a role's GPUs "
+                        "split into vLLM engines and learner ranks, one GPU shared by both")
+    p.add_argument("--lora", nargs="?", type=int, const=16, default=None, metavar="R",
+                   help="train LoRA adapters of rank R (default 16) on frozen bases instead of "
+                        "full fine-tuning (the same as --set model.lora_r=R)")
     p.add_argument("--gpu-memory", type=float, default=80.0, metavar="GB",
                    help="memory of one GPU in GB (default 80)")
     p.add_argument("--checkpointing", choices=["on", "off"], default="on",
@@ -292,7 +297,12 @@ def _configure_plan(p: argparse.ArgumentParser) -> None:
                    help="override a config field, as for `crl-bench run` (repeatable)")
     p.add_argument("--peak-tflops", type=float, default=989.0,
                    help="dense bf16 TFLOP/s of one GPU for the time estimate (H100/H200: 989)")
-    p.add_argument("--mfu", type=float, default=0.4, help="assumed MFU of the update (default 0.4)")
+    p.add_argument("--mfu", type=float, default=0.4,
+                   help="assumed MFU of compute-bound parts for the time estimate (default 0.4)")
+    p.add_argument("--hbm-tbps", type=float, default=3.35,
+                   help="HBM TB/s of one GPU: decoding is bound by it (H100 SXM 3.35, H200 4.8)")
+    p.add_argument("--sync-gbps", type=float, default=50.0,
+                   help="GB/s at which updated weights reach the engines (default 50)")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
     p.set_defaults(func=_cmd_plan)
@@ -304,9 +314,16 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     from crl_bench.distributed.memory_plan import build_plan, format_plan, refusal, to_dict
     from crl_bench.runner.config import PRESETS, apply_overrides
 
-    cfg = apply_overrides(PRESETS[args.preset](), parse_overrides(args.overrides))
+    overrides = parse_overrides(args.overrides)
+    if args.lora is not None:
+        if args.lora < 1:
+            raise ValueError(f"--lora {args.lora}: the adapters' rank must be >= 1 (leave --lora "
+                             "out for full fine-tuning)")
+        overrides = {"model.lora_r": args.lora, **overrides}
+    cfg = apply_overrides(PRESETS[args.preset](), overrides)
     plan = build_plan(cfg, args.gpus, args.gpu_memory, checkpointing=args.checkpointing == "on",
-                      precision=args.precision, peak_tflops=args.peak_tflops, mfu=args.mfu)
+                      precision=args.precision, peak_tflops=args.peak_tflops, mfu=args.mfu,
+                      hbm_tbps=args.hbm_tbps, sync_gbps=args.sync_gbps)
     print(json.dumps(to_dict(plan), indent=1) if args.json else format_plan(plan))
     if not plan.fits:
         print(f"crl-bench plan: refused: {refusal(plan)}", file=sys.stderr)

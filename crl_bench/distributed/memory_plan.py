@@ -26,6 +26,7 @@ Nothing here imports torch: it is arithmetic on architecture numbers and the run
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -284,6 +285,11 @@ class MemoryPlan:
     roles: list[RolePlan]
     times: dict[str, dict[str, float]]
     precision: Precision = FSDP2_MIXED
+    lora_r: int = 0
+    split: dict[str, Any] = field(default_factory=dict)
+    """The layout (:func:`split_gpus`)."""
+    step: dict[str, Any] = field(default_factory=dict)
+    """The estimated time of a worst-case step per part (:func:`estimate_step`)."""
 
     @property
     def fits(self) -> bool:
@@ -308,39 +314,76 @@ class RoleSpec:
     prefix: str  # the config section ("actor" / "extractor")
     precision: Precision = FSDP2_MIXED
     logprob_chunk: int = 0  # the section's logprob_chunk_tokens
+    lora_r: int = 0  # 0: full fine-tuning (states sharded); > 0: LoRA adapters of this rank
 
 
-def split_gpus(gpus: int) -> dict[str, int]:
-    """The paper's split of ``gpus`` (16 in the paper: 8 actor, 8 extractor; the official yaml maps
-    ``actor_train``/``actor_infer`` to GPUs 0-7 and the memory model to 8-15): half per role, each
-    half into generation engines and learner ranks (the ``paper16`` Ray plan's 4 + 4 for the
-    actor)."""
-    if gpus < 4 or gpus % 4:
-        raise ValueError(f"--gpus {gpus}: the plan splits GPUs into 4 equal parts (actor engines, "
-                         "actor learner, extractor engines, extractor learner); give a multiple "
-                         "of 4 (the paper: 16)")
-    q = gpus // 4
-    return {"actor_engines": q, "actor_ranks": q, "extractor_engines": q, "extractor_ranks": q}
+def split_gpus(gpus: int) -> dict[str, Any]:
+    """How ``crl-bench plan`` lays a run on ``gpus`` GPUs (any count >= 1).
+
+    Half the GPUs for each role, the actor taking the odd one (the paper's 16: 8 actor, 8
+    extractor; the official yaml maps ``actor_train``/``actor_infer`` to GPUs 0-7 and the memory
+    model to 8-15). A role with 2 or more GPUs splits them into generation-engine GPUs and learner
+    ranks (half each, the learner taking the odd one: the ``paper16`` Ray plan's 4 + 4); a role
+    with one GPU holds its engine and its learner on it (``<role>_colocated``); with one GPU in
+    all, both roles share it (``all_colocated``). How many engines the engine GPUs make depends on
+    each engine's tensor-parallel size (:func:`role_specs`).
+
+    Returns ``{"actor_engine_gpus", "actor_ranks", "extractor_engine_gpus", "extractor_ranks"}``
+    (GPU counts; learner ranks hold one GPU each) and the booleans ``actor_colocated``,
+    ``extractor_colocated``, ``all_colocated``.
+    """
+    if not isinstance(gpus, int) or gpus < 1:
+        raise ValueError(f"--gpus {gpus}: give the number of GPUs the run has (1 or more)")
+    out: dict[str, Any] = {"all_colocated": gpus == 1}
+    shares = {"actor": gpus - gpus // 2 if gpus > 1 else 1, "extractor": gpus // 2 or 1}
+    for role, g in shares.items():
+        if g == 1:
+            out.update({f"{role}_engine_gpus": 1, f"{role}_ranks": 1, f"{role}_colocated": True})
+        else:
+            out.update({f"{role}_engine_gpus": g // 2, f"{role}_ranks": g - g // 2,
+                        f"{role}_colocated": False})
+    return out
 
 
-def role_specs(cfg: Any, split: dict[str, int]) -> list[RoleSpec]:
-    """The actor's and the extractor's :class:`RoleSpec` from a ``RunConfig``."""
+def lora_params(shape: ModelShape, r: int) -> int:
+    """Parameters of rank-``r`` LoRA adapters on every projection of every layer (the backend's
+    targets: q, k, v, o, gate, up, down; ``crl_bench.llm.types.LoraSpec``): ``r x (in + out)``
+    each."""
+    h, q, kv, i = shape.hidden, shape.q_dim, shape.kv_dim, shape.intermediate
+    per_layer = (h + q) + 2 * (h + kv) + (q + h) + 2 * (h + i) + (i + h)
+    return shape.layers * r * per_layer
+
+
+def role_specs(cfg: Any, split: dict[str, Any]) -> list[RoleSpec]:
+    """The actor's and the extractor's :class:`RoleSpec` from a ``RunConfig`` and a
+    :func:`split_gpus` layout: each engine spans ``model.<role>_tensor_parallel`` GPUs (fewer
+    when the role has fewer engine GPUs), and takes ``model.<role>_gpu_memory_utilization`` of
+    each."""
     actor = model_shape(cfg.model.actor)
     extractor = model_shape(cfg.model.extractor or cfg.model.actor)
-    r, a, e = cfg.rollout, cfg.actor, cfg.extractor
-    episode = r.max_episode_tokens
+    r, a, e, m = cfg.rollout, cfg.actor, cfg.extractor, cfg.model
+    episode = r.sequence_length or r.max_episode_tokens
     # trajectory samples: the whole episode, the loss on its assistant turns (bounded by the
     # episode); turn samples: one turn's prompt (up to the episode) + its completion
     actor_scored = episode if a.sample_unit == "trajectory" else r.max_new_tokens
     # the extractor reads the whole trajectory (its text) and writes up to max_new_tokens
     ext_seq = episode + e.max_new_tokens
     episodes = r.groups * r.group_size
+
+    def engines(role: str) -> tuple[int, int]:
+        gpus = split[f"{role}_engine_gpus"]
+        tp = max(1, min(int(getattr(m, f"{role}_tensor_parallel", 1)), gpus))
+        return max(1, gpus // tp), tp
+
+    (a_eng, a_tp), (x_eng, x_tp) = engines("actor"), engines("extractor")
     return [
-        RoleSpec("actor", actor, split["actor_engines"], 1, split["actor_ranks"],
-                 a.micro_batch_size, a.micro_batch_tokens, episode, actor_scored, 0.85, episodes,
+        RoleSpec("actor", actor, a_eng, a_tp, split["actor_ranks"],
+                 a.micro_batch_size, a.micro_batch_tokens, episode, actor_scored,
+                 float(getattr(m, "actor_gpu_memory_utilization", 0.85)), episodes,
                  "actor", logprob_chunk=a.logprob_chunk_tokens),
-        RoleSpec("extractor", extractor, split["extractor_engines"], 1, split["extractor_ranks"],
-                 e.micro_batch_size, e.micro_batch_tokens, ext_seq, e.max_new_tokens, 0.7,
+        RoleSpec("extractor", extractor, x_eng, x_tp, split["extractor_ranks"],
+                 e.micro_batch_size, e.micro_batch_tokens, ext_seq, e.max_new_tokens,
+                 float(getattr(m, "extractor_gpu_memory_utilization", 0.7)),
                  e.buffer_size, "extractor", logprob_chunk=e.logprob_chunk_tokens),
     ]
 
@@ -350,10 +393,30 @@ def _learner_lines(spec: RoleSpec, ranks: int, checkpointing: bool, budget: int,
     tokens = micro_batch_tokens(spec.micro_batch_size, budget, max_seq)
     seqs = max(1, tokens // max_seq)
     scored = min(tokens, seqs * min(spec.scored_per_seq, max_seq))
-    return learner_rank(spec.shape, ranks, tokens, scored, checkpointing=checkpointing,
-                        precision=spec.precision, logprob_chunk=spec.logprob_chunk) | {
-                            "tokens": float(tokens),
-                                                         "scored": float(scored)}
+    if spec.lora_r:
+        # LoRA: every rank holds the frozen bf16 base (replicated ranks, gradients all-reduced)
+        # and the fp32 adapters with their gradients and AdamW moments (16 B per adapter param)
+        lines = learner_rank(spec.shape, 1, tokens, scored, checkpointing=checkpointing,
+                             precision=spec.precision, logprob_chunk=spec.logprob_chunk)
+        adapters = lora_params(spec.shape, spec.lora_r)
+        lines.update(weights=2.0 * spec.shape.params() + 4.0 * adapters, grads=4.0 * adapters,
+                     masters=0.0, optimizer=8.0 * adapters, fsdp_gather=0.0,
+                     step_temp=4.0 * adapters)
+        states = sum(lines[k] for k in ("weights", "grads", "masters", "optimizer"))
+        lines["total"] = states + max(lines["activations"] + lines["logits"], lines["step_temp"])
+        lines["adapter_params"] = float(adapters)
+    else:
+        lines = learner_rank(spec.shape, ranks, tokens, scored, checkpointing=checkpointing,
+                             precision=spec.precision, logprob_chunk=spec.logprob_chunk)
+    return lines | {"tokens": float(tokens), "scored": float(scored)}
+
+
+def gpus_for_ranks(role: str, ranks: int) -> int:
+    """The fewest GPUs whose :func:`split_gpus` gives ``role`` at least ``ranks`` learner ranks."""
+    n = 1
+    while split_gpus(n)[f"{role}_ranks"] < ranks:
+        n += 1
+    return n
 
 
 def _learner_fixes(spec: RoleSpec, gpu_bytes: float, checkpointing: bool) -> list[str]:
@@ -370,11 +433,16 @@ def _learner_fixes(spec: RoleSpec, gpu_bytes: float, checkpointing: bool) -> lis
                      f"{spec.prefix}.logprob_chunk_tokens=4096)")
     if not checkpointing and fits(ckpt=True):
         fixes.append("activation checkpointing per decoder layer (--checkpointing on)")
-    for ranks in range(spec.ranks + 1, 8 * spec.ranks + 1):
-        if fits(ranks=ranks):
-            fixes.append(f"{ranks} {spec.role} learner ranks instead of {spec.ranks} (more GPUs: "
-                         f"--gpus {4 * ranks})")
-            break
+    if not spec.lora_r:
+        for ranks in range(spec.ranks + 1, 8 * spec.ranks + 1):
+            if fits(ranks=ranks):
+                fixes.append(f"{ranks} {spec.role} learner ranks instead of {spec.ranks} (more "
+                             f"GPUs: --gpus {gpus_for_ranks(spec.role, ranks)})")
+                break
+        if spec.lora_r == 0 and _learner_lines(dataclasses.replace(spec, lora_r=16), spec.ranks,
+                                               checkpointing, spec.token_budget,
+                                               spec.max_seq)["total"] <= gpu_bytes:
+            fixes.append("LoRA adapters instead of full fine-tuning (--lora)")
     one_seq = spec.micro_batch_size > 1 and fits(budget=spec.max_seq)
     if one_seq and spec.token_budget != spec.max_seq:
         fixes.append(f"a token budget of one sequence per micro-batch (--set "
@@ -384,8 +452,9 @@ def _learner_fixes(spec: RoleSpec, gpu_bytes: float, checkpointing: bool) -> lis
     for seq in (32768, 24576, 16384, 12288, 8192, 4096):
         if seq < spec.max_seq and fits(seq=seq, budget=min(spec.token_budget, seq)
                                        if spec.token_budget else 0):
-            what = ("rollout.max_episode_tokens" if spec.prefix == "actor"
-                    else "rollout.max_episode_tokens / extractor.max_new_tokens")
+            what = ("rollout.sequence_length and rollout.max_episode_tokens"
+                    if spec.prefix == "actor" else "rollout.sequence_length and "
+                    "rollout.max_episode_tokens / extractor.max_new_tokens")
             fixes.append(f"sequences of at most {seq} tokens instead of {spec.max_seq} ({what})")
             break
     if not fixes:  # combine: checkpointing and one sequence per micro-batch, then ranks or length
@@ -394,18 +463,22 @@ def _learner_fixes(spec: RoleSpec, gpu_bytes: float, checkpointing: bool) -> lis
         combo = ["activation checkpointing"] if not checkpointing else []
         if base["budget"] != spec.token_budget:
             combo.append(f"--set {spec.prefix}.micro_batch_tokens={spec.max_seq}")
-        more = next((r for r in range(spec.ranks + 1, 8 * spec.ranks + 1) if fits(r, **base)), 0)
+        more = (0 if spec.lora_r else
+                next((r for r in range(spec.ranks + 1, 8 * spec.ranks + 1) if fits(r, **base)), 0))
         seq = next((q for q in (32768, 24576, 16384, 12288, 8192, 4096, 2048)
                     if q < spec.max_seq and fits(ckpt=True, seq=q, budget=q)), 0)
         if more:
-            fixes.append(" + ".join(combo + [f"{more} learner ranks (--gpus {4 * more})"]))
+            fixes.append(" + ".join(combo + [f"{more} learner ranks (--gpus "
+                                             f"{gpus_for_ranks(spec.role, more)})"]))
         if seq:
             fixes.append(" + ".join([c for c in combo if c == "activation checkpointing"] + [
-                f"sequences of at most {seq} tokens (rollout.max_episode_tokens), one per "
+                f"sequences of at most {seq} tokens (rollout.sequence_length and "
+                f"rollout.max_episode_tokens), one per "
                 f"micro-batch (--set {spec.prefix}.micro_batch_tokens={seq})"]))
         if not fixes:
             fixes.append("no combination of checkpointing, a token budget, up to 8x the ranks and "
-                         "sequences down to 2048 tokens fits: use GPUs with more memory")
+                         "sequences down to 2048 tokens fits: use GPUs with more memory, or more "
+                         "GPUs" + ("" if spec.lora_r else ", or LoRA (--lora)"))
         lines = _learner_lines(spec, spec.ranks, True, base["budget"], spec.max_seq)
         if lines["logits"] > 0.25 * gpu_bytes and not spec.logprob_chunk:
             fixes.append(f"(the logits of {int(lines['scored'])} scored tokens alone take "
@@ -414,30 +487,225 @@ def _learner_fixes(spec: RoleSpec, gpu_bytes: float, checkpointing: bool) -> lis
     return fixes
 
 
-def build_plan(cfg: Any, gpus: int, gpu_memory_gb: float, *, checkpointing: bool = True,
-               precision: str = "fsdp2", peak_tflops: float = 989.0, mfu: float = 0.4
-               ) -> MemoryPlan:
-    """The memory plan of ``cfg`` (a ``RunConfig``) on ``gpus`` GPUs of ``gpu_memory_gb`` GB each.
+# -- FLOPs and the step-time estimate ----------------------------------------------------------
+FLOPS_FORMULA = (
+    "FLOPs per token = 2N per forward pass (N: the parameters of the matrix products, i.e. the "
+    "decoder layers' projections and the LM head) + 4 L H Q T of attention per forward (scores "
+    "and weighted values; L layers, H query heads, Q head size, T the sequence length); a "
+    "training token adds a backward of twice the forward (6N + 12 L H Q T: PaLM, Chowdhery et al. "
+    "2022, appendix B; the same count as Narayanan et al. 2021, Megatron-LM, eq. 3) and, with "
+    "activation checkpointing, one more forward (Megatron's 4 forward-equivalents). LoRA: no "
+    "weight gradients of the frozen base, so 4N + 12 L H Q T. Attention is counted over the whole "
+    "sequence as PaLM counts it, not halved for the causal mask (an upper bound).")
+"""The FLOP count the plan uses, in words (printed by ``crl-bench plan``)."""
 
-    ``times``: per role, the update's model FLOPs for a worst-case step (every sample at its
-    maximum length; 6 N FLOPs per token, 8 N with checkpointing's recomputed forward) and the
-    seconds it takes at ``mfu`` of ``peak_tflops`` (dense bf16 per GPU; H100/H200: 989) on the
-    role's learner ranks. ``precision``: a name in :data:`PRECISIONS` (the learner's states)."""
+
+def matmul_params(shape: ModelShape) -> int:
+    """N of the FLOP count: the weights of the matrix products (each decoder layer's q, k, v, o,
+    gate, up, down projections, and the LM head, tied or not); the embedding is a lookup, norms
+    and biases are elementwise."""
+    h, q, kv = shape.hidden, shape.q_dim, shape.kv_dim
+    per_layer = h * q + 2 * h * kv + q * h + 3 * h * shape.intermediate
+    return shape.layers * per_layer + shape.vocab * h
+
+
+def attention_flops(shape: ModelShape, seq: int) -> int:
+    """Attention FLOPs of one token in one forward pass over a ``seq``-token sequence:
+    ``4 L H Q T`` (QK^T and the weighted sum of V, a multiply-add each; PaLM appendix B)."""
+    return 4 * shape.layers * shape.heads * shape.head_dim * seq
+
+
+def forward_flops_per_token(shape: ModelShape, seq: int) -> int:
+    """``2N + 4 L H Q T``: one forward pass (generation, old log-probs, the recompute)."""
+    return 2 * matmul_params(shape) + attention_flops(shape, seq)
+
+
+def train_flops_per_token(shape: ModelShape, seq: int, *, checkpointing: bool = True,
+                          lora: bool = False) -> int:
+    """Forward + backward (+ the recomputed forward with ``checkpointing``) of one trained token:
+    ``6N + 12 L H Q T`` (+ ``2N + 4 L H Q T``); LoRA ``4N + 12 L H Q T`` (+ the same forward)."""
+    n, attn = matmul_params(shape), attention_flops(shape, seq)
+    flops = (4 if lora else 6) * n + 3 * attn
+    return flops + (2 * n + attn if checkpointing else 0)
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """The figures the step-time estimate assumes (``crl-bench plan`` options)."""
+
+    peak_tflops: float = 989.0
+    """Dense bf16 TFLOP/s of one GPU (H100/H200 SXM: 989)."""
+    mfu: float = 0.4
+    """The share of the peak that compute-bound parts reach."""
+    hbm_tbps: float = 3.35
+    """HBM bandwidth of one GPU in TB/s (H100 SXM: 3.35; H200: 4.8)."""
+    sync_gbps: float = 50.0
+    """GB/s at which updated weights reach the engines (an NCCL broadcast inside a node)."""
+
+
+def _part(name: str, flops: float, gpus: float, hw: Hardware, *, memory_s: float = 0.0,
+          what: str = "") -> dict[str, Any]:
+    compute_s = flops / (gpus * hw.peak_tflops * 1e12 * hw.mfu) if flops else 0.0
+    return {"part": name, "flops": float(flops), "gpus": float(gpus), "compute_s": compute_s,
+            "memory_s": memory_s, "seconds": max(compute_s, memory_s),
+            "bound": "memory bandwidth" if memory_s > compute_s else "compute", "what": what}
+
+
+def _generation(role: str, spec: RoleSpec, sequences: int, seq: int, new_tokens: int,
+                kv_tokens: float, hw: Hardware) -> dict[str, Any]:
+    """Generating ``sequences`` of ``seq`` tokens (``new_tokens`` of them decoded) on the role's
+    engines: compute ``seq x (2N + 4 L H Q T)`` per sequence; bandwidth: each decode step of an
+    engine reads its weights once and the KV cache of the sequences it runs (half full on
+    average), and an engine runs as many sequences at once as its KV cache holds."""
+    shape = spec.shape
+    flops = sequences * seq * forward_flops_per_token(shape, seq)
+    per_engine = math.ceil(sequences / spec.engines)
+    at_once = max(1, min(per_engine, int(kv_tokens // seq)))
+    waves = math.ceil(per_engine / at_once)
+    step_bytes = 2 * shape.params() + at_once * (seq / 2) * shape.kv_bytes_per_token(2)
+    memory_s = waves * new_tokens * step_bytes / (spec.gpus_per_engine * hw.hbm_tbps * 1e12)
+    return _part(f"{role} generation", flops, spec.engines * spec.gpus_per_engine, hw,
+                 memory_s=memory_s,
+                 what=f"{sequences} sequences of {seq} tokens, {new_tokens} decoded; "
+                      f"{at_once} at once per engine ({waves} wave{'s' if waves > 1 else ''})")
+
+
+def estimate_step(cfg: Any, specs: list[RoleSpec], engines: dict[str, dict[str, float]],
+                  checkpointing: bool, hw: Hardware, shared: bool) -> dict[str, Any]:
+    """Seconds per part of one worst-case step (every episode at its longest): actor rollout
+    generation, old log-probs, actor update, weight sync; extractor generation, update, sync.
+    An estimate from :data:`FLOPS_FORMULA`, the :class:`Hardware` figures and the plan's KV
+    cache, not a measurement."""
+    r, lora = cfg.rollout, bool(cfg.model.lora_r)
+    actor, ext = specs
+    seq = actor.max_seq
+    episodes = r.groups * r.group_size
+    decoded = min(r.max_episode_tokens, seq)  # worst case: the episode all generated
+    parts = [_generation("actor", actor, episodes, seq, decoded, engines["actor"]["kv_tokens"], hw)]
+    tokens = episodes * seq
+    if cfg.actor.recompute_old_logprobs:
+        parts.append(_part("actor old log-probs", tokens * forward_flops_per_token(actor.shape, seq),
+                           actor.ranks, hw, what=f"{tokens / 1e6:.2f}M tokens, one forward"))
+    flops = tokens * train_flops_per_token(actor.shape, seq, checkpointing=checkpointing, lora=lora)
+    if actor.logprob_chunk:  # each chunk's vocabulary projection again in the backward
+        flops += 2 * actor.shape.vocab * actor.shape.hidden * tokens
+    parts.append(_part("actor update", flops, actor.ranks, hw,
+                       what=f"{tokens / 1e6:.2f}M tokens, forward + backward"
+                            + (" + recompute" if checkpointing else "")))
+    sync_bytes = (2 * lora_params(actor.shape, cfg.model.lora_r) if lora
+                  else 2 * actor.shape.params())
+    parts.append(_part("actor weight sync", 0, 1, hw, memory_s=sync_bytes / (hw.sync_gbps * 1e9),
+                       what=f"{sync_bytes / GB:.2f} GB of bf16 "
+                            f"{'adapters' if lora else 'weights'} into the engines"))
+    for p in parts:
+        p["role"] = "actor"
+    # the extractor: one extraction per distilled episode of the step, its update amortised
+    distilled = episodes // 2 if cfg.extractor.distill == "with_experience" else episodes
+    x_seq = ext.max_seq
+    x_parts = [_generation("extractor", ext, distilled, x_seq, cfg.extractor.max_new_tokens,
+                           engines["extractor"]["kv_tokens"], hw)]
+    x_tokens = distilled * x_seq
+    if cfg.extractor.recompute_old_logprobs:
+        x_parts.append(_part("extractor old log-probs",
+                             x_tokens * forward_flops_per_token(ext.shape, x_seq), ext.ranks, hw,
+                             what=f"{x_tokens / 1e6:.2f}M tokens, one forward"))
+    x_flops = x_tokens * train_flops_per_token(ext.shape, x_seq, checkpointing=checkpointing,
+                                               lora=lora)
+    if ext.logprob_chunk:
+        x_flops += 2 * ext.shape.vocab * ext.shape.hidden * x_tokens
+    x_parts.append(_part("extractor update", x_flops, ext.ranks, hw,
+                         what=f"{distilled} extractions per step ({x_tokens / 1e6:.2f}M tokens); "
+                              f"updates of {ext.samples_per_update} samples, amortised"))
+    pushes = distilled / max(1, ext.samples_per_update)
+    x_sync = pushes * (2 * lora_params(ext.shape, cfg.model.lora_r) if lora
+                       else 2 * ext.shape.params())
+    x_parts.append(_part("extractor weight sync", 0, 1, hw,
+                         memory_s=x_sync / (hw.sync_gbps * 1e9),
+                         what=f"{pushes:.2f} pushes per step"))
+    for p in x_parts:
+        p["role"] = "extractor"
+    actor_s = sum(p["seconds"] for p in parts)
+    ext_s = sum(p["seconds"] for p in x_parts)
+    # on GPUs of their own the extractor's work overlaps the actor's (the actor waits for its
+    # backlog before each rollout); on shared GPUs the two take turns
+    step = actor_s + ext_s if shared else max(actor_s, ext_s)
+    return {"parts": [*parts, *x_parts], "actor_s": actor_s, "extractor_s": ext_s,
+            "step_s": step, "steps": cfg.steps, "run_h": step * cfg.steps / 3600,
+            "shared": shared, "hardware": dataclasses.asdict(hw), "formula": FLOPS_FORMULA}
+
+
+def _colocation_fix(role_names: list[str], specs: dict[str, RoleSpec], learners: float,
+                    gpu_bytes: float) -> tuple[list[str], dict[str, float]]:
+    """Utilizations that leave the learners on the same GPU their memory: the engines share what
+    the learners leave, in proportion to their configured utilization."""
+    left = max(0.0, 1.0 - learners / gpu_bytes - 0.02)
+    total = sum(specs[n].utilization for n in role_names)
+    util = {n: round(math.floor(100 * left * specs[n].utilization / total) / 100, 2)
+            for n in role_names}
+    return [f"--set model.{n}_gpu_memory_utilization={util[n]:g}" for n in role_names], util
+
+
+def build_plan(cfg: Any, gpus: int, gpu_memory_gb: float, *, checkpointing: bool = True,
+               precision: str = "fsdp2", peak_tflops: float = 989.0, mfu: float = 0.4,
+               hbm_tbps: float = 3.35, sync_gbps: float = 50.0) -> MemoryPlan:
+    """The memory plan of ``cfg`` (a ``RunConfig``) on ``gpus`` GPUs of ``gpu_memory_gb`` GB each,
+    laid out by :func:`split_gpus`, and the estimated time of a worst-case step per part
+    (:func:`estimate_step`, from :data:`FLOPS_FORMULA` at ``mfu`` of ``peak_tflops`` and decode at
+    ``hbm_tbps``).
+
+    Full fine-tuning (``model.lora_r=0``) shards each role's states over its learner ranks
+    (``precision``: a name in :data:`PRECISIONS`); LoRA (``lora_r > 0``) replicates the frozen
+    bf16 base on every rank beside fp32 adapters. Where an engine shares its GPU with a learner
+    (one GPU for a role, or for the run), vLLM takes ``model.<role>_gpu_memory_utilization`` of
+    it and the learner must fit in the rest."""
     if precision not in PRECISIONS:
         raise ValueError(f"unknown precision {precision!r}; known: {', '.join(PRECISIONS)}")
     if gpu_memory_gb <= 0:
         raise ValueError(f"--gpu-memory must be > 0 GB, got {gpu_memory_gb}")
-    if cfg.model.lora_r:
-        raise ValueError(f"the plan counts full fine-tuning (model.lora_r=0, as the paper preset); "
-                         f"this configuration trains LoRA adapters (lora_r={cfg.model.lora_r}). "
-                         "Give --set model.lora_r=0.")
     gpu_bytes = gpu_memory_gb * GB
+    split = split_gpus(gpus)
     roles: list[RolePlan] = []
     times: dict[str, dict[str, float]] = {}
-    for spec in role_specs(cfg, split_gpus(gpus)):
-        spec = dataclasses.replace(spec, precision=PRECISIONS[precision])
-        eng = engine(spec.shape, spec.gpus_per_engine, gpu_bytes, spec.utilization, spec.max_seq)
-        e_fixes: list[str] = []
+    specs = {s.role: dataclasses.replace(s, precision=PRECISIONS[precision],
+                                         lora_r=cfg.model.lora_r)
+             for s in role_specs(cfg, split)}
+    engines: dict[str, dict[str, float]] = {}
+    learners: dict[str, dict[str, float]] = {}
+    for spec in specs.values():
+        engines[spec.role] = engine(spec.shape, spec.gpus_per_engine, gpu_bytes, spec.utilization,
+                                    spec.max_seq)
+        learners[spec.role] = _learner_lines(spec, spec.ranks, checkpointing, spec.token_budget,
+                                             spec.max_seq)
+    # GPUs that hold several parts: their sum must fit
+    groups: list[list[str]] = []
+    if split["all_colocated"]:
+        groups.append(["actor", "extractor"])
+    else:
+        groups += [[n] for n in ("actor", "extractor") if split[f"{n}_colocated"]]
+    shared_fixes: dict[str, list[str]] = {}
+    shared_notes: dict[str, str] = {}
+    for names in groups:
+        used = sum(specs[n].utilization * gpu_bytes for n in names)
+        learn = sum(learners[n]["total"] for n in names)
+        where = ("both roles' engines and learners share each GPU" if len(names) > 1 else
+                 f"the {names[0]} engine and learner share its GPU")
+        for n in names:
+            shared_notes[n] = (f"{where}: {(used + learn) / GB:.1f} GB of "
+                               f"{gpu_memory_gb:g} (engines {used / GB:.1f} = their "
+                               f"gpu_memory_utilization, learners {learn / GB:.1f})")
+        if used + learn > gpu_bytes:
+            sets, util = _colocation_fix(names, specs, learn, gpu_bytes)
+            ok = all(engine(specs[n].shape, specs[n].gpus_per_engine, gpu_bytes, util[n],
+                            specs[n].max_seq)["sequences"] >= 1 for n in names)
+            fix = (f"lower the engines' share of the GPU so the learner fits beside them "
+                   f"({' '.join(sets)})" if ok else
+                   "the learners leave the engines too little memory for one full-length "
+                   "sequence: more GPUs" + ("" if cfg.model.lora_r else ", or LoRA (--lora)"))
+            for n in names:
+                shared_fixes[n] = [fix]
+    for spec in specs.values():
+        eng = engines[spec.role]
+        e_fixes: list[str] = list(shared_fixes.get(spec.role, []))
         if eng["short"] > 0:
             e_fixes.append(f"tensor parallelism over more GPUs per {spec.role} engine: the bf16 "
                            f"weights ({eng['weights'] / GB:.1f} GB) leave no KV cache at "
@@ -446,40 +714,60 @@ def build_plan(cfg: Any, gpus: int, gpu_memory_gb: float, *, checkpointing: bool
             e_fixes.append(f"shorter sequences or tensor parallelism: the KV cache holds "
                            f"{eng['kv_tokens']:.0f} tokens, less than one {spec.max_seq}-token "
                            "sequence")
+        tp_wanted = int(getattr(cfg.model, f"{spec.role}_tensor_parallel", 1))
+        notes = [f"gpu_memory_utilization {spec.utilization:g}",
+                 f"{spec.samples_per_update} sequences per "
+                 f"{'step' if spec.role == 'actor' else 'update'} over {spec.engines} "
+                 f"engine{'s' if spec.engines > 1 else ''}"]
+        if spec.gpus_per_engine < tp_wanted:
+            notes.append(f"tensor parallel {spec.gpus_per_engine:g} instead of the configured "
+                         f"{tp_wanted}: the role has {split[f'{spec.role}_engine_gpus']} engine "
+                         "GPU(s)")
+        if spec.role in shared_notes:
+            notes.append(shared_notes[spec.role])
+        roles.append(RolePlan(spec.role, "engine", spec.engines, spec.gpus_per_engine,
+                              spec.shape.name, eng, fits=not e_fixes, fixes=e_fixes, notes=notes))
+        lr = learners[spec.role]
+        ok = lr["total"] <= gpu_bytes and not shared_fixes.get(spec.role)
+        fixes = ([] if lr["total"] <= gpu_bytes else _learner_fixes(spec, gpu_bytes, checkpointing))
+        fixes += shared_fixes.get(spec.role, [])
+        states = (f"LoRA r={spec.lora_r}: frozen bf16 base on every rank, "
+                  f"{lr['adapter_params'] / 1e6:.1f}M fp32 adapter parameters"
+                  if spec.lora_r else f"states sharded over {spec.ranks} rank(s)")
         roles.append(RolePlan(
-            spec.role, "engine", spec.engines, spec.gpus_per_engine, spec.shape.name, eng,
-            fits=not e_fixes, fixes=e_fixes,
-            notes=[f"gpu_memory_utilization {spec.utilization} (official yaml)",
-                   f"{spec.samples_per_update} sequences per step over {spec.engines} engines"]))
-        lr = _learner_lines(spec, spec.ranks, checkpointing, spec.token_budget, spec.max_seq)
-        ok = lr["total"] <= gpu_bytes
-        roles.append(RolePlan(
-            spec.role, "learner", spec.ranks, 1, spec.shape.name, lr, fits=ok,
-            fixes=[] if ok else _learner_fixes(spec, gpu_bytes, checkpointing),
-            notes=[f"micro-batch: {int(lr['tokens'])} tokens ({spec.micro_batch_size} x "
+            spec.role, "learner", spec.ranks, 1, spec.shape.name, lr, fits=ok, fixes=fixes,
+            notes=[*([shared_notes[spec.role]] if spec.role in shared_notes else []),
+                   states, f"micro-batch: {int(lr['tokens'])} tokens ({spec.micro_batch_size} x "
                    f"{spec.max_seq}, budget {spec.token_budget or 'none'}), "
                    f"{int(lr['scored'])} scored"
                    + (f", log-probs in chunks of {spec.logprob_chunk}" if spec.logprob_chunk
                       else ", log-probs of every scored token at once")]))
-        tokens = spec.samples_per_update * spec.max_seq
-        flops = (8 if checkpointing else 6) * spec.shape.params() * tokens
-        if spec.logprob_chunk:  # each chunk's vocabulary projection again in the backward
-            flops += 2 * spec.shape.vocab * spec.shape.hidden * tokens
-        times[spec.role] = {"tokens": float(tokens), "flops": float(flops),
-                            "seconds": flops / (spec.ranks * peak_tflops * 1e12 * mfu),
-                            "mfu": mfu, "peak_tflops": peak_tflops}
-    return MemoryPlan(gpus, gpu_memory_gb, checkpointing, roles, times, PRECISIONS[precision])
+    hw = Hardware(peak_tflops, mfu, hbm_tbps, sync_gbps)
+    step = estimate_step(cfg, [specs["actor"], specs["extractor"]], engines, checkpointing, hw,
+                         shared=split["all_colocated"])
+    for p in step["parts"]:
+        if p["part"].endswith("update"):
+            spec = specs[p["role"]]
+            times[p["role"]] = {"tokens": float(spec.samples_per_update * spec.max_seq),
+                                "flops": p["flops"], "seconds": p["seconds"], "mfu": mfu,
+                                "peak_tflops": peak_tflops}
+    return MemoryPlan(gpus, gpu_memory_gb, checkpointing, roles, times, PRECISIONS[precision],
+                      lora_r=cfg.model.lora_r, split=split, step=step)
 
 
 # -- printing ----------------------------------------------------------------------------------
-def _learner_rows(p: Precision) -> list[tuple[str, str]]:
+def _learner_rows(p: Precision, lora: bool = False) -> list[tuple[str, str]]:
     dtype = {2: "bf16", 4: "fp32"}
-    rows = [("weights", f"{dtype[p.weight]} weights ({p.weight} B/param)")] if p.weight else []
-    rows += [("grads", f"{dtype[p.grad]} grads ({p.grad} B/param)")]
-    rows += [("masters", f"fp32 masters ({p.master} B/param)")] if p.master else []
-    return rows + [("optimizer", f"AdamW m, v ({p.optimizer} B/param)"),
-                   ("fsdp_gather", "FSDP gathered layers (bf16)"),
-                   ("activations_no_ckpt", "activations, no checkpointing"),
+    if lora:
+        rows = [("weights", "bf16 base (2 B/param) + fp32 adapters"),
+                ("grads", "adapter grads (fp32)"), ("optimizer", "AdamW m, v (adapters)")]
+    else:
+        rows = [("weights", f"{dtype[p.weight]} weights ({p.weight} B/param)")] if p.weight else []
+        rows += [("grads", f"{dtype[p.grad]} grads ({p.grad} B/param)")]
+        rows += [("masters", f"fp32 masters ({p.master} B/param)")] if p.master else []
+        rows += [("optimizer", f"AdamW m, v ({p.optimizer} B/param)"),
+                 ("fsdp_gather", "FSDP gathered layers (bf16)")]
+    return rows + [("activations_no_ckpt", "activations, no checkpointing"),
                    ("activations_ckpt", "activations, checkpointing"),
                    ("logits", "logits of scored tokens"),
                    ("step_temp", "optimizer step temporaries")]
@@ -489,17 +777,40 @@ _ENGINE_ROWS = [("weights", "bf16 weights"), ("workspace", "workspace (graphs, p
                 ("kv_cache", "KV cache")]
 
 
+def layout_text(plan: MemoryPlan) -> str:
+    """Where each part runs, in one line per role."""
+    s = plan.split
+    out = []
+    by = {(r.role, r.part): r for r in plan.roles}
+    for role in ("actor", "extractor"):
+        e, l = by[role, "engine"], by[role, "learner"]
+        eng = f"{e.count} vLLM engine{'s' if e.count > 1 else ''} x {e.gpus_each:g} GPU"
+        lrn = f"{l.count} learner rank{'s' if l.count > 1 else ''} x 1 GPU"
+        if s.get("all_colocated"):
+            where = "on the run's one GPU, shared with the other role"
+        elif s.get(f"{role}_colocated"):
+            where = "sharing one GPU"
+        else:
+            where = f"on {s[f'{role}_engine_gpus'] + s[f'{role}_ranks']} GPUs of its own"
+        out.append(f"{role}: {eng} + {lrn}, {where}")
+    return "; ".join(out)
+
+
 def format_plan(plan: MemoryPlan) -> str:
-    """The per-GPU table (GB) and the verdict, as ``crl-bench plan`` prints it."""
+    """The per-GPU table (GB), the estimated step time per part, and the verdict, as
+    ``crl-bench plan`` prints it."""
     cols = [f"{r.role} {r.part}" for r in plan.roles]
     width = max(32, *(len(c) for c in cols))
     head = f"{'per GPU (GB)':<32}" + "".join(f"{c:>{width - 10}}" for c in cols)
-    out = [f"{plan.gpus} GPUs x {plan.gpu_memory_gb:g} GB; activation checkpointing "
-           f"{'on' if plan.checkpointing else 'off'}; learner states: {plan.precision.name} "
-           f"({plan.precision.state_bytes} B/param, sharded over the learner ranks)", "",
+    training = (f"LoRA adapters (r={plan.lora_r}) on frozen bf16 bases" if plan.lora_r else
+                f"full fine-tuning, learner states {plan.precision.name} "
+                f"({plan.precision.state_bytes} B/param, sharded over the learner ranks)")
+    out = [f"{plan.gpus} GPU{'s' if plan.gpus > 1 else ''} x {plan.gpu_memory_gb:g} GB; "
+           f"activation checkpointing {'on' if plan.checkpointing else 'off'}; {training}",
+           f"layout: {layout_text(plan)}", "",
            f"{'':<32}" + "".join(f"{f'{r.count} x {r.gpus_each:g} GPU':>{width - 10}}"
                                  for r in plan.roles), head]
-    labels = [("learner", k, t) for k, t in _learner_rows(plan.precision)]
+    labels = [("learner", k, t) for k, t in _learner_rows(plan.precision, bool(plan.lora_r))]
     labels += [("engine", k, t) for k, t in _ENGINE_ROWS]
     for part, key, text in labels:
         cells = [f"{r.lines[key] / GB:.1f}" if r.part == part else "" for r in plan.roles]
@@ -515,11 +826,30 @@ def format_plan(plan: MemoryPlan) -> str:
             extra = (f"KV cache {r.lines['kv_tokens'] / 1e3:.0f}k tokens = "
                      f"{r.lines['sequences']:.1f} full-length sequences per engine; ")
         out.append(f"{r.role} {r.part} ({r.model}): {extra}{'; '.join(r.notes)}")
-    for role, t in plan.times.items():
-        out.append(f"{role} update, worst case: {t['tokens'] / 1e6:.2f}M tokens, "
-                   f"{t['flops'] / 1e18:.2f} EFLOP, {t['seconds']:.0f} s at MFU {t['mfu']:g} of "
-                   f"{t['peak_tflops']:g} TFLOP/s per GPU")
+    if plan.step:
+        out += ["", *format_step(plan.step)]
     return "\n".join(out)
+
+
+def format_step(step: dict[str, Any]) -> list[str]:
+    """The step-time estimate per part (seconds), with what it assumes."""
+    hw = step["hardware"]
+    out = [f"Estimated time of a worst-case step (every episode at its longest), per part - an "
+           f"estimate from FLOPs at MFU {hw['mfu']:g} of {hw['peak_tflops']:g} TFLOP/s per GPU, "
+           f"decoding at {hw['hbm_tbps']:g} TB/s of HBM, weights synced at "
+           f"{hw['sync_gbps']:g} GB/s; not a measurement:",
+           f"  {'part':<26}{'TFLOP':>12}{'GPUs':>6}{'seconds':>10}  bound by / what"]
+    for p in step["parts"]:
+        out.append(f"  {p['part']:<26}{p['flops'] / 1e12:>12,.0f}{p['gpus']:>6g}"
+                   f"{p['seconds']:>10,.1f}  {p['bound'] if p['flops'] else 'transfer'}; "
+                   f"{p['what']}")
+    how = ("the roles share the GPUs: actor + extractor" if step["shared"] else
+           "the extractor runs on its own GPUs beside the actor: max(actor, extractor)")
+    out.append(f"  step: actor {step['actor_s']:,.0f} s, extractor {step['extractor_s']:,.0f} s; "
+               f"{how} = {step['step_s']:,.0f} s; {step['steps']} steps = "
+               f"{step['run_h']:,.1f} h")
+    out.append(f"  {step['formula']}")
+    return out
 
 
 def refusal(plan: MemoryPlan) -> str:
@@ -527,8 +857,10 @@ def refusal(plan: MemoryPlan) -> str:
     parts = []
     for r in plan.roles:
         if not r.fits:
-            parts.append(f"{r.role} {r.part} needs {r.lines['total'] / GB:.1f} GB per GPU "
-                         f"(> {plan.gpu_memory_gb:g} GB); fixes: " + "; ".join(r.fixes))
+            shared = next((n for n in r.notes if "share" in n and " GB of " in n), None)
+            need = (f"shares its GPU ({shared.split(': ', 1)[1]})" if shared else
+                    f"needs {r.lines['total'] / GB:.1f} GB per GPU (> {plan.gpu_memory_gb:g} GB)")
+            parts.append(f"{r.role} {r.part} {need}; fixes: " + "; ".join(dict.fromkeys(r.fixes)))
     return (f"the plan does not fit {plan.gpus} x {plan.gpu_memory_gb:g} GB GPUs: "
             + " | ".join(parts))
 
