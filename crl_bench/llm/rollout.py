@@ -274,7 +274,8 @@ class RolloutEngine:
         content = build_followup_message(self.prompt, observation=ep.observation,
                                          admissible_actions=ep.admissible,
                                          asks_left=self._asks_left(ep), turn_index=len(ep.turns),
-                                         example_seed=ep.example_seed)
+                                         example_seed=ep.example_seed,
+                                         official=ep.info.get("official_prompt"))
         ids += self.backend.tokenizer(head + content + tail, add_special_tokens=False)["input_ids"]
         ep.conversation_ids = ids + self._prefix_ids
 
@@ -289,7 +290,8 @@ class RolloutEngine:
                 self.prompt, family=ep.family, goal=ep.goal, observation=ep.observation,
                 history=history, admissible_actions=ep.admissible,
                 experience_text=ep.spec.experience_text, asks_left=self._asks_left(ep),
-                turn_index=len(ep.turns), example_seed=ep.example_seed)
+                turn_index=len(ep.turns), example_seed=ep.example_seed,
+                official=ep.info.get("official_prompt"))
             ids = self.backend.chat_prompt_ids(messages) + self._prefix_ids
             cap = self.prompt.max_prompt_tokens
             if cap is None or len(ids) <= cap:
