@@ -149,3 +149,24 @@ def test_plan_lora_on_one_gpu_names_the_utilizations_that_fit(capsys):
     out = capsys.readouterr().out
     assert "LoRA adapters (r=16)" in out and "0.08 GB of bf16 adapters" in out
     assert main(["plan", "--lora", "0"]) == 2
+
+
+def test_the_docs_step_table_is_the_plans():
+    """docs/scaling.md's estimated step of the paper preset on 16 x 80 GB, recomputed."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "scaling.md").read_text()
+    plan = build_plan(paper(), 16, 80)
+    parts = {p["part"]: p for p in plan.step["parts"]}
+    names = {"actor rollout generation": "actor generation"}
+    rows = re.findall(r"^\| ((?:actor|extractor) [a-z -]+?)(?: \(.*?\))? \| ([\d,-]+) \| [\d-]+ \| "
+                      r"([\d.,]+) \|", text, flags=re.M)
+    assert len(rows) == 8
+    for name, tflop, seconds in rows:
+        p = parts[names.get(name, name)]
+        if tflop != "-":
+            assert int(tflop.replace(",", "")) == round(p["flops"] / 1e12)
+        assert float(seconds.replace(",", "")) == pytest.approx(p["seconds"], abs=0.5)
+    step = re.search(r"\*\*step\*\* .*?\*\*([\d,]+)\*\*", text).group(1)
+    assert int(step.replace(",", "")) == round(plan.step["step_s"])
