@@ -310,8 +310,25 @@ class ActionItemTemplate(ItemTemplate):
         stem = self.action.content_stems[outcome == "failure"]
         return stem, list(dict.fromkeys(a for o, a in claims if o == outcome))
 
+    def window_title(self, entries: Sequence[ExperienceEntry]) -> str:
+        """The merged item's title, agreeing with its content's outcome: the title most of the
+        entries that make the window's claim share (:meth:`window_claim`: the success entries
+        when there is one, else the failure entries; ties: the oldest), else the window's; an
+        outcome suffix of the extraction template (``: what worked`` / ``: what went wrong``)
+        that names the other outcome is replaced, so that a success item is never titled as a
+        failure (the actor is shown "title: content")."""
+        stem = self.window_claim(entries)[0]
+        outcome = "failure" if stem == self.action.content_stems[1] else "success"
+        claiming = [e for e in entries if (c := self.action.claim(e.content)) and c[0] == outcome]
+        title = self.title(claiming or entries)
+        good, bad = ((": what worked", ": what went wrong") if outcome == "success"
+                     else (": what went wrong", ": what worked"))
+        if title.endswith(bad):
+            title = title[:-len(bad)] + good
+        return title
+
     def prefill(self, entries: Sequence[ExperienceEntry] = ()) -> str:
-        return (f"{self.prefill_text}<title>{self.title(entries)}</title>\n"
+        return (f"{self.prefill_text}<title>{self.window_title(entries)}</title>\n"
                 f"<content>{self.window_claim(entries)[0]}")
 
     def answer_for(self, entries: Sequence[ExperienceEntry], text: str, finish_reason: str) -> str:
