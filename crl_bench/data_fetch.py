@@ -330,7 +330,14 @@ def fetch(family: str, dest: Path | None = None, *, say: Say = print,
         out.mkdir()
         for source in SOURCES[family]:
             download(source, raw, say, sha256=(sha256 or {}).get(source.name))
-        BUILDERS[family](raw, out, say)
+        try:
+            BUILDERS[family](raw, out, say)
+        except (ValueError, KeyError, TypeError, EOFError, OSError) as exc:  # JSON/zip/gzip errors
+            if isinstance(exc, FetchError):
+                raise
+            raise FetchError(f"the downloaded {family} files could not be read "
+                             f"({type(exc).__name__}: {exc}); a host may have answered with an "
+                             "error page. Nothing installed; run again later") from None
         os.replace(out, dest)
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Run the vLLM backend's tests (tests/test_llm_vllm.py) in their own venv, so that a vLLM
-# regression is seen. vLLM pins its own torch/transformers, so it cannot share the main .venv.
+# Run the vLLM backend's tests (tests/test_llm_vllm.py) and `crl-bench eval --endpoint` against
+# vLLM's OpenAI-compatible server (tests/test_eval_endpoint.py; the client runs in the main .venv)
+# in their own venv, so that a vLLM regression is seen. vLLM pins its own torch/transformers, so it cannot share the main .venv.
 #
 # Usage:  bash scripts/test_vllm.sh [extra pytest arguments]
 #   VLLM_VENV     the venv (default .venv-vllm); built on first use, reused afterwards
@@ -46,7 +47,7 @@ export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
 report="$(mktemp -d)/junit.xml"
 status=0
 "$VENV/bin/python" -m pytest -m vllm -p no:cacheprovider -rs --junitxml="$report" \
-  tests/test_llm_vllm.py "$@" || status=$?
+  tests/test_llm_vllm.py tests/test_eval_endpoint.py "$@" || status=$?
 if [ "$status" -eq 0 ]; then
   "$VENV/bin/python" - "$report" <<'PY' || status=1
 import sys

@@ -17,6 +17,11 @@ What an endpoint cannot give, this backend does not pretend to:
 * log-probs: the completion's bytes get log-prob 0.0 (evaluation never reads them);
 * training: ``trainable_model``, ``forward_token_logprobs`` and adapters raise
   :class:`EndpointOnly`;
+* pre-filled answers (``rollout.response_prefix``, set by ``rollout.small_model_prompt``): sent
+  as a final assistant message with ``continue_final_message`` (vLLM, SGLang); other servers
+  refuse it, and the error says to turn the pre-fill off;
+* token counts: a "token" here is a byte, so ``rollout.max_episode_tokens`` and the episode's
+  ``tokens`` count bytes (the server's ``max_tokens`` is capped at the bytes left, never less);
 * which stop string ended a completion: vLLM says it (``stop_reason``) and it is appended, as the
   other backends keep it; from other servers a ``</tag>`` stop whose ``<tag>`` is open in the
   text is appended.
@@ -159,9 +164,12 @@ class OpenAIBackend:
                 last = f"{type(exc).__name__}: {getattr(exc, 'reason', exc)}"
             if attempt < self.retries:
                 time.sleep(min(2.0 ** attempt, 10.0))
+        hint = (" This server cannot continue a pre-filled answer (continue_final_message, "
+                "which vLLM and SGLang accept): evaluate with --set rollout.small_model_prompt=false."
+                if body and body.get("continue_final_message") and "HTTP 4" in last else "")
         raise EndpointError(f"{url} failed ({last}). Is the server running, and is "
                             f"--model-id {self.model_id!r} one of its models (GET "
-                            f"{self.base_url}/models)?")
+                            f"{self.base_url}/models)?" + hint)
 
     def list_models(self) -> list[str]:
         """The served model names (``GET /models``)."""
@@ -185,14 +193,12 @@ class OpenAIBackend:
         prefill = ""
         if messages[-1]["role"] == "assistant":  # the generation prompt, maybe with a pre-fill
             prefill = messages.pop()["content"]
-        if prefill:
-            raise EndpointOnly("an endpoint model cannot continue a pre-filled answer "
-                               f"({prefill[:60]!r}); evaluate with rollout.response_prefix empty "
-                               "(the extractor's templates pre-fill too: use an endpoint for "
-                               "the actor only)")
         body: dict[str, Any] = {"model": self.model_id, "messages": messages,
                                 "max_tokens": int(max_tokens), "n": 1,
                                 "temperature": float(sampling.temperature)}
+        if prefill:  # the answer starts with it (PromptConfig.response_prefix): vLLM / SGLang
+            body["messages"] = messages + [{"role": "assistant", "content": prefill}]
+            body["continue_final_message"], body["add_generation_prompt"] = True, False
         if sampling.top_p < 1.0:
             body["top_p"] = float(sampling.top_p)
         if sampling.top_k > 0:

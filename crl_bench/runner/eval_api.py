@@ -156,14 +156,16 @@ def eval_config(model: EvalModel | None, *, tasks: str | None, preset: str | Non
         apply_overrides(cfg, overrides)
         cfg.validate()
         return cfg
-    if model is not None:
+    if model is not None and model.source == "model":
         key = "model.actor"
         if key in overrides and overrides[key] != model.name:
             raise ConfigError(f"--set model.actor={overrides[key]} conflicts with MODEL "
                               f"{model.name}; give the model once")
         overrides[key] = model.name
     if model is not None and model.source == "endpoint":
-        overrides.setdefault("model.device", "cpu")  # nothing is loaded here
+        # nothing is loaded here: the served model stands in config.json's model.actor
+        overrides.setdefault("model.device", "cpu")
+        overrides.setdefault("model.backend", "hf")
     return build_config(agent="grpo", tasks=tasks, preset=preset, seed=seed, overrides=overrides)
 
 
@@ -255,6 +257,10 @@ def run_eval(model: EvalModel | None, *, tasks: str | None, preset: str | None, 
         raise ValueError(f"--seed {' '.join(map(str, seeds))}: give distinct seeds >= 0")
     cfgs = [eval_config(model, tasks=tasks, preset=preset, seed=s, episodes=episodes,
                         overrides=overrides or {}) for s in seeds]  # all checked before any runs
+    if model is not None and model.source == "endpoint":  # a dead server: before any folder
+        from crl_bench.llm.openai_backend import OpenAIBackend
+
+        OpenAIBackend(str(model.endpoint), model.name, retries=0).check()
     label = (model or EvalModel("model", cfgs[0].model.actor)).label
     out = Path(out) if out is not None else default_eval_dir(label, cfgs[0].tasks)
     dirs = [evaluate_one(cfg, model, out / f"seed_{cfg.seed}", bank=bank, progress=progress,

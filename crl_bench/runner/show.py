@@ -93,6 +93,8 @@ def format_episode(run: Path, index: int, decode: Callable[[list[int]], str] | N
                    ) -> list[str]:
     rec, traj = find_trajectory(run, index)
     decode = decode or run_decoder(run)
+    source = (json.loads((run / "config.json").read_text()).get("eval") or {}).get("source")
+    unit = "bytes" if source == "endpoint" else "tokens"  # an endpoint's ids are UTF-8 bytes
     head = (f"episode {index}: {rec.get('phase')} step {rec.get('step')}, {traj['task_name']} "
             f"({traj['env_id']}), task {traj.get('task_id') or '-'}, seed {traj['seed']}, "
             f"{'with' if traj['with_experience'] else 'without'} experience")
@@ -106,8 +108,8 @@ def format_episode(run: Path, index: int, decode: Callable[[list[int]], str] | N
             shown, note = prompt[len(previous):], " (continues the conversation: new part only)"
         else:
             shown, note = prompt, ""
-        lines += ["", f"===== turn {k}: prompt, {len(prompt)} tokens{note} =====", decode(shown),
-                  f"===== turn {k}: the model wrote ({len(turn['completion_ids'])} tokens, "
+        lines += ["", f"===== turn {k}: prompt, {len(prompt)} {unit}{note} =====", decode(shown),
+                  f"===== turn {k}: the model wrote ({len(turn['completion_ids'])} {unit}, "
                   f"{turn.get('finish_reason') or '-'}) =====", turn["completion_text"]]
         if turn.get("kind") == "action":
             lines.append(f"----- action sent: {turn.get('action')!r}; reward {turn['reward']:+.2f}")
