@@ -64,6 +64,6 @@ def resolve_data_dir(family: str, path: str | os.PathLike[str] | None = None, *,
     raise DataNotFoundError(
         f"No {family} data found. Tried:\n" + "\n".join(tried) +
         f"\nGive it one of these ways:\n"
-        f"  1. pass data_dir=PATH (e.g. `--set data_dir=PATH`), or set {env_var(family)}=PATH "
-        f"(or CRL_BENCH_DATA=PARENT holding a '{family}' folder);\n"
+        f"  1. set {env_var(family)}=PATH (or CRL_BENCH_DATA=PARENT holding a '{family}' "
+        f"folder) before `crl-bench run`; from Python, pass data_dir=PATH to the env;\n"
         f"  2. put or link the folder at {cache_dir() / 'data' / family}" + hint)

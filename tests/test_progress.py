@@ -88,7 +88,7 @@ def test_run_ends_with_summary_and_report_path(tiny_run: dict) -> None:
     lines = [line for _, line in tiny_run["lines"]]
     tail = lines[next(i for i, line in enumerate(lines) if line.startswith("run directory:")):]
     assert "success rate, evaluation at step 0 -> step 3:" in tail
-    assert any(re.match(r"\s+MiniHack Room\s+\d\.\d\d -> \d\.\d\d \(n=2\)", line) for line in tail)
+    assert any(re.match(r"\s+MiniHack Room\s+\d\.\d\d -> \d\.\d\d \(2 episodes\)", line) for line in tail)
     report = [line for line in tail if line.startswith("report: ")]
     assert report, tail
     path = Path(report[0].split()[1])

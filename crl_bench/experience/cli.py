@@ -20,7 +20,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="bank_action", metavar="ACTION")
 
     s = sub.add_parser("stats", help="size, families, usage and outcome totals of a bank")
-    s.add_argument("path", help="bank file (SQLite), e.g. runs/<run>/experience.sqlite")
+    s.add_argument("path", help="bank file (SQLite), e.g. runs/<run>/bank.sqlite")
     s.add_argument("--verify", action="store_true",
                    help="also rebuild the ANN index and check it against the table")
     s.add_argument("--json", action="store_true", help="print JSON")
@@ -114,11 +114,12 @@ def _cmd_show(args: argparse.Namespace) -> int:
         else:
             entries = bank.list_entries(family=args.family, order=args.order, limit=args.limit,
                                         offset=args.offset)
+        created = float(bank.meta.get("created_at", "nan"))
     for e in entries:
         if args.json:
             print(json.dumps(e.to_dict()))
         else:
-            print(_format_entry(e))
+            print(_format_entry(e, created))
     if not entries and not args.ids:
         print("(no entries)")
     return 0
@@ -142,6 +143,7 @@ def _cmd_search(args: argparse.Namespace) -> int:
                              f"({bank.embedder_name})")
         hits = bank.search(embedder.encode([args.query]), args.k, family=args.family)[0]
         entries = {e.id: e for e in bank.get([i for i, _ in hits])}
+        created = float(bank.meta.get("created_at", "nan"))
     for entry_id, sim in hits:
         e = entries.get(entry_id)
         if e is None:
@@ -149,16 +151,34 @@ def _cmd_search(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps({"similarity": sim, **e.to_dict()}))
         else:
-            print(f"similarity {sim:.3f}\n{_format_entry(e)}")
+            print(f"similarity {sim:.3f}\n{_format_entry(e, created)}")
     if not hits:
         print("(no entries)")
     return 0
 
 
-def _format_entry(e: Any) -> str:
+def retrieved_when(last: float | None, created_at: float, step_s: float | None = None) -> str:
+    """When an entry was last retrieved, as the bank's clock recorded it. A run's bank runs on
+    the run's logical clock (the bank's creation time + step x ``step_s`` seconds,
+    ``crl_bench.experience.manager.step_clock``): such a time is shown as the step it stands for,
+    never as a wall time; any other time (a bank used outside a run) as the date."""
+    if last is None:
+        return "never"
+    if step_s is None:
+        from crl_bench.experience.manager import RetrievalConfig
+
+        step_s = RetrievalConfig().step_s
+    if created_at == created_at:  # not NaN
+        steps = (last - created_at) / step_s
+        if steps >= 0 and abs(steps - round(steps)) < 1e-6:
+            return f"at step {round(steps)}"
+    return _when(last)
+
+
+def _format_entry(e: Any, created_at: float = float("nan")) -> str:
     outcome = (f"mean outcome {e.mean_outcome:+.2f} over {e.n_used} uses" if e.n_used
                else "not used yet")
-    last = _when(e.last_retrieved) if e.last_retrieved else "never"
+    last = retrieved_when(e.last_retrieved, created_at)
     lines = [f"#{e.id} [{e.family}] {e.title}",
              f"    {e.content}",
              f"    retrieved {e.times_retrieved}x (last {last}); {outcome}; trained "

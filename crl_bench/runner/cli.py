@@ -112,14 +112,15 @@ def _write_run_report(path) -> None:
 
         result = write_report([path], path / "report", title=f"crl-bench run {path.name}")
     except Exception as exc:  # noqa: BLE001 - the run itself is done and recorded
-        print(f"report: not written ({type(exc).__name__}: {exc}); try `crl-bench report {path}`")
+        print(f"report: not written ({type(exc).__name__}: {exc}); try "
+              f"`{invoked_program()} report {path} --out {path / 'report'}`")
         return
     print(f"report: {result.markdown} ({len(result.plots)} plot(s) in {result.out_dir / 'plots'})")
 
 
 def summary_lines(evals: list[dict]) -> list[str]:
     """The end-of-run table: per task, evaluation success without / with experience, first
-    evaluated step -> last (n = episodes per cell)."""
+    evaluated step -> last, and the held-out episodes each rate is over."""
     if not evals:
         return []
     first, last = min(e["step"] for e in evals), max(e["step"] for e in evals)
@@ -128,13 +129,14 @@ def summary_lines(evals: list[dict]) -> list[str]:
     modes = [m for m in (False, True) if any(k[1] == m for k in cells)]
     head = f"  {'task':<22}" + "".join(f"{'without exp' if not m else 'with exp':>22}" for m in modes)
     when = f"step {first} -> step {last}" if first != last else f"step {last}"
-    lines = [f"success rate, evaluation at {when}:", head]
+    lines = [f"success rate over held-out episodes, evaluation at {when}:", head]
     for task in tasks:
         row = f"  {task:<22}"
         for m in modes:
             a, b = cells.get((task, m, first)), cells.get((task, m, last))
-            text = ("-" if not (a and b) else f"{b['success_rate']:.2f} (n={b['n']})" if first == last
-                    else f"{a['success_rate']:.2f} -> {b['success_rate']:.2f} (n={b['n']})")
+            text = ("-" if not (a and b) else f"{b['success_rate']:.2f} ({b['n']} episodes)"
+                    if first == last else
+                    f"{a['success_rate']:.2f} -> {b['success_rate']:.2f} ({b['n']} episodes)")
             row += f"{text:>22}"
         lines.append(row)
     return lines
@@ -149,6 +151,44 @@ def _print_summary(path) -> None:
         print(line)
 
 
+def invoked_program() -> str:
+    """How the user started this command, for the commands the end of a run suggests: the path
+    they ran (``.venv/bin/crl-bench``), ``crl-bench`` when that is what their PATH finds, or
+    ``python -m crl_bench.cli``."""
+    import os
+    import shutil
+    import sys
+
+    argv0 = sys.argv[0] if sys.argv else ""
+    name = os.path.basename(argv0)
+    if name.startswith("crl-bench"):
+        on_path = shutil.which("crl-bench")
+        if on_path and os.path.realpath(on_path) == os.path.realpath(argv0):
+            return "crl-bench"
+        if os.path.isabs(argv0):  # make it relative to where the user is, when it is below
+            rel = os.path.relpath(argv0)
+            return rel if not rel.startswith("..") else argv0
+        return argv0
+    return f"{os.path.basename(sys.executable) or 'python'} -m crl_bench.cli"
+
+
+def _sample_entries(bank, sample: int) -> list:
+    """Up to ``sample`` recent entries, one per family first (a run on several families shows
+    each), then the most recent of the rest."""
+    picked, seen = [], set()
+    recent = bank.list_entries(order="recent", limit=max(50, sample))
+    for e in recent:
+        if e.family not in seen and len(picked) < sample:
+            picked.append(e)
+            seen.add(e.family)
+    for e in recent:
+        if len(picked) >= sample:
+            break
+        if e not in picked:
+            picked.append(e)
+    return picked
+
+
 def closing_lines(path, sample: int = 3) -> list[str]:
     """The end of ``run``: what the run was, a sample of what the extractor wrote, what to run
     next. Never fails: the run is done and recorded whatever this can read."""
@@ -159,6 +199,7 @@ def closing_lines(path, sample: int = 3) -> list[str]:
     except (OSError, ValueError):
         return []
     preset, agent, tasks = cfg.get("preset"), cfg.get("agent"), cfg.get("tasks")
+    prog = invoked_program()
     lines = [""]
     if preset in ("quick", "tiny"):
         lines.append(f"This was the `{preset}` preset: {cfg.get('steps')} step(s) of {agent} on {tasks}, "
@@ -171,18 +212,23 @@ def closing_lines(path, sample: int = 3) -> list[str]:
             from crl_bench.experience.bank import ExperienceBank
 
             with ExperienceBank.open(bank, read_only=True, build_index=False) as b:
-                n, entries = len(b), b.list_entries(order="recent", limit=sample)
-            lines.append(f"What the extractor wrote ({len(entries)} of {n} bank entries; all: "
-                         f"crl-bench bank show {bank}):" if n else
+                n, entries = len(b), _sample_entries(b, sample)
+            families = sorted({e.family for e in entries})
+            lines.append(f"What the extractor wrote ({len(entries)} of {n} bank entries, the "
+                         f"latest of {', '.join(families)}; all: {prog} bank show {bank}):" if n else
                          "The experience bank is empty: the extractor wrote no well-formed entry.")
+            if n and preset in ("quick", "tiny"):
+                lines.append(f"  (written by the `{preset}` preset's small model after "
+                             f"{cfg.get('steps')} step(s): expect them to read poorly; they show "
+                             "the pipeline, not what a trained extractor writes)")
             lines += [f"  [{e.family}] {e.title}: {' '.join(e.content.split())[:150]}" for e in entries]
         except Exception as exc:  # noqa: BLE001 - a look at the bank, never the run's outcome
-            lines.append(f"bank: not read ({type(exc).__name__}: {exc}); try `crl-bench bank show {bank}`")
+            lines.append(f"bank: not read ({type(exc).__name__}: {exc}); try `{prog} bank show {bank}`")
     if preset in ("quick", "tiny"):
         lines += ["Next, for a result: train grpo and comp_rl on one family over seeds, then compare:",
-                  "  crl-bench run --agent grpo --tasks minihack --preset cpu --seed 0 1 2",
-                  "  crl-bench run --agent comp_rl --tasks minihack --preset cpu --seed 0 1 2",
-                  "  crl-bench report runs/minihack__* --out results/mine",
+                  f"  {prog} run --agent grpo --tasks minihack --preset cpu --seed 0 1 2",
+                  f"  {prog} run --agent comp_rl --tasks minihack --preset cpu --seed 0 1 2",
+                  f"  {prog} report runs/minihack__* --out results/mine",
                   "  (about 70 min per run on 2 CPU cores; on GPUs --preset paper; docs/usage.md)"]
     return lines
 
