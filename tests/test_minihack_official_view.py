@@ -143,7 +143,11 @@ def test_official_observation_matches_nle_arrays_through_an_episode(env_id, seed
         obs, _, terminated, truncated, info = env.step(str(rng.choice(info["admissible_actions"])))
         if terminated or truncated:
             break
-        assert obs.endswith(ACTIONS if "Room" in env_id else obs[obs.index("\nYour available"):])
+        # Room: the official list (env.py:390-392); Corridor's door/kick/search commands keep
+        # our words (one per direction), listed the same way
+        listed = ACTIONS if "Room" in env_id else \
+            "\nYour available actions are:\n" + ", ".join(info["admissible_actions"])
+        assert obs.endswith(listed)
         check_against_nle(obs[:obs.index("\nYour available actions are:\n")], nle_arrays(env))
     env.close()
 
@@ -288,3 +292,61 @@ def test_paper_sets_the_official_view_and_layout_and_the_cpu_presets_do_not():
         cfg = PRESETS[name]()
         assert "minihack" not in cfg.rollout.env_kwargs
         assert (cfg.rollout.prompt_layout, cfg.rollout.experience_place) == ("ours", "user")
+
+
+# --- end to end: the engine's prompts and the runner's gate prompt -------------------------------
+def test_engine_prompts_are_the_official_conversation():
+    """The rollout engine on the real env (view="official") under the official layout: turn 1's
+    prompt is what the chat template renders for (system + memory, instruction + turn template
+    around the first observation); turn 2's adds the completion and the turn template around the
+    observation that came back (manager :358-406), token for token."""
+    torch = pytest.importorskip("torch")
+    from crl_bench.llm.hf_backend import HFBackend
+    from crl_bench.llm.rollout import EpisodeSpec, RolloutEngine
+    from crl_bench.llm.types import SamplingParams
+    from _forced_backend import ForcedBackend
+
+    torch.set_num_threads(1)
+    backend = ForcedBackend(HFBackend("tiny-sft", roles=("actor",), lora=None, seed=0,
+                                      dtype="float32", device="cpu"),
+                            lambda prompt: "<think>east looks open</think><answer>east</answer>")
+    cfg = PromptConfig(conversation="full", layout="official", experience_place="system",
+                       max_turns=2)
+    engine = RolloutEngine(backend, SamplingParams(max_new_tokens=24, seed=0), cfg)
+    env, obs, info = first_turn(1)
+    spec = EpisodeSpec(env=env, seed=1, with_experience=True, experience_text="Walk east.")
+    [traj] = engine.run([spec])
+    assert len(traj.turns) == 2 and traj.turns[0].action == "east"
+    tok = backend.tokenizer
+    messages = [{"role": "system", "content": SYSTEM + "\n" + MEMORY.format(memory_message="Walk east.")},
+                {"role": "user", "content": INSTRUCTION + "\n" + TURN.format(observation=obs)}]
+    render = lambda m: tok.apply_chat_template(m, add_generation_prompt=True, tokenize=False)  # noqa: E731
+    assert tok.decode(traj.turns[0].prompt_ids) == render(messages)
+    assert traj.turns[0].observation.endswith(ACTIONS)
+    messages += [{"role": "assistant", "content": traj.turns[0].completion_text},
+                 {"role": "user", "content": TURN.format(observation=traj.turns[0].observation)}]
+    assert tok.decode(traj.turns[1].prompt_ids) == render(messages)
+    env.close()
+
+
+@pytest.mark.parametrize("search_ask", [True, False])
+def test_runner_gate_prompt_under_paper(tmp_path, search_ask):
+    """The player's gate prompt under ``paper``: the official actor-critic's initial task prompt
+    (mixin :576-592), with the tool text when Search-and-Ask is on (tool_env_wrapper.py:23-28);
+    under the CPU presets ``Goal: ...\\nObservation: ...``."""
+    from crl_bench.runner.context import RunContext
+    from crl_bench.runner.records import RunDir
+
+    cpu = {"model.device": "cpu", "model.backend": "hf", "model.dtype": "float32"}
+    ctx = RunContext(build_config(agent="comp_rl", tasks="minihack", preset="paper", overrides=cpu),
+                     RunDir(tmp_path / "paper"))
+    ctx.experience.search_ask = search_ask
+    env, obs, info = first_turn(2)
+    tool = TOOL + ASK_INSTRUCTION.format(q="ask", n=2) + "\n" if search_ask else ""
+    assert ctx.player.task_prompt(info["goal"], obs, info["official_prompt"]) == (
+        "Environment Instruction: " + SYSTEM + "\nObservation: " + INSTRUCTION
+        + TURN.format(observation=obs + tool))
+    tiny = RunContext(build_config(agent="comp_rl", tasks="minihack", preset="tiny"),
+                      RunDir(tmp_path / "tiny"))
+    assert tiny.player.task_prompt(info["goal"], obs, None) == f"Goal: {info['goal']}\nObservation: {obs}"
+    env.close()
