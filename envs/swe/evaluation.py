@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import ast
 import codecs
+import random
 import re
 import secrets
 import shlex
@@ -58,6 +59,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any, Iterable
 
+from crl_bench.envs.swe.canaries import Planted, judge, plant
 from crl_bench.envs.swe.grading import MISSING, GradeReport, grade, parse_pytest_log
 from crl_bench.envs.swe.sandbox import MiB, Sandbox, SandboxError
 
@@ -71,6 +73,10 @@ SHADOWED = frozenset({"pytest", "_pytest", "py", "pluggy", "iniconfig", "packagi
                       "atomicwrites", "wcwidth", "sitecustomize", "usercustomize"}
                      | set(getattr(sys, "stdlib_module_names", ())))
 DEFAULT_MAX_PATCH_BYTES = 16 * MiB
+SUBSTITUTED = "SUBSTITUTED"  # the test function called was not the one its pristine file defines
+TAMPERED = "TAMPERED"  # every required test's status when the canaries caught tampering
+TAMPERED_NOTE = ("The test run was tampered with: tests that any honest repository fails passed, "
+                 "or a test function was replaced. Reward 0.")
 
 DRIVER = r'''
 import os, sys
@@ -83,12 +89,25 @@ def _driver():
             break
         nonce += b
     del nonce[-1:]
+    size = bytearray()
+    while not size.endswith(b"\n"):
+        b = rd(0, 1)
+        if not b:
+            break
+        size += b
+    size = int(bytes(size).strip() or b"0")
+    pristine = bytearray()
+    while len(pristine) < size:
+        b = rd(0, min(1 << 16, size - len(pristine)))
+        if not b:
+            break
+        pristine += b
     r, wfd = os.pipe()
     pid = fork()
     if pid == 0:
         close(r)
         nonce[:] = b"0" * len(nonce)
-        _child(wfd, w, leave)
+        _child(wfd, w, leave, bytes(pristine))
     close(wfd)
     try:
         import ctypes
@@ -127,18 +146,40 @@ def _driver():
     while data:
         data = data[w(1, data):]
     leave(0)
-def _child(wfd, w, leave):
+def _child(wfd, w, leave, pristine):
     def send(*fields):
         data = ("\t".join(str.encode(f, "utf-8", "surrogateescape").hex() for f in fields)
                 + "\n").encode()
         while data:
             data = data[w(wfd, data):]
+    import ast, types
     import pytest
     hookimpl, Function = pytest.hookimpl, pytest.Function
     try:
         from _pytest.unittest import TestCaseFunction
     except ImportError:
         TestCaseFunction = ()
+    expected = _pristine_code(pristine, ast, types)
+    _type = type
+    CodeType, FunctionType, MethodType = types.CodeType, types.FunctionType, types.MethodType
+    def fingerprint(co):
+        return (co.co_name, co.co_argcount, co.co_posonlyargcount, co.co_kwonlyargcount,
+                co.co_flags, co.co_code, co.co_names, co.co_varnames, co.co_freevars,
+                co.co_cellvars, co.co_firstlineno,
+                tuple(fingerprint(c) if _type(c) is CodeType else (_type(c), c)
+                      for c in co.co_consts))
+    def identity(item, func):
+        # is the function about to be called the one compiled from the pristine test file?
+        path, *names = item.nodeid.split("::")
+        funcs = expected.get(path)
+        if not funcs or not names:
+            return
+        qual = ".".join(names[:-1] + [names[-1].split("[", 1)[0]])
+        if qual not in funcs:
+            return
+        f = func.__func__ if _type(func) is MethodType else func
+        same = _type(f) is FunctionType and fingerprint(f.__code__) in funcs[qual]
+        send("I", item.nodeid, "same" if same else "other")
     def watch(item, func):
         nodeid = item.nodeid
         def watched(*args, **kwargs):
@@ -171,6 +212,7 @@ def _child(wfd, w, leave):
         @hookimpl(hookwrapper=True, tryfirst=True)
         def pytest_pyfunc_call(self, pyfuncitem):
             func = pyfuncitem.obj
+            identity(pyfuncitem, func)
             pyfuncitem.obj = watch(pyfuncitem, func)
             try:
                 yield
@@ -181,6 +223,7 @@ def _child(wfd, w, leave):
             # unittest: pytest puts item.obj on the TestCase instance before running it
             func = item.obj if isinstance(item, TestCaseFunction) else None
             if func is not None:
+                identity(item, func)
                 item.obj = watch(item, func)
             try:
                 yield
@@ -201,6 +244,67 @@ def _child(wfd, w, leave):
     except BaseException:
         pass
     leave(rc & 255)
+def _pristine_code(pristine, ast, types):
+    # {test file: {qualname: fingerprints}} of the functions compiled from the pristine test
+    # files the host sent, plain and with pytest's assertion rewriter (run before any code of
+    # the repository): the test functions pytest may call. Functions with a decorator that is
+    # not a mark (it may wrap them) are left out, and so is a file whose rewrite fails here.
+    try:
+        from _pytest.assertion.rewrite import AssertionRewriter
+    except ImportError:
+        return {}
+    class PassHook:
+        def getini(self, name):
+            return True
+    CodeType = types.CodeType
+    def fingerprint(co):
+        return (co.co_name, co.co_argcount, co.co_posonlyargcount, co.co_kwonlyargcount,
+                co.co_flags, co.co_code, co.co_names, co.co_varnames, co.co_freevars,
+                co.co_cellvars, co.co_firstlineno,
+                tuple(fingerprint(c) if type(c) is CodeType else (type(c), c)
+                      for c in co.co_consts))
+    def walk(co, prefix, out):
+        for c in co.co_consts:
+            if type(c) is CodeType:
+                q = prefix + c.co_name
+                out.setdefault(q, set()).add(fingerprint(c))
+                walk(c, q + (".<locals>." if c.co_flags & 1 else "."), out)
+    def dotted(node):
+        node = node.func if isinstance(node, ast.Call) else node
+        parts = []
+        while isinstance(node, ast.Attribute):
+            parts.append(node.attr)
+            node = node.value
+        if isinstance(node, ast.Name):
+            parts.append(node.id)
+        return ".".join(reversed(parts))
+    def wrapped(body, prefix, out):
+        for n in body:
+            if isinstance(n, ast.ClassDef):
+                wrapped(n.body, prefix + n.name + ".", out)
+            elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(
+                    not (dotted(d).startswith(("pytest.mark.", "mark."))
+                         or dotted(d) in ("unittest.expectedFailure", "expectedFailure"))
+                    for d in n.decorator_list):
+                out.add(prefix + n.name)
+    found = {}
+    for line in pristine.split(b"\n"):
+        if not line.strip():
+            continue
+        try:
+            path, src = (bytes.fromhex(f.decode()) for f in line.split(b"\t"))
+            path = path.decode("utf-8", "surrogateescape")
+            funcs, skip = {}, set()
+            walk(compile(src, path, "exec", dont_inherit=True), "", funcs)
+            for config in (None, PassHook()):
+                tree = ast.parse(src, filename=path)
+                AssertionRewriter(path, config, src).run(tree)
+                walk(compile(tree, path, "exec", dont_inherit=True), "", funcs)
+            wrapped(ast.parse(src, filename=path).body, "", skip)
+        except Exception:
+            continue
+        found[path] = {q: fps for q, fps in funcs.items() if q not in skip}
+    return found
 _driver()
 '''
 
@@ -217,6 +321,10 @@ class Grading:
     patch_too_large: bool = False
     excluded: dict[str, str] = field(default_factory=dict)
     problem: str = ""
+    tampered: bool = False
+    evidence: list[str] = field(default_factory=list)
+    canaries: dict[str, str] = field(default_factory=dict)
+    as_run: dict[str, str] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -266,6 +374,41 @@ def exclusion(path: str | None, base_files: frozenset[str],
                 f == prefix or f.startswith(prefix + "/") for f in base_files):
             return f"new module {top!r} on the import path shadows an installed one"
     return None
+
+
+def under_test_area(path: str | None, test_files: Iterable[str],
+                        base_files: frozenset[str]) -> str | None:
+    """Why a changed file is dropped as part of the test area, or None.
+
+    The test area is everything under the folder of each graded test file (that folder is not
+    the repository root), a new ``__init__.py`` in any folder above one (it would run before the
+    test module is compiled), and any path with a part named like a graded test module
+    (``test_text/``, ``test_text.so``: it could be imported in its place).
+    """
+    if path is None:
+        return None
+    parts = PurePosixPath(path).parts
+    for test_file in test_files:
+        tf = PurePosixPath(test_file)
+        folder = tf.parent.parts
+        if folder and tuple(parts[:len(folder)]) == folder and len(parts) > len(folder):
+            return "under the test folder: the graded tests run from the base and the test patch"
+        if parts[-1] == "__init__.py" and path not in base_files \
+                and tuple(parts[:-1]) == folder[:len(parts) - 1]:
+            return "a new package file above the test folder"
+        if path != test_file and any(p == tf.stem or p.startswith(tf.stem + ".")
+                                     for p in parts):
+            return f"named like the graded test module {tf.stem!r}"
+    return None
+
+
+def whole_files(test_command: str, test_files: Iterable[str]) -> list[str]:
+    """The graded test files the command runs whole (named as a path, not as ``path::test``)."""
+    try:
+        words = set(shlex.split(test_command))
+    except ValueError:
+        return []
+    return [f for f in test_files if f in words or f"./{f}" in words]
 
 
 def import_roots(env: dict[str, str]) -> list[str]:
@@ -329,6 +472,7 @@ def status_from_events(events: list[list[str]]) -> str:
     """
     kinds = [ev[1:] for ev in events if ev[0] == "K" and len(ev) >= 3]
     calls = [ev[1] for ev in events if ev[0] == "C" and len(ev) >= 2]
+    identities = [ev[1] for ev in events if ev[0] == "I" and len(ev) >= 2]
     reports: dict[str, tuple[str, bool]] = {}
     for ev in events:
         if ev[0] == "R" and len(ev) >= 4:
@@ -339,6 +483,8 @@ def status_from_events(events: list[list[str]]) -> str:
     if len(kinds) != 1:
         return MISSING if not kinds else "ERROR"
     kind, marked = kinds[0][0], kinds[0][1] == "xfail-marked"
+    if any(i != "same" for i in identities):
+        return SUBSTITUTED  # the function called is not the one the pristine file defines
 
     def xfail() -> str:
         return "XFAIL" if marked else "XFAIL-CALL"
@@ -404,8 +550,10 @@ def grade_sandbox(sb: Sandbox, *, patch: str, test_patch: str, test_files: Itera
         base_files = frozenset(f for f in listing.output.split("\0") if f)
         roots = import_roots(env)
         keep: list[str] = []
+        tests = list(test_files)
         for path, chunk in split_diff(patch):
-            why = exclusion(path, base_files, roots)
+            why = exclusion(path, base_files, roots) or under_test_area(path, tests,
+                                                                            base_files)
             if why:
                 info.excluded[path or chunk.split("\n", 1)[0]] = why
             else:
@@ -417,13 +565,14 @@ def grade_sandbox(sb: Sandbox, *, patch: str, test_patch: str, test_files: Itera
                 return fail("Your patch did not apply to a fresh copy of the repository: "
                             + applied.output.strip()[:500])
         restore = "; ".join(f"git checkout -q HEAD -- {q} 2>/dev/null || rm -rf -- {q}"
-                            for q in map(shlex.quote, test_files))
+                            for q in map(shlex.quote, tests))
         sb.run(restore or "true", timeout_s=min(60, left()))
         applied = sb.run("git apply --whitespace=nowarn -", stdin=test_patch,
                          timeout_s=min(120, left()))
         if applied.exit_code != 0:
             return fail("The hidden test patch did not apply on top of your changes (did you "
                         "edit the test files?): " + applied.output.strip()[:500])
+        planted = _plant(sb, tests, f2p + p2p)
         run_env = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONNOUSERSITE": "1",
                    "PYTHONDONTWRITEBYTECODE": "1", "PYTEST_ADDOPTS": ""}
         command = driver_command(test_command)
@@ -435,8 +584,12 @@ def grade_sandbox(sb: Sandbox, *, patch: str, test_patch: str, test_files: Itera
             statuses, problem = parse_pytest_log(result.output), ""
         else:
             prefix = f'PYTHONPYCACHEPREFIX="$TMPDIR/crl-pyc-{secrets.token_hex(8)}" '
+            pristine = "".join(
+                f"{path.encode('utf-8', 'surrogateescape').hex()}\t"
+                f"{text.encode('utf-8', 'surrogateescape').hex()}\n"
+                for path, text in planted.sources.items())
             result = sb.run(prefix + command, timeout_s=left(), env=run_env,
-                            stdin=nonce + "\n",
+                            stdin=f"{nonce}\n{len(pristine)}\n{pristine}",
                             output_keep_bytes=64 * MiB)
             statuses, problem = read_driver_output(result.output, nonce)
         if result.timed_out:
@@ -445,6 +598,33 @@ def grade_sandbox(sb: Sandbox, *, patch: str, test_patch: str, test_files: Itera
         if problem:
             return fail(problem[0].upper() + problem[1:], result.output)
         info.duration_s = time.monotonic() - start
-        return grade(statuses, f2p, p2p), info, result.output
+        info.canaries, evidence = judge(statuses, planted.canaries,
+                                        whole_files(test_command, tests))
+        evidence += [f"{nodeid} called a function other than the one its pristine test file "
+                     "defines" for nodeid, st in sorted(statuses.items()) if st == SUBSTITUTED]
+        report = grade(statuses, f2p, p2p)
+        if evidence:
+            info.tampered, info.evidence = True, evidence
+            info.as_run = {**report.fail_to_pass, **report.pass_to_pass}
+            report = grade({t: TAMPERED for t in f2p + p2p}, f2p, p2p, note=TAMPERED_NOTE)
+        return report, info, result.output
     except SandboxError as exc:
         return fail(f"Grading failed in the sandbox: {exc}")
+
+
+def _plant(sb: Sandbox, test_files: list[str], required: list[str]) -> Planted:
+    """Read the graded test files, plant canaries in them (names and values from the host's
+    OS randomness) and write them back. A file that cannot be read keeps none."""
+    sources: dict[str, str] = {}
+    for path in test_files:
+        try:
+            sources[path] = sb.read_file(path, max_bytes=8 * MiB)
+        except (OSError, ValueError):
+            continue
+    planted = plant(sources, required, random.Random(secrets.randbits(128)))
+    for path, text in planted.sources.items():
+        if text != sources[path]:
+            sb.write_file(path, text)
+    for path in set(sources) - set(planted.sources):
+        planted.sources[path] = sources[path]
+    return planted
