@@ -279,3 +279,35 @@ def test_vllm_full_fine_tuning_update_is_pushed_in_place_and_versioned(full, tmp
     assert be.weight_versions() == {"actor": 2}
     restored = be.generate(prompts(be, 8), GREEDY)
     assert [g.completion_ids for g in restored] == [g.completion_ids for g in before]
+
+
+def test_vllm_in_place_push_resets_the_prefix_cache(tmp_path):
+    """After an in-place weight push a prompt whose prefix the engine cached under the old
+    weights is answered from KV computed with the new ones: the push empties vLLM's prefix cache
+    (OpenRLHF and TRL reset it on every sync). Without the reset the cached blocks of the long
+    prompt below are reused and the sampled log-probs follow neither model."""
+    be = VLLMBackend("smollm2-135m", roles=("actor",), lora=None, max_model_len=1024, seed=0,
+                     dtype="float32", vllm_kwargs={"enable_prefix_caching": True})
+    try:
+        text = " ".join(f"Room {i} has a door to the north and a key on the floor." for i in range(40))
+        prompt = be.chat_prompt_ids([{"role": "user", "content": text + " Where is the key?"}])
+        assert 500 < len(prompt) < 900  # several full KV blocks to cache
+        be.generate([prompt], SamplingParams(max_new_tokens=4, seed=1))  # cached, old weights
+        # one AdamW step on every parameter of the HF copy (as the full fine-tuning test)
+        gens = be.generate(prompts(be, 4), SamplingParams(max_new_tokens=12, seed=2))
+        batch = collate_sequences([g.prompt_ids for g in gens], [g.completion_ids for g in gens],
+                                  be.tokenizer.pad_token_id)
+        params = be.trainable_parameters("actor")
+        optimiser = torch.optim.AdamW(params, lr=2e-3, weight_decay=0.0)
+        lp = be.forward_token_logprobs("actor", batch.input_ids, batch.attention_mask)
+        (-(lp * batch.loss_mask).sum()).backward()
+        optimiser.step()
+        optimiser.zero_grad()
+        be.after_update("actor")
+        after = be.generate([prompt], SamplingParams(max_new_tokens=16, seed=3))
+        d = gaps(be, after, "actor")
+        mean = sum(d) / len(d)
+        print(f"cached prompt after an in-place push: vLLM vs updated HF mean gap {mean:.4f}")
+        assert mean <= 0.05 and max(d) <= 0.5
+    finally:
+        be.close()

@@ -10,6 +10,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -74,3 +76,86 @@ def test_learner_group_on_gpus_carries_cpu_collectives(nccl_device_map):
     assert metrics["skipped"] == 0.0 and torch.isfinite(torch.tensor(metrics["loss"]))
     after = learner.full_weights()
     assert any(not torch.equal(a, b) for a, b in zip(before, after))
+
+
+# -- the paper topology at toy size on Ray (CPU) -----------------------------------------------
+# ``paper``'s settings with the 2-layer test model, every role on Ray actors as the memory plan
+# lays the paper out on 8 GPUs (the 16-GPU layout halved: 2 actor engines, 2 actor FSDP ranks, one
+# extractor engine over 2 GPUs, 2 extractor FSDP ranks), without GPUs.
+TOY_GPUS = 8
+TOY = {
+    "model.actor": "tiny-sft", "model.extractor": "tiny-sft", "model.backend": "hf",
+    "model.device": "cpu", "model.dtype": "float32", "threads": 1,
+    "model.actor_max_model_len": 1024, "model.extractor_max_model_len": 1056,
+    "model.extractor_tensor_parallel": 2,
+    "rollout.groups": 1, "rollout.group_size": 4, "rollout.max_new_tokens": 16,
+    "rollout.max_episode_tokens": 1024, "rollout.sequence_length": 1024,
+    "rollout.env_max_steps": {"minihack": 3},
+    "actor.lr": 1e-4, "actor.micro_batch_tokens": 2048, "actor.logprob_chunk_tokens": 64,
+    "extractor.lr": 1e-4, "extractor.buffer_size": 1, "extractor.max_new_tokens": 32,
+    "extractor.micro_batch_tokens": 2048, "extractor.logprob_chunk_tokens": 64,
+    "extractor.train_malformed": True,
+    "experience.embedder": "all-MiniLM-L6-v2", "experience.bank_fill_steps": 0,
+    "experience.gate": False,
+    "eval.every": 0, "eval.episodes_per_task": 1,
+}
+
+
+def _toy_run(out, steps, plan):
+    from crl_bench.runner.api import run_experiment
+
+    torch.set_num_threads(1)
+    return run_experiment("comp_rl", "minihack", "paper", 0, out, steps=steps, overrides=TOY,
+                          progress=False, ray={"plan": plan})
+
+
+@pytest.mark.slow
+def test_paper_topology_at_toy_size_on_ray(tmp_path):
+    """Blockers: the engines got the backend's defaults instead of the config's settings; the
+    driver loaded every model; the extractor was one actor with an unsharded trainer and one
+    engine; checkpointing was off. The run below builds the paper's layout at toy size and its
+    topology, read back from the running actors, must be the memory plan's: the same engines
+    (settings from the config) and FSDP ranks per role (checkpointing on), a driver without
+    weights; then 2 steps, a checkpoint and a resume."""
+    import json
+
+    from _ray_local import local_ray
+
+    from crl_bench.distributed.memory_plan import role_specs, split_gpus
+    from crl_bench.distributed.plan import layout_config, layout_plan
+    from crl_bench.runner.config import PRESETS, apply_overrides
+    from crl_bench.runner.parts.models import engine_settings
+
+    pytest.importorskip("ray")
+    cfg = apply_overrides(PRESETS["paper"](), dict(TOY))
+    assert cfg.actor.activation_checkpointing and cfg.extractor.activation_checkpointing
+    specs = {s.role: s for s in role_specs(layout_config(cfg), split_gpus(TOY_GPUS))}
+    plan = layout_plan(cfg, TOY_GPUS, name="paper-toy", on_gpus=False, env_workers=1,
+                       cpus_per_env_worker=0.25, cpus_per_engine=0.25, cpus_per_rank=0.25)
+    with local_ray(4):
+        run = _toy_run(tmp_path / "run", 1, plan)
+        topo = json.loads((run / "ray_topology.json").read_text())
+        assert topo["driver_holds_weights"] is False
+        for role in ("actor", "extractor"):
+            spec = specs[role]
+            engines, ranks = topo[f"{role}_engines"], topo[f"{role}_ranks"]
+            assert len(engines) == spec.engines and len(ranks) == spec.ranks, role
+            want = engine_settings(cfg, role)
+            assert want["tensor_parallel_size"] == spec.gpus_per_engine
+            assert want["gpu_memory_utilization"] == spec.utilization
+            for e in engines:
+                assert e["settings"] == want and e["roles"] == [role], e
+            assert {r["rank"] for r in ranks} == set(range(spec.ranks))
+            for r in ranks:
+                assert r["world_size"] == spec.ranks and r["role"] == role
+                assert r["activation_checkpointing"] is True
+            # one process per engine and per rank, none of them the driver
+            pids = [e["pid"] for e in engines] + [r["pid"] for r in ranks]
+            assert len(set(pids)) == len(pids) and os.getpid() not in pids
+        # the step-1 checkpoint: each role's FSDP ranks wrote their shards; the driver none
+        folders = sorted(p.name for p in (run / "learner_checkpoints").iterdir())
+        assert [f.split("_update_")[0] for f in folders] == ["actor", "extractor"], folders
+        assert not list(run.rglob("adapters"))
+        run = _toy_run(tmp_path / "run", 2, plan)  # resumed from the step-1 checkpoint
+    metrics = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if x]
+    assert [m["step"] for m in metrics if "step" in m][-2:] == [1, 2]

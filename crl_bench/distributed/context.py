@@ -106,7 +106,14 @@ class RayModels(Models):
         super().__init__(info)
         self.cluster = cluster
         self.gen: Any = None
+        self.ext_gen: Any = None
+        """The extractor's generation engines (a sharded extractor; None: it generates with
+        ``ext_raw``, on the driver or in its actor)."""
         self.actor_spec: dict[str, Any] = {}
+        self.ext_spec: dict[str, Any] = {}
+        self.holds_weights = True
+        """False with full fine-tuning: the driver keeps tokenizers only; the engines and the
+        sharded learner ranks hold every weight (their checkpoints too)."""
         self._engine_roles: tuple[str, ...] = ()
         self._pushed: tuple[int, ...] | None = None
 
@@ -114,6 +121,9 @@ class RayModels(Models):
         from crl_bench.distributed.generation import RemoteGenerationBackend
         from crl_bench.runner.parts.models import LockedBackend
 
+        if self.info.cfg.model.lora_r == 0 and not shared_params:
+            self._build_weightless(extractor)
+            return
         super().build(extractor=extractor, shared_params=shared_params)
         spec = _spec_of(self.info, self.raw_backend)
         self.actor_spec = spec
@@ -125,6 +135,74 @@ class RayModels(Models):
         self.sync_engines((), force=True)
         self.backend = LockedBackend(self.gen, self.lock)
         self.ext_backend = local_ext
+
+    def _build_weightless(self, extractor: bool) -> None:
+        """Full fine-tuning on Ray: the driver loads no model. Each role gets its engines
+        (``engine_settings`` from the config, the plan's GPUs per engine = its tensor-parallel
+        size) and, in the actor and experience sides, its FSDP ranks; the driver keeps the
+        tokenizer and chat template of each model (:class:`PromptBackend`)."""
+        import threading
+
+        from crl_bench.distributed.generation import PromptBackend, RemoteGenerationBackend
+        from crl_bench.llm.types import SamplingParams
+        from crl_bench.runner.parts.models import LockedBackend, engine_settings
+
+        cfg, plan = self.info.cfg, self.cluster.plan
+        m = cfg.model
+        self.holds_weights = False
+        check_engine_gpus(plan, cfg)
+        common = dict(lora=None, dtype=m.dtype, device=m.device, seed=cfg.seed)
+        self.actor_spec = dict(model_name=m.actor, roles=("actor",), **common)
+        self.raw_backend = PromptBackend(m.actor, ("actor",))
+        self.gen = RemoteGenerationBackend.start(
+            self.raw_backend, m.backend, self.actor_spec, plan.generation_engines,
+            options=plan.engine_options(), threads=self.cluster.threads,
+            settings=engine_settings(cfg, "actor"))
+        self._engine_roles = ("actor",)
+        self.backend = LockedBackend(self.gen, self.lock)
+        self.ext_raw = self.raw_backend
+        self.ext_backend = self.backend
+        if extractor:
+            name = m.extractor or m.actor
+            self.ext_spec = dict(model_name=name, roles=("extractor",), **common)
+            self.ext_raw = PromptBackend(name, ("extractor",))
+            if not plan.sharded_extractor:
+                raise ValueError(
+                    f"ray plan {plan.name!r} has no extractor engines and ranks "
+                    "(extractor_engines, extractor_ranks), and with full fine-tuning "
+                    "(model.lora_r=0) the extractor is served and trained like the actor. Give "
+                    "the plan extractor_engines >= 1 and extractor_ranks >= 1 (paper16 does).")
+            self.ext_gen = RemoteGenerationBackend.start(
+                self.ext_raw, m.backend, self.ext_spec, plan.extractor_engines,
+                options=plan.extractor_engine_options(), threads=self.cluster.threads,
+                settings=engine_settings(cfg, "extractor"))
+            # its own lock: the actor's rollout never waits on the extractor's engines
+            self.ext_backend = LockedBackend(self.ext_gen, threading.RLock())
+        r, e = cfg.rollout, cfg.extractor
+        self.actor_sampling = SamplingParams(temperature=r.temperature, top_p=r.top_p,
+                                             top_k=r.top_k, max_new_tokens=r.max_new_tokens)
+        self.extractor_sampling = SamplingParams(temperature=e.temperature, top_p=e.top_p,
+                                                 top_k=e.top_k, max_new_tokens=e.max_new_tokens,
+                                                 stop=("</answer>",))
+
+    def describe(self) -> dict[str, Any]:
+        """What runs where, read back from the running engine actors (see
+        :meth:`RayRunContext.topology`)."""
+        ray = require_ray()
+        out: dict[str, Any] = {"driver_holds_weights": self.holds_weights}
+        for role, gen in (("actor", self.gen), ("extractor", self.ext_gen)):
+            if gen is not None:
+                out[f"{role}_engines"] = ray.get([e.describe.remote() for e in gen.engines])
+        return out
+
+    def state_dict(self, folder: Any) -> dict[str, Any]:
+        if not self.holds_weights:  # the learner ranks checkpoint the weights (sharded)
+            return {}
+        return super().state_dict(folder)
+
+    def load_state_dict(self, state: dict[str, Any], folder: Any) -> None:
+        if self.holds_weights:
+            super().load_state_dict(state, folder)
 
     def sync_engines(self, versions: tuple[int, ...], force: bool = False,
                      direct: tuple[str, ...] = ()) -> None:
@@ -143,8 +221,26 @@ class RayModels(Models):
         self._pushed = versions
 
     def close(self) -> None:
-        if self.gen is not None:
-            self.gen.close()
+        for gen in (self.gen, self.ext_gen):
+            if gen is not None:
+                gen.close()
+
+
+def check_engine_gpus(plan: ResourcePlan, cfg: Any) -> None:
+    """On GPUs each engine's share of the plan is its tensor-parallel size
+    (``model.<role>_tensor_parallel``); refuse a plan and a config that disagree."""
+    from crl_bench.runner.config import ConfigError
+
+    pairs = [("actor", plan.gpus_per_engine, "generation_engines")]
+    if plan.sharded_extractor:
+        pairs.append(("extractor", plan.gpus_per_extractor_engine, "extractor_engines"))
+    for role, gpus, field in pairs:
+        tp = int(getattr(cfg.model, f"{role}_tensor_parallel"))
+        if gpus >= 1 and gpus != tp:
+            raise ConfigError(f"ray plan {plan.name!r} gives each {role} engine {gpus:g} GPUs "
+                              f"but model.{role}_tensor_parallel={tp}: use --set "
+                              f"model.{role}_tensor_parallel={gpus:g}, or change the plan's "
+                              f"{field}.")
 
 
 class _LearnerTrainer:
@@ -270,19 +366,32 @@ class RayExperienceSide(ExperienceSide):
         super().__init__(info, models)
         self.cluster = cluster
         self._pulled = 0
+        self._train_extractor = False
+        self.ext_learner: Any = None
+        """The extractor's FSDP ranks (a sharded extractor)."""
 
+    def build_extractor(self, extractor_step: Any, *, train: bool, merge: bool = True) -> None:
+        """As in one process; with a sharded extractor (the driver holds no extractor weights)
+        the trainer is built in :meth:`new_track` on the extractor's FSDP ranks instead of
+        on the driver."""
+        self._train_extractor = train
+        sharded = getattr(self.models, "ext_gen", None) is not None
+        super().build_extractor(extractor_step, train=train and not sharded, merge=merge)
     def new_manager(self, retrieval: Any) -> Any:
         from crl_bench.distributed.experience import RemoteManager
 
         x = self.info.cfg.experience
         return RemoteManager.start(str(self.info.run.bank_path), x.embedder, x.capacity, retrieval,
-                                   step_clock=True, num_cpus=self.cluster.plan.cpus_experience)
+                                   step_clock=True, num_cpus=self.cluster.plan.cpus_experience,
+                                   embed_max_tokens=x.embed_max_tokens)
 
     def new_track(self, settings: dict[str, Any], *, train: bool) -> Any:
         from crl_bench.distributed.extractor import RemoteExtractorTrack
         from crl_bench.runner.precision import role_weights
 
         ext_raw = self.models.ext_raw
+        if getattr(self.models, "ext_gen", None) is not None:
+            return self._sharded_track(settings)
         if not self.cluster.plan.extractor_actor or getattr(ext_raw, "shared_adapter", False):
             return super().new_track(settings, train=train)
         cfg, p = self.info.cfg, self.cluster.plan
@@ -294,6 +403,34 @@ class RayExperienceSide(ExperienceSide):
         require_ray().get(track.actor.load_weights.remote(role_weights(ext_raw, "extractor")))
         self.trainer = _RemoteExtractorTrainer(track, self.models) if train else None
         return track
+
+    def _sharded_track(self, settings: dict[str, Any]) -> Any:
+        """The extractor served and trained like the actor: its track's thread on the driver
+        (only remote calls: bank writes to the experience service, generation on the
+        extractor's engines), its update on FSDP ranks (``extractor_ranks``, placed like the
+        actor's), each update's weights pushed by rank 0 into the extractor's engines, which
+        also answer Search-and-Ask: the answers come from the trained weights."""
+        from crl_bench.distributed.sharded import ShardedRayLearner, ShardedRoleTrainer
+        from crl_bench.extractor.track import ExtractorTrack
+
+        cfg, plan = self.info.cfg, self.cluster.plan
+        self.trainer = None
+        if self._train_extractor:
+            self.ext_learner = ShardedRayLearner(
+                plan.extractor_ranks, self.models.ext_spec, "extractor", cfg.extractor,
+                total_steps=cfg.steps, seed=cfg.seed + 1, bundle=plan.extractor_rank_bundle(),
+                threads=self.cluster.threads)
+            self.trainer = ShardedRoleTrainer(self.models, self.info, self.ext_learner,
+                                              "extractor", gen=self.models.ext_gen)
+        return ExtractorTrack(self.manager, self.generate, self.trainer, cfg.extractor,
+                              log=self.log, **settings)
+
+    def describe(self) -> dict[str, Any]:
+        """The extractor's learner ranks, read back from the running actors."""
+        if self.ext_learner is None:
+            return {}
+        ray = require_ray()
+        return {"extractor_ranks": ray.get([r.describe.remote() for r in self.ext_learner.ranks])}
 
     def pull_extractor(self) -> None:
         """The extractor actor's newest weights into the driver's model (Search-and-Ask answers
@@ -307,6 +444,10 @@ class RayExperienceSide(ExperienceSide):
             weights = self.extractor.weights()
             with self.models.lock:
                 load_role_weights(self.models.ext_raw, "extractor", weights)
+                if hasattr(self.models.ext_raw, "weight_versions"):
+                    # a vllm backend: the weights into its engine too (Search-and-Ask answers
+                    # are sampled there, not from the HF copy)
+                    self.models.ext_raw.after_update("extractor")
             self._pulled = n
 
     def take_metrics(self) -> list[dict[str, Any]]:
@@ -321,6 +462,8 @@ class RayExperienceSide(ExperienceSide):
         try:
             super().close()
         finally:
+            if self.ext_learner is not None:
+                self.ext_learner.close()
             if self.manager is not None:
                 self.manager.close()
 
@@ -337,6 +480,7 @@ class RayPlayer(Player):
         self.actor = actor
         self.cluster = cluster
         self.pool: Any = None
+        self.on_first_play: Callable[[], None] | None = None
 
     def envs_for(self, task: Any, phase: str, n: int) -> list[Any]:
         from crl_bench.distributed.env_workers import RemoteEnvPool
@@ -358,6 +502,9 @@ class RayPlayer(Player):
 
     def play(self, phase: str, step: int, plan: list[Any], *,
              sampling_seed: int | None = None) -> list[Any]:
+        if self.on_first_play is not None:  # every part is built by now
+            hook, self.on_first_play = self.on_first_play, None
+            hook()
         manager = self.experience.manager
         if manager is not None:
             manager.set_step(self.info.step)
@@ -391,6 +538,28 @@ class RayRunContext(RunContext):
         self.actor = RayActorSide(self.info, self.models, c)
         self.experience = RayExperienceSide(self.info, self.models, c)
         self.player = RayPlayer(self.info, self.models, self.experience, self.actor, c)
+        self.player.on_first_play = self.write_topology
+
+    def write_topology(self) -> None:
+        """``RUN_DIR/ray_topology.json``: the plan and :meth:`topology` (what was built)."""
+        import json
+
+        out = {"plan": self.cluster.plan.to_dict(), **self.topology()}
+        (self.info.run.path / "ray_topology.json").write_text(json.dumps(out, indent=1,
+                                                                        default=str))
+
+    def topology(self) -> dict[str, Any]:
+        """What this run built, read back from the running Ray actors: the driver's weights,
+        every engine (process, GPUs, model, engine settings) and every learner rank (process,
+        GPUs, process group, checkpointing) per role; compare with ``crl-bench plan``."""
+        ray = require_ray()
+        out = self.models.describe()
+        learner = getattr(self.actor, "learner", None)
+        if learner is not None and hasattr(learner, "ranks"):
+            out["actor_ranks"] = ray.get([r.describe.remote() for r in learner.ranks
+                                          if hasattr(r, "describe")])
+        out.update(self.experience.describe())
+        return out
 
     def ray_stats(self) -> dict[str, Any]:
         out: dict[str, Any] = {"plan": self.cluster.plan.name}

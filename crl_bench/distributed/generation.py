@@ -29,6 +29,65 @@ from crl_bench.distributed import remote_class, require_ray
 from crl_bench.llm.types import StaleWeights
 
 
+class PromptBackend:
+    """The driver's stand-in for a role's backend when the weights live on Ray actors (full
+    fine-tuning: the generation engines and the sharded learner ranks hold them): the tokenizer
+    and the chat template only, so that prompts are built exactly as in one process, and no
+    model weights. Anything that would need the weights says so.
+
+    Args:
+        model_name, roles: as for :class:`~crl_bench.llm.hf_backend.HFBackend`.
+    """
+
+    kind = "prompt"
+    lora = None
+    shared_adapter = False
+    holds_weights = False
+
+    def __init__(self, model_name: str, roles: tuple[str, ...]) -> None:
+        import threading
+
+        from crl_bench.llm.models import load_tokenizer, resolve_model
+
+        self.model_name = model_name
+        self.path = resolve_model(model_name)
+        self.roles = tuple(roles)
+        self.tokenizer = load_tokenizer(model_name)
+        self.lock = threading.RLock()
+        eos = self.tokenizer.eos_token_id
+        self.eos_token_ids = frozenset([int(eos)] if isinstance(eos, int) else [])
+
+    def chat_prompt_ids(self, messages: list[dict]) -> list[int]:
+        out = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True,
+                                                 tokenize=True)
+        if hasattr(out, "keys"):
+            out = out["input_ids"]
+        return [int(t) for t in out]
+
+    def _no_weights(self, what: str) -> Any:
+        raise RuntimeError(f"{what}: the driver holds no model weights in a Ray run with full "
+                           "fine-tuning (the generation engines and the sharded learner ranks "
+                           "do); ask them (RemoteGenerationBackend, ShardedRayLearner).")
+
+    def generate(self, *args: Any, **kwargs: Any) -> Any:
+        return self._no_weights("generate")
+
+    def trainable_parameters(self, adapter: str) -> Any:
+        return self._no_weights("trainable_parameters")
+
+    def trainable_model(self, adapter: str) -> Any:
+        return self._no_weights("trainable_model")
+
+    def forward_token_logprobs(self, *args: Any, **kwargs: Any) -> Any:
+        return self._no_weights("forward_token_logprobs")
+
+    def logprobs(self, *args: Any, **kwargs: Any) -> Any:
+        return self._no_weights("logprobs")
+
+    def after_update(self, adapter: str) -> None:
+        self._no_weights("after_update")
+
+
 def make_backend(kind: str, spec: dict[str, Any]) -> Any:
     """A backend of ``kind`` ("hf" / "vllm") from keyword arguments."""
     try:  # the redesign's registry of backends
@@ -47,17 +106,32 @@ def make_backend(kind: str, spec: dict[str, Any]) -> Any:
 class GenerationEngineImpl:
     """One generation engine (plain class; :func:`generation_engine_class` makes the actor)."""
 
-    def __init__(self, kind: str, spec: dict[str, Any], threads: int = 1) -> None:
+    def __init__(self, kind: str, spec: dict[str, Any], threads: int = 1,
+                 settings: dict[str, Any] | None = None) -> None:
         import torch
 
         torch.set_num_threads(threads)
-        self.backend = make_backend(kind, spec)
+        # settings: the role's engine settings (crl_bench.runner.parts.models.engine_settings);
+        # a vllm engine is built with them, an hf engine (CPU) keeps them as its description
+        self.kind, self.spec, self.settings = kind, dict(spec), dict(settings or {})
+        self.backend = make_backend(kind, dict(spec, **self.settings) if kind == "vllm" else spec)
         self.calls = 0
         self.tokens = 0
         self.versions: dict[str, int] = {}
 
     def pid(self) -> int:
         return os.getpid()
+
+    def describe(self) -> dict[str, Any]:
+        """What this engine is: its process, the GPUs Ray gave it, the model and roles it
+        serves and the engine settings it was built with (a vllm engine's as vLLM got them)."""
+        import ray
+
+        settings = dict(getattr(self.backend, "engine_settings", None) or self.settings)
+        return {"pid": os.getpid(), "kind": self.kind, "model": self.spec.get("model_name"),
+                "roles": tuple(self.spec.get("roles", ())), "settings": settings,
+                "gpus": [str(g) for g in ray.get_gpu_ids()],
+                "resources": dict(ray.get_runtime_context().get_assigned_resources())}
 
     def generate(self, prompts: list[list[int]], sampling: Any, adapter: str | None = None,
                  max_new_tokens: list[int] | int | None = None,
@@ -200,12 +274,16 @@ class RemoteGenerationBackend:
 
     @classmethod
     def start(cls, local: Any, kind: str, spec: dict[str, Any], n_engines: int = 1, *,
-              options: dict[str, Any] | None = None, threads: int = 1) -> "RemoteGenerationBackend":
+              options: dict[str, Any] | None = None, threads: int = 1,
+              settings: dict[str, Any] | None = None) -> "RemoteGenerationBackend":
+        """``n_engines`` engine actors of ``kind`` built from ``spec`` with the role's engine
+        ``settings`` (``max_model_len``, ``gpu_memory_utilization``, ``tensor_parallel_size``),
+        each with Ray ``options`` (its GPUs: the tensor-parallel size)."""
         actor = generation_engine_class()
         # max_restarts: Ray brings a dead engine back (with its initial weights: the last pushed
         # ones are loaded again before it is used)
         engines = [actor.options(**(options or {"num_cpus": 1}), max_restarts=2, max_task_retries=0)
-                   .remote(kind, spec, threads) for _ in range(n_engines)]
+                   .remote(kind, spec, threads, settings) for _ in range(n_engines)]
         require_ray().get([e.pid.remote() for e in engines])
         return cls(local, engines)
 

@@ -9,7 +9,8 @@ missing resource, instead of letting Ray wait forever for a placement group that
 Documented plans (:data:`PLANS`, ``--set ray.plan=NAME``):
 
 * ``paper16``: the paper's 16 GPUs (8 actor, 8 extractor): 4 vLLM engines for the 7B actor
-  (1 GPU each), 4 FSDP learner ranks, 8 GPUs for the extractor (4B thinking model), 32 env
+  (1 GPU each), 4 FSDP learner ranks; for the extractor (4B thinking model) one vLLM engine over
+  4 GPUs (tensor parallel 4, the official ``memory_model``) and 4 FSDP learner ranks; 32 env
   workers on the CPUs of the cluster.
 * ``gpu1``: one GPU shared by everything (both roles as LoRA adapters on one base model):
   generation 0.5, training 0.25, extractor 0.25 of the device (Ray's fractional GPUs; memory is
@@ -40,7 +41,12 @@ class ResourcePlan:
         actor_training_gpus: GPUs for the actor's learner ranks (all ranks together).
         learner_ranks: data-parallel ranks of the actor learner; each gets
             ``actor_training_gpus / learner_ranks`` GPUs (0: gloo on CPU).
-        extractor_gpus: GPUs for the extractor track (its generation and training).
+        extractor_gpus: GPUs for the extractor (its generation and training, all together).
+        extractor_engines, extractor_engine_gpus, extractor_ranks: with ``extractor_ranks > 0``
+            (full fine-tuning) the extractor is served and trained like the actor: that many
+            generation engines on ``extractor_engine_gpus`` GPUs (each engine's share is its
+            tensor-parallel size) and FSDP learner ranks on the rest of ``extractor_gpus``; 0:
+            one extractor actor holds the model, its trainer and ``extractor_gpus``.
         env_workers: env worker actors (CPU only; they may live on GPU-less nodes).
         envs_per_worker: a hint for the pool size of each worker (the pool grows on demand).
         cpus_per_env_worker: CPUs reserved per env worker (SWE sandboxes want more).
@@ -62,6 +68,9 @@ class ResourcePlan:
     cpus_experience: float = 0.0
     extractor_actor: bool = True
     """Run the extractor track in its own actor (False: on the driver, in a thread)."""
+    extractor_engines: int = 0
+    extractor_engine_gpus: float = 0.0
+    extractor_ranks: int = 0
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -71,6 +80,11 @@ class ResourcePlan:
         if self.generation_engines < 1 or self.learner_ranks < 1:
             raise ValueError(f"ray plan {self.name!r}: generation_engines and learner_ranks must "
                              "be >= 1")
+        if self.extractor_ranks and (self.extractor_engines < 1
+                                     or self.extractor_engine_gpus > self.extractor_gpus):
+            raise ValueError(f"ray plan {self.name!r}: a sharded extractor (extractor_ranks="
+                             f"{self.extractor_ranks}) needs extractor_engines >= 1 and "
+                             "extractor_engine_gpus <= extractor_gpus")
 
     # -- per-actor requests --------------------------------------------------------------------
     @property
@@ -83,6 +97,29 @@ class ResourcePlan:
 
     def engine_options(self) -> dict[str, float]:
         return {"num_cpus": self.cpus_per_engine, "num_gpus": self.gpus_per_engine}
+
+    @property
+    def sharded_extractor(self) -> bool:
+        """The extractor on its own engines and FSDP ranks (``extractor_ranks > 0``)."""
+        return self.extractor_ranks > 0
+
+    @property
+    def gpus_per_extractor_engine(self) -> float:
+        return self.extractor_engine_gpus / max(self.extractor_engines, 1)
+
+    @property
+    def gpus_per_extractor_rank(self) -> float:
+        return (self.extractor_gpus - self.extractor_engine_gpus) / max(self.extractor_ranks, 1)
+
+    def extractor_engine_options(self) -> dict[str, float]:
+        return {"num_cpus": self.cpus_per_engine, "num_gpus": self.gpus_per_extractor_engine}
+
+    def extractor_rank_bundle(self) -> dict[str, float]:
+        """One placement-group bundle per extractor learner rank."""
+        b = {"CPU": self.cpus_per_rank}
+        if self.gpus_per_extractor_rank:
+            b["GPU"] = self.gpus_per_extractor_rank
+        return b
 
     def rank_bundle(self) -> dict[str, float]:
         """One placement-group bundle per learner rank."""
@@ -101,7 +138,12 @@ class ResourcePlan:
              {"CPU": self.cpus_per_engine, "GPU": self.gpus_per_engine}),
             ("actor learner rank", self.learner_ranks,
              {"CPU": self.cpus_per_rank, "GPU": self.gpus_per_rank}),
-            ("extractor", 1, {"CPU": self.cpus_extractor, "GPU": self.extractor_gpus}),
+            *([("extractor generation engine", self.extractor_engines,
+                {"CPU": self.cpus_per_engine, "GPU": self.gpus_per_extractor_engine}),
+               ("extractor learner rank", self.extractor_ranks,
+                {"CPU": self.cpus_per_rank, "GPU": self.gpus_per_extractor_rank})]
+              if self.sharded_extractor else
+              [("extractor", 1, {"CPU": self.cpus_extractor, "GPU": self.extractor_gpus})]),
             ("experience service", 1, {"CPU": self.cpus_experience}),
             ("env worker", self.env_workers, {"CPU": self.cpus_per_env_worker}),
         ]
@@ -121,7 +163,8 @@ class ResourcePlan:
 PLANS: dict[str, ResourcePlan] = {
     "paper16": ResourcePlan(
         name="paper16", actor_generation_gpus=4, generation_engines=4, actor_training_gpus=4,
-        learner_ranks=4, extractor_gpus=8, env_workers=32, envs_per_worker=4,
+        learner_ranks=4, extractor_gpus=8, extractor_engines=1, extractor_engine_gpus=4,
+        extractor_ranks=4, env_workers=32, envs_per_worker=4,
         cpus_per_env_worker=1, cpus_per_engine=2, cpus_per_rank=2, cpus_extractor=4,
         cpus_experience=2),
     "gpu1": ResourcePlan(
@@ -146,6 +189,47 @@ def get_plan(name_or_plan: str | ResourcePlan | dict, **overrides: Any) -> Resou
     else:
         raise ValueError(f"unknown ray plan {name_or_plan!r}; known: {', '.join(PLANS)}")
     return dataclasses.replace(plan, **overrides) if overrides else plan
+
+
+def layout_config(cfg: Any) -> Any:
+    """``cfg`` for the layout alone: engines, ranks and engine settings do not depend on the
+    architecture, so a model the memory plan has no numbers for (a test model) is counted as the
+    paper's (Qwen2.5-7B-Instruct actor, Qwen3-4B-Thinking extractor)."""
+    import copy
+
+    from crl_bench.distributed.memory_plan import QWEN3_4B, QWEN25_7B, SHAPES
+
+    out = copy.deepcopy(cfg)
+    if out.model.actor not in SHAPES:
+        out.model.actor = QWEN25_7B.name
+    if (out.model.extractor or out.model.actor) not in SHAPES:
+        out.model.extractor = QWEN3_4B.name
+    return out
+
+
+def layout_plan(cfg: Any, gpus: int, *, name: str | None = None, on_gpus: bool = True,
+                **overrides: Any) -> ResourcePlan:
+    """The :class:`ResourcePlan` of ``crl-bench plan --gpus N``'s layout for ``cfg`` (a
+    ``RunConfig``): the memory plan's engines (each over its tensor-parallel GPUs) and learner
+    ranks per role, so that what a Ray run builds is what the memory plan counted.
+    ``on_gpus=False``: the same processes with no GPUs (the layout at toy size on CPUs);
+    ``overrides``: other fields (env workers, CPUs)."""
+    from crl_bench.distributed.memory_plan import role_specs, split_gpus
+
+    split = split_gpus(gpus)
+    if any(split.get(f"{r}_colocated") for r in ("actor", "extractor")):
+        raise ValueError(f"--gpus {gpus}: a role with one GPU holds its engine and its learner "
+                         "on it (colocated); a Ray plan gives each its own GPUs: use 4 or more")
+    a, x = role_specs(layout_config(cfg), split)
+    g = 1.0 if on_gpus else 0.0
+    fields = dict(
+        name=name or f"layout{gpus}", actor_generation_gpus=g * a.engines * a.gpus_per_engine,
+        generation_engines=a.engines, actor_training_gpus=g * a.ranks, learner_ranks=a.ranks,
+        extractor_gpus=g * (x.engines * x.gpus_per_engine + x.ranks),
+        extractor_engines=x.engines, extractor_engine_gpus=g * x.engines * x.gpus_per_engine,
+        extractor_ranks=x.ranks)
+    fields.update(overrides)
+    return ResourcePlan(**fields)
 
 
 def _fmt(x: float) -> str:

@@ -99,6 +99,23 @@ class ShardedRankImpl:
     def pid(self) -> int:
         return os.getpid()
 
+    def describe(self) -> dict[str, Any]:
+        """What this rank is: its process, the GPUs Ray gave it, its process group and how it
+        trains (read back by the topology check)."""
+        import ray
+        import torch.distributed as dist
+
+        lr = self.learner
+        return {"pid": os.getpid(), "rank": self.rank, "world_size": dist.get_world_size(),
+                "backend": str(dist.get_backend()), "role": self.role,
+                "model": self.backend_spec.get("model_name"),
+                "activation_checkpointing": bool(
+                    getattr(lr.model, "is_gradient_checkpointing", False)),
+                "compute_dtype": str(lr.compute_dtype).replace("torch.", ""),
+                "sharded_units": len(lr.units),
+                "gpus": [str(g) for g in ray.get_gpu_ids()],
+                "resources": dict(ray.get_runtime_context().get_assigned_resources())}
+
     def shutdown(self) -> None:
         import torch.distributed as dist
 
@@ -179,11 +196,14 @@ class ShardedRoleTrainer:
         info: the run's :class:`~crl_bench.runner.parts.base.RunInfo` (``run``).
         learner: the :class:`ShardedRayLearner`.
         role: the trained role.
+        gen: the role's generation engines (default ``models.gen``, the actor's; the sharded
+            extractor's are ``models.ext_gen``).
     """
 
-    def __init__(self, models: Any, info: Any, learner: ShardedRayLearner, role: str = "actor"
-                 ) -> None:
+    def __init__(self, models: Any, info: Any, learner: ShardedRayLearner, role: str = "actor",
+                 gen: Any = None) -> None:
         self.models, self.info, self.learner = models, info, learner
+        self.gen = gen if gen is not None else models.gen  # the role's generation engines
         self.adapter = role
         self.cfg = learner.cfg
         self.updates = 0
@@ -201,7 +221,7 @@ class ShardedRoleTrainer:
 
     def push(self) -> None:
         """The ranks' weights into every engine under the next version (not via the driver)."""
-        gen = self.models.gen
+        gen = self.gen
         version = gen.version(self.adapter) + 1
         gen.weights_loaded(self.adapter, self.learner.push_weights(gen.engines, self.adapter,
                                                                    version), version)
@@ -218,8 +238,9 @@ class ShardedRoleTrainer:
         self.driver_updates = self.updates
 
     def sync_driver(self) -> None:
-        """The driver's copy current (before a checkpoint saves it)."""
-        if self.driver_updates != self.updates:
+        """The driver's copy current (before a checkpoint saves it); nothing to do when the
+        driver holds no weights (the sharded checkpoint has them)."""
+        if getattr(self.models, "holds_weights", True) and self.driver_updates != self.updates:
             self.pull()
 
     def state_dict(self) -> dict[str, Any]:

@@ -83,8 +83,13 @@ class VLLMBackend:
         dtype: dtype of the HF training copy (``"auto"``: fp32 on CPU, bf16 on GPU).
         vllm_dtype: dtype of the vLLM engine (bf16 by default).
         device: where the HF training copy lives.
-        max_model_len: longest prompt + completion vLLM must hold.
-        gpu_memory_utilization: fraction of GPU memory vLLM may take (the HF copy needs the rest).
+        max_model_len: longest prompt + completion vLLM must hold (a run passes
+            ``model.<role>_max_model_len``, :func:`crl_bench.runner.parts.models.engine_settings`).
+        gpu_memory_utilization: fraction of GPU memory vLLM may take (the HF copy needs the rest;
+            a run passes ``model.<role>_gpu_memory_utilization``).
+        tensor_parallel_size: GPUs of the engine (``model.<role>_tensor_parallel``).
+        enable_prefix_caching: keep KV blocks of shared prefixes between calls (None: on GPUs,
+            off on CPUs). Reset after every in-place weight push.
         vllm_kwargs: extra ``vllm.LLM`` keyword arguments.
     """
 
@@ -95,7 +100,9 @@ class VLLMBackend:
                  lora: LoraSpec | None = LoraSpec(), separate_bases: bool = False,
                  shared_adapter: bool = False, dtype: str = "auto", device: str = "auto",
                  seed: int = 0, vllm_dtype: str = "bfloat16", max_model_len: int = 4096,
-                 gpu_memory_utilization: float = 0.5, vllm_kwargs: dict | None = None) -> None:
+                 gpu_memory_utilization: float = 0.5, tensor_parallel_size: int = 1,
+                 enable_prefix_caching: bool | None = None,
+                 vllm_kwargs: dict | None = None) -> None:
         if separate_bases:
             raise ValueError("The vllm backend serves one base model; for two base models use "
                              "two backends (one per role) or the hf backend with "
@@ -152,10 +159,19 @@ class VLLMBackend:
             kwargs["enforce_eager"] = True
         else:
             kwargs["gpu_memory_utilization"] = gpu_memory_utilization
-            # a full conversation's next prompt extends the last one: vLLM's prefix cache keeps
-            # the episode's KV blocks between turns (the HF backend's keep_kv_across_calls)
-            kwargs["enable_prefix_caching"] = True
+        if tensor_parallel_size != 1:
+            kwargs["tensor_parallel_size"] = int(tensor_parallel_size)
+        # a full conversation's next prompt extends the last one: vLLM's prefix cache keeps the
+        # episode's KV blocks between turns (the HF backend's keep_kv_across_calls); an in-place
+        # weight push resets it (LLMWeightSyncClient.finish_weight_update)
+        kwargs["enable_prefix_caching"] = (device != "cpu" if enable_prefix_caching is None
+                                           else bool(enable_prefix_caching))
         kwargs.update(vllm_kwargs or {})
+        self.engine_settings = {"max_model_len": int(kwargs["max_model_len"]),
+                                "gpu_memory_utilization": float(gpu_memory_utilization),
+                                "tensor_parallel_size": int(kwargs.get("tensor_parallel_size", 1)),
+                                "enable_prefix_caching": bool(kwargs["enable_prefix_caching"])}
+        """What the engine was built with (read back by the Ray engines' ``describe``)."""
         self.llm = vllm.LLM(**kwargs)
         self._workdir = Path(tempfile.mkdtemp(prefix="crl-vllm-lora-"))
         self._ids = itertools.count(1)

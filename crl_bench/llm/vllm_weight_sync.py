@@ -292,6 +292,7 @@ class LLMWeightSyncClient:
     def __init__(self, llm: Any) -> None:
         self.llm = llm
         self.pending_version: str | None = None
+        self.prefix_cache_resets = 0
 
     @property
     def engine(self) -> Any:
@@ -308,10 +309,19 @@ class LLMWeightSyncClient:
         self.llm.collective_rpc("update_weights", kwargs={"update_info": update_info})
 
     def finish_weight_update(self, weight_version: str | None = None) -> None:
+        """Commit the update: the workers finish loading, the prefix cache is emptied (its KV
+        blocks were computed with the old weights; a new episode whose prompt shares a cached
+        prefix would otherwise attend to them, as OpenRLHF and TRL avoid by resetting it on
+        every sync), then the new version is set."""
         self.llm.collective_rpc("finish_weight_update")
         version = weight_version if weight_version is not None else self.pending_version
         if version is None:
             raise ValueError("finish_weight_update needs a weight version (or pending_version).")
+        if not self.llm.reset_prefix_cache():
+            raise RuntimeError("vLLM refused to reset its prefix cache after a weight update "
+                               "(requests still running?): finish the update when the engine "
+                               "is idle.")
+        self.prefix_cache_resets += 1
         self.engine.set_weight_version(str(version))
 
     def get_weight_version(self) -> str:

@@ -50,7 +50,7 @@ DEFAULT_TASKS = "3mix"
 # The choices of string-valued settings: validation reads the allowed values from these types.
 Dtype = Literal["auto", "float32", "fp32", "bfloat16", "bf16", "float16", "fp16"]
 Conversation = Literal["window", "full"]
-ExamplePick = Literal["first", "random", "none"]
+ExamplePick = Literal["first", "random", "none", "placeholder"]
 Schedule = Literal["constant", "cosine"]
 SampleUnit = Literal["turn", "trajectory"]
 Distill = Literal["all", "with_experience"]
@@ -100,8 +100,11 @@ class _Section:
         if not name.startswith("_") and name not in self.__dataclass_fields__:  # type: ignore[attr-defined]
             key = f"{self._section_name}.{name}" if self._section_name else name
             refuse_deprecated(key)
+            from crl_bench.registry import did_you_mean
+
             raise ConfigError(f"{key}: no such setting. Settings here: "
-                              f"{', '.join(sorted(self.__dataclass_fields__))}.")  # type: ignore[attr-defined]
+                              f"{', '.join(sorted(self.__dataclass_fields__))}."  # type: ignore[attr-defined]
+                              f"{did_you_mean(name, self.__dataclass_fields__)}")  # type: ignore[attr-defined]
         object.__setattr__(self, name, value)
 
 
@@ -150,6 +153,21 @@ class ModelConfig(_Section):
     chunking; sampling draws its random numbers chunk by chunk, so a run with another value
     samples other (equally distributed) tokens from the same seed: measured, the `grpo` seed-1
     step-0 evaluation of results/learning_minihack solves 4/64 levels at 64 rows, 3/64 at 16."""
+    actor_gpu_memory_utilization: float = 0.85
+    """``vllm`` backend: the fraction of its GPU memory the actor's engine takes (weights, then
+    KV cache in the rest; official ``actor_infer`` 0.85)."""
+    extractor_gpu_memory_utilization: float = 0.7
+    """``vllm`` backend: the same for the extractor's engine (official ``memory_model`` 0.7)."""
+    actor_max_model_len: int = 0
+    """``vllm`` backend: the longest prompt + completion the actor's engine holds; 0: the longest
+    episode (``rollout.max_episode_tokens``). Shorter than an episode, vLLM refuses its prompts."""
+    extractor_max_model_len: int = 0
+    """The same for the extractor's engine; 0: an episode plus the extractor's answer
+    (``rollout.max_episode_tokens + extractor.max_new_tokens``; official 65,536)."""
+    actor_tensor_parallel: int = 1
+    """``vllm`` backend: GPUs of one actor engine (tensor parallel; official: 1 per engine)."""
+    extractor_tensor_parallel: int = 1
+    """GPUs of one extractor engine (official ``memory_model`` ``tensor_parallel_size`` 4)."""
 
 
 @_section("rollout")
@@ -185,7 +203,8 @@ class RolloutConfig(_Section):
     for an ``<ask>``, so Search-and-Ask is effectively off with it."""
     example_pick: ExamplePick = "first"
     """The small-model prompt's example answer: "first" admissible action, a seeded "random"
-    one per turn, or "none" (see ``PromptConfig.example_pick``)."""
+    one per turn, "none", or "placeholder" (``<answer>ACTION</answer>``, no move named; see
+    ``PromptConfig.example_pick``)."""
     observation_last: bool = False
     """The current observation after the admissible actions and the answer format instead of
     before them (``PromptConfig.observation_last``)."""
@@ -359,6 +378,9 @@ class ExtractorConfig(OptimConfig):
 @dataclass
 class ExperienceConfig(_Section):
     embedder: str = "all-MiniLM-L6-v2"
+    embed_max_tokens: int = 256
+    """The embedder reads at most this many tokens of a text; 0: the model's own maximum
+    (official: no cut below it, ``embedding/embedding_worker.py:72-76``; ``paper``)."""
     k: int = 1
     oversample: int = 16
     lam: float = 0.4
@@ -579,6 +601,11 @@ PAPER = Preset("paper", "the paper's configuration for GPUs (Qwen2.5-7B-Instruct
                    "model.extractor": "Qwen/Qwen3-4B-Thinking-2507",
                    "model.backend": "vllm", "model.dtype": "bfloat16", "model.device": "cuda",
                    "model.lora_r": 0, "model.lora_alpha": 128,
+                   # vLLM engines (official yaml: actor_infer gpu_memory_utilization 0.85;
+                   # memory_model 0.7, max_model_len 65536, tensor_parallel_size 4)
+                   "model.actor_gpu_memory_utilization": 0.85, "model.actor_max_model_len": 32768,
+                   "model.extractor_gpu_memory_utilization": 0.7,
+                   "model.extractor_max_model_len": 65536, "model.extractor_tensor_parallel": 4,
                    # the actor sees the whole conversation, 4,096 new tokens per turn, top-k 100
                    "rollout.groups": 16, "rollout.group_size": 8, "rollout.top_k": 100,
                    "rollout.max_new_tokens": 4096, "rollout.conversation": "full",
@@ -586,8 +613,9 @@ PAPER = Preset("paper", "the paper's configuration for GPUs (Qwen2.5-7B-Instruct
                    # the official MiniHack observation and messages: the 9x9 crop, legend,
                    # message and action list (env.py:526-583, :383-394), the maze system prompt,
                    # env instruction and turn template, memory in the system message
-                   # (traj_env_manager.py:101-108, :358-406; multitask_env_tool.yaml:263-279)
-                   "rollout.env_kwargs": {"minihack": {"view": "official"}},
+                   # (traj_env_manager.py:101-108, :358-406; multitask_env_tool.yaml:263-279);
+                   # no step penalty (yaml :279 penalty_step: 0.0; NLE's default is -0.01)
+                   "rollout.env_kwargs": {"minihack": {"view": "official", "penalty_step": 0.0}},
                    "rollout.prompt_layout": "official", "rollout.experience_place": "system",
                    "rollout.max_episode_tokens": 32768, "rollout.sequence_length": 32768,
                    "rollout.env_max_steps": {"minihack": 30, "webshop": 15, "alfworld": 30, "swe": 50},
@@ -601,6 +629,10 @@ PAPER = Preset("paper", "the paper's configuration for GPUs (Qwen2.5-7B-Instruct
                    # micro-batch; `crl-bench plan --preset paper` fits 16 x 80 GB with these
                    "actor.logprob_chunk_tokens": 4096, "actor.micro_batch_tokens": 32768,
                    "extractor.logprob_chunk_tokens": 4096, "extractor.micro_batch_tokens": 40960,
+                   # full activation recompute (yaml recompute_granularity: full, both trained
+                   # models): the plan's verdict assumes it
+                   "actor.activation_checkpointing": True,
+                   "extractor.activation_checkpointing": True,
                    "extractor.lr": 1e-6, "extractor.loss_args": {"eps_low": 0.1, "eps_high": 0.1},
                    "extractor.buffer_size": 64, "extractor.max_new_tokens": 8192,
                    "extractor.agg": "seq-mean-token-mean", "extractor.recompute_old_logprobs": True,
@@ -614,6 +646,7 @@ PAPER = Preset("paper", "the paper's configuration for GPUs (Qwen2.5-7B-Instruct
                    "extractor.count_reweight": False, "extractor.merge_format": "items",
                    "extractor.extraction_style": "official", "extractor.fence": "official",
                    "experience.embedder": "Qwen/Qwen3-Embedding-0.6B", "experience.ask_k": 1,
+                   "experience.embed_max_tokens": 0,
                    "experience.key": "episode_start", "experience.gate": True,
                    "experience.bank_fill_steps": 6, "experience.ask_offer": "all",
                    "experience.ask_style": "official", "experience.gate_invalid_credit": True,
@@ -693,8 +726,14 @@ def apply_overrides(cfg: RunConfig, overrides: dict[str, Any]) -> RunConfig:
                 break
             if not dataclasses.is_dataclass(obj) or part not in {f.name for f in fields(obj)}:
                 refuse_deprecated(key)
+                from crl_bench.registry import did_you_mean
+
+                here = [f.name for f in fields(obj)] if dataclasses.is_dataclass(obj) else []
+                sections = [f.name for f in fields(cfg)
+                            if dataclasses.is_dataclass(getattr(cfg, f.name))]
                 raise ConfigError(f"--set {key}: unknown section {part!r}. Sections: "
-                                  + ", ".join(f.name for f in fields(cfg) if dataclasses.is_dataclass(getattr(cfg, f.name))))
+                                  + ", ".join(sections) + "."
+                                  + did_you_mean(part, sections if i == 0 else here))
             obj = getattr(obj, part)
         else:
             _set_field(obj, parts[-1], value, key)
@@ -708,7 +747,16 @@ def _set_field(obj: Any, name: str, value: Any, key: str) -> None:
     names = {f.name for f in fields(obj)}
     if name not in names:
         refuse_deprecated(key)
-        raise ConfigError(f"--set {key}: unknown field {name!r}. Fields here: {', '.join(sorted(names))}")
+        from crl_bench.registry import did_you_mean
+
+        hint = did_you_mean(name, names)
+        if not hint and isinstance(obj, RunConfig):  # a field of a section, given bare (lr)
+            dotted = [f"{f.name}.{name}" for f in fields(obj)
+                      if dataclasses.is_dataclass(getattr(obj, f.name))
+                      and name in {g.name for g in fields(getattr(obj, f.name))}]
+            hint = f" Did you mean {' or '.join(map(repr, dotted))}?" if dotted else ""
+        raise ConfigError(f"--set {key}: unknown field {name!r}. Fields here: "
+                          f"{', '.join(sorted(names))}.{hint}")
     setattr(obj, name, _coerce(value, getattr(obj, name), key))
 
 

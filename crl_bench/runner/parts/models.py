@@ -16,7 +16,33 @@ from typing import Any
 from crl_bench.llm.roles import LockedBackend, WaitTimingLock, extractor_generate
 from crl_bench.runner.parts.base import Part, RunInfo
 
-__all__ = ["LockedBackend", "Models", "WaitTimingLock", "extractor_generate"]
+__all__ = ["LockedBackend", "Models", "WaitTimingLock", "engine_settings", "extractor_generate"]
+
+
+def engine_settings(cfg: Any, role: str) -> dict[str, Any]:
+    """The generation engine settings of ``role`` ("actor" / "extractor") from a ``RunConfig``:
+    ``max_model_len`` (``model.<role>_max_model_len``; 0: the actor's longest episode,
+    ``rollout.max_episode_tokens``, and for the extractor that plus its answer,
+    ``extractor.max_new_tokens``), ``gpu_memory_utilization`` and ``tensor_parallel_size``
+    (``model.<role>_gpu_memory_utilization`` / ``_tensor_parallel``). The ``vllm`` backend is
+    built with them (in one process and on Ray's engine actors); an engine shorter than the
+    role's longest sequence is refused here, before anything loads (vLLM would refuse the first
+    long prompt mid-run)."""
+    from crl_bench.runner.config import ConfigError
+
+    if role not in ("actor", "extractor"):
+        raise ValueError(f"role must be 'actor' or 'extractor', got {role!r}")
+    m, r = cfg.model, cfg.rollout
+    longest = r.max_episode_tokens + (cfg.extractor.max_new_tokens if role == "extractor" else 0)
+    max_len = int(getattr(m, f"{role}_max_model_len")) or longest
+    if role == "actor" and max_len < r.max_episode_tokens:
+        raise ConfigError(f"model.actor_max_model_len={max_len} is shorter than an episode "
+                          f"(rollout.max_episode_tokens={r.max_episode_tokens}): the engine "
+                          f"would refuse the episode's last prompts. Use --set "
+                          f"model.actor_max_model_len={r.max_episode_tokens} (or 0).")
+    return {"max_model_len": max_len,
+            "gpu_memory_utilization": float(getattr(m, f"{role}_gpu_memory_utilization")),
+            "tensor_parallel_size": int(getattr(m, f"{role}_tensor_parallel"))}
 
 
 class Models(Part):
@@ -53,11 +79,16 @@ class Models(Part):
         if m.backend == "hf":
             common["max_batch_size"] = m.max_batch_size
         roles = ("actor", "extractor") if extractor else ("actor",)
+        actor_kw, ext_kw = dict(common), dict(common)
+        if m.backend == "vllm":  # the engines' settings come from the config
+            actor_kw.update(engine_settings(cfg, "actor"))
+            ext_kw.update(engine_settings(cfg, "extractor"))
         if extractor and m.extractor and m.extractor != m.actor and not shared_params:
-            self.raw_backend = backend_cls(m.actor, roles=("actor",), **common)
-            self.ext_raw = backend_cls(m.extractor, roles=("extractor",), **common)
+            self.raw_backend = backend_cls(m.actor, roles=("actor",), **actor_kw)
+            self.ext_raw = backend_cls(m.extractor, roles=("extractor",), **ext_kw)
         else:
-            self.raw_backend = backend_cls(m.actor, roles=roles, shared_adapter=shared_params, **common)
+            self.raw_backend = backend_cls(m.actor, roles=roles, shared_adapter=shared_params,
+                                           **actor_kw)
             self.ext_raw = self.raw_backend
         self.backend = LockedBackend(self.raw_backend, self.lock)
         self.ext_backend = (self.backend if self.ext_raw is self.raw_backend
