@@ -88,8 +88,10 @@ def resolve_tasks(spec: str) -> tuple[MixTask, ...]:
         elif part.startswith("crl/") and part in ENVS:
             entry = ENVS.get(part)
             tasks.append(MixTask(part.split("/", 1)[1], part, entry.family))
+        elif "/" in part:
+            ENVS.entry(part)  # an env id: raises with the known ids and the closest one
         else:
-            MIXES.entry(part)  # raises with the list of known mixes
+            MIXES.entry(part)  # raises with the list of known mixes and the closest one
     if not tasks:
         raise ValueError("--tasks is empty; give a mix name (e.g. 3mix) or env ids.")
     return tuple(tasks)

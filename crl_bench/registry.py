@@ -19,6 +19,20 @@ from typing import Any, Callable, Generic, Iterator, TypeVar
 T = TypeVar("T")
 
 
+def did_you_mean(value: Any, names: Any) -> str:
+    """`` Did you mean 'x'?`` for the closest of ``names`` to a mistyped ``value`` (difflib, or a
+    name it starts), else ""."""
+    import difflib
+
+    names = [str(n) for n in names]
+    text = str(value)
+    close = difflib.get_close_matches(text, names, n=1, cutoff=0.6) or [
+        n for n in names if text and n.startswith(text)][:1]
+    if not close:  # a case slip ("3MIX", "crl/minihack-room-v0")
+        close = [n for n in names if n.lower() == text.lower()][:1]
+    return f" Did you mean {close[0]!r}?" if close else ""
+
+
 class RegistryError(KeyError):
     """Unknown or duplicate name. ``str()`` gives the whole message (KeyError quotes it)."""
 
@@ -158,7 +172,8 @@ class Registry(Generic[T]):
             return self._entries[name]
         except KeyError:
             known = ", ".join(sorted(self._entries)) or "(none)"
-            raise RegistryError(f"Unknown {self.kind} {name!r}. Available: {known}.") from None
+            raise RegistryError(f"Unknown {self.kind} {name!r}. Available: {known}."
+                                f"{did_you_mean(name, self._entries)}") from None
 
     def get(self, name: str) -> T:
         return self.entry(name).load()

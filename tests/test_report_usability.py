@@ -50,3 +50,23 @@ def test_the_missing_data_hint_gives_what_run_accepts(tmp_path, monkeypatch):
     text = str(err.value)
     assert "--set data_dir" not in text  # `run` refuses that setting
     assert "CRL_BENCH_WEBSHOP_DATA=PATH" in text
+
+
+@pytest.mark.parametrize("args,hint", [
+    (["--set", "actor.lrr=1e-6"], "Did you mean 'lr'?"),
+    (["--set", "actr.lr=1e-6"], "Did you mean 'actor'?"),
+    (["--set", "lr=1e-6"], "Did you mean 'actor.lr' or 'extractor.lr'?"),
+    (["--tasks", "3mx"], "Did you mean '3mix'?"),
+    (["--tasks", "crl/MiniHack-Rooom-5x5-v0"], "Did you mean 'crl/MiniHack-Room-5x5-v0'?"),
+    (["--agent", "comprl"], "Did you mean 'comp_rl'?"),
+])
+def test_did_you_mean_for_settings_tasks_env_ids_and_agents(args, hint, capsys):
+    assert main(["run", *args, "--preset", "tiny", "--steps", "1"]) == 2
+    assert hint in capsys.readouterr().err
+
+
+def test_a_sections_field_set_from_python_gets_a_hint():
+    from crl_bench.runner.config import ConfigError, RunConfig
+
+    with pytest.raises(ConfigError, match="Did you mean 'lr'"):
+        RunConfig().actor.lrr = 1e-6
