@@ -285,7 +285,9 @@ def test_official_layout_needs_full_conversations():
 
 def test_paper_sets_the_official_view_and_layout_and_the_cpu_presets_do_not():
     paper = PRESETS["paper"]()
-    assert paper.rollout.env_kwargs["minihack"] == {"view": "official"}
+    # multitask_env_tool.yaml:275-279: the launched env's keys (the official view) and no step
+    # penalty
+    assert paper.rollout.env_kwargs["minihack"] == {"view": "official", "penalty_step": 0.0}
     assert (paper.rollout.prompt_layout, paper.rollout.experience_place) == ("official", "system")
     assert paper.rollout.conversation == "full"
     for name in ("tiny", "quick", "cpu"):
@@ -350,3 +352,31 @@ def test_runner_gate_prompt_under_paper(tmp_path, search_ask):
                       RunDir(tmp_path / "tiny"))
     assert tiny.player.task_prompt(info["goal"], obs, None) == f"Goal: {info['goal']}\nObservation: {obs}"
     env.close()
+
+
+def test_paper_step_penalty_is_the_launched_zero():
+    """yaml :279 ``penalty_step: 0.0``: walking into the wall costs nothing under ``paper``; NLE's
+    default (our CPU presets) is -0.01 for a move that does not advance the game clock."""
+    kwargs = PRESETS["paper"]().rollout.env_kwargs["minihack"]
+    for make_kwargs, expected in (({}, -0.01), (kwargs, 0.0)):
+        env = gymnasium.make("crl/MiniHack-Room-5x5-v0", **make_kwargs)
+        env.reset(seed=0)
+        rewards = {env.step("north")[1] for _ in range(6)}  # the top wall is reached by then
+        assert expected in rewards and rewards <= {0.0, expected}
+        env.close()
+
+
+def test_fidelity_doc_shows_the_generated_observations():
+    """docs/fidelity.md's side-by-side section is the script's output from the real env now."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "minihack_official_view.py"
+    spec = importlib.util.spec_from_file_location("minihack_official_view", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    doc = script.DOC.read_text()
+    assert script.current(doc) == script.section(), \
+        "regenerate it: python scripts/minihack_official_view.py --write"
+    row = next(line for line in doc.splitlines() if line.startswith("| 5b |"))
+    assert "tests/test_minihack_official_view.py" in row and "`paper`: the same" in row
