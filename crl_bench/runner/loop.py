@@ -328,8 +328,10 @@ def _start_wandb(cfg: RunConfig, run: RunDir) -> Any:
         return None
     mode = os.environ.get("WANDB_MODE") or ("online" if os.environ.get("WANDB_API_KEY") else "offline")
     try:
+        # the seeds of one configuration share a group (W&B's grouped runs: mean and spread)
+        group = os.environ.get("WANDB_RUN_GROUP") or f"{cfg.tasks}__{cfg.agent}__{cfg.preset}"
         return wandb.init(project=os.environ.get("WANDB_PROJECT", "crl-bench"), name=run.path.name,
-                          dir=str(run.path), config=cfg.to_dict(), mode=mode,
+                          group=group, dir=str(run.path), config=cfg.to_dict(), mode=mode,
                           tags=[cfg.agent, cfg.tasks, cfg.preset], reinit=True)
     except Exception as exc:  # noqa: BLE001 - logging must never stop a run
         print(f"[wandb] could not start ({type(exc).__name__}: {exc}); logging to TensorBoard only.")
