@@ -267,7 +267,11 @@ def run_eval(model: EvalModel | None, *, tasks: str | None, preset: str | None, 
                          concurrency=concurrency) for cfg in cfgs]
     result = None
     if report:
-        from crl_bench.report.writer import write_report
+        try:
+            from crl_bench.report.writer import write_report
 
-        result = write_report(dirs, out / "report", title=f"crl-bench eval {label}")
+            result = write_report(dirs, out / "report", title=f"crl-bench eval {label}")
+        except Exception as exc:  # noqa: BLE001 - the evaluation itself is done and recorded
+            print(f"report: not written ({type(exc).__name__}: {exc}); try `crl-bench report "
+                  f"{out} --out {out / 'report'}`")
     return out, dirs, result
