@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import sys
 import time
 import traceback
 from pathlib import Path
@@ -138,6 +141,96 @@ def _check_identity(cfg: Any, run: Any, **given: Any) -> None:
                           "a new run with another --out.")
 
 
+FINGERPRINT_FILE = "fingerprint.json"
+"""The run's identity and training fields as it started, with a SHA-256 sidecar: a resume
+compares ``config.json`` against it (every field but ``steps`` and the resumable speed
+settings)."""
+
+
+def fingerprint_fields(cfg: Any) -> dict[str, Any]:
+    """``cfg`` flattened to dotted names (``actor.lr``, ``method.merge``), without ``steps``
+    (``--steps`` may extend a run) and the settings a resume may change (``threads``, ...)."""
+    from crl_bench.runner.config import RESUMABLE_OVERRIDES
+
+    flat: dict[str, Any] = {}
+
+    def walk(prefix: str, value: Any) -> None:
+        if isinstance(value, dict) and value:
+            for key in sorted(value, key=str):
+                walk(f"{prefix}.{key}" if prefix else str(key), value[key])
+        else:
+            flat[prefix] = value
+
+    walk("", cfg.to_dict())
+    for key in ("steps", *RESUMABLE_OVERRIDES):
+        flat.pop(key, None)
+    return json.loads(json.dumps(flat, sort_keys=True, default=str))
+
+
+def record_fingerprint(run: Any, cfg: Any) -> None:
+    """Write ``fingerprint.json`` (and its checksum) for a run that starts now."""
+    from crl_bench.runner.checksums import write_file_checksum
+
+    fields = fingerprint_fields(cfg)
+    digest = hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
+    path = run.path / FINGERPRINT_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{FINGERPRINT_FILE}.tmp")
+    tmp.write_text(json.dumps({"sha256": digest, "fields": fields}, indent=1, sort_keys=True))
+    os.replace(tmp, path)
+    write_file_checksum(path)
+
+
+def _shown(value: Any) -> str:
+    text = json.dumps(value, default=str)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def check_fingerprint(run: Any, cfg: Any) -> None:
+    """Refuse to resume when ``config.json`` no longer matches the fingerprint the run started
+    with (an edit of the agent, seed, learning rate, ... would mix two configurations in one
+    run's records). A run from before fingerprints were kept gets one now, with a warning."""
+    from crl_bench.runner.checksums import ChecksumError, verify_file_checksum
+    from crl_bench.runner.config import ConfigError, RunConfig
+
+    path = run.path / FINGERPRINT_FILE
+    way_out = ("Restore config.json (the values the run started with are in "
+               f"{path}), or start a new run with another --out.")
+    if not path.is_file():
+        print(f"[resume] warning: {run.path} has no {FINGERPRINT_FILE} (a run started before "
+              "fingerprints were kept): its config.json is taken as it is now, and fingerprinted "
+              "from here on.", file=sys.stderr)
+        record_fingerprint(run, cfg)
+        return
+    try:
+        if not verify_file_checksum(path):
+            raise ChecksumError(path, "has no checksum beside it (it was written with one)")
+        data = json.loads(path.read_text())
+        started = data["fields"]
+        if not isinstance(started, dict):
+            raise ValueError("no fields")
+    except (ChecksumError, OSError, ValueError, KeyError, TypeError) as exc:
+        raise ConfigError(f"--resume: the run's fingerprint cannot be trusted ({exc}). Restore "
+                          f"{path} and {path.name}.sha256, or start a new run with another "
+                          "--out.") from None
+    now = fingerprint_fields(cfg)
+    defaults = fingerprint_fields(RunConfig())
+    changed = []
+    for key in sorted(set(started) | set(now)):
+        if key not in started:
+            if now[key] != defaults.get(key, now[key]):  # a field newer than the run: default ok
+                changed.append(f"{key}: (not set) -> {_shown(now[key])}")
+        elif key not in now:
+            continue  # a field this version no longer has
+        elif started[key] != now[key]:
+            changed.append(f"{key}: {_shown(started[key])} -> {_shown(now[key])}")
+    if changed:
+        more = f" (and {len(changed) - 6} more)" if len(changed) > 6 else ""
+        raise ConfigError(f"--resume: {run.config_path} was changed since the run started: "
+                          f"{'; '.join(changed[:6])}{more}. A resumed run must keep its "
+                          f"configuration. {way_out}")
+
+
 def _run_locked(run: Any, *, agent: str | None, tasks: str | None, preset: str | None,
                 seed: int | None, steps: int | None, overrides: dict[str, Any] | None,
                 resume: bool, progress: bool, repair: bool,
@@ -153,6 +246,7 @@ def _run_locked(run: Any, *, agent: str | None, tasks: str | None, preset: str |
         done = status.get("state") == "done"
         cfg = _stored_config(run, validate=False)  # validated below, once final
         _check_identity(cfg, run, agent=agent, tasks=tasks, seed=seed, preset=preset)
+        check_fingerprint(run, cfg)  # config.json edited by hand since the run started
         if done and (steps is None or steps <= cfg.steps):
             return run.path  # finished; a larger --steps continues it (its last evaluation stays)
         if steps is not None:
@@ -170,6 +264,7 @@ def _run_locked(run: Any, *, agent: str | None, tasks: str | None, preset: str |
             raise FileExistsError(f"{run.path} already holds a run ({status.get('state')}); pass "
                                   "--resume to continue it, or choose another --out.")
         cfg, agent_obj = new or _new_run_config(agent, tasks, preset, seed, steps, overrides)
+        record_fingerprint(run, cfg)
     if resuming:
         # damaged records and checkpoints are found (and named) before the model is built
         if repair:

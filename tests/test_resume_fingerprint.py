@@ -1,0 +1,83 @@
+"""A resumed run keeps the configuration it started with: ``config.json`` edited by hand (agent,
+seed, learning rate, ...) is refused at ``--resume`` with the field named, instead of mixing two
+configurations' records in one run. The fingerprint lives in ``fingerprint.json`` with a
+SHA-256 sidecar, written when the run starts."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from crl_bench.runner.api import FINGERPRINT_FILE, record_fingerprint, run_experiment
+from crl_bench.runner.config import ConfigError, build_config
+from crl_bench.runner.records import RunDir
+
+STEPS = 2
+
+
+def _finished_run(tmp_path):
+    """The files a finished run leaves that a resume reads first: config.json (as the loop writes
+    it: the configuration plus descriptive keys), the fingerprint, status ``done``."""
+    cfg = build_config(agent="comp_rl", tasks="minihack", preset="tiny", seed=0, steps=STEPS)
+    run = RunDir(tmp_path / "run")
+    run.path.mkdir(parents=True, exist_ok=True)
+    record_fingerprint(run, cfg)
+    data = cfg.to_dict()
+    data.update(agent_options={}, task_names=["minihack"], env_ids=["x"], host={})
+    run.config_path.write_text(json.dumps(data))
+    run.set_status("done", STEPS)
+    return run, data
+
+
+def _resume(run):
+    return run_experiment(None, None, None, None, run.path, resume=True, progress=False)
+
+
+def test_an_unchanged_run_resumes(tmp_path):
+    run, _data = _finished_run(tmp_path)
+    assert _resume(run) == run.path  # finished: left as it is
+
+
+@pytest.mark.parametrize("edit, named", [
+    (lambda d: d.update(agent="grpo"), 'agent: "comp_rl" -> "grpo"'),
+    (lambda d: d.update(seed=7), "seed: 0 -> 7"),
+    (lambda d: d["actor"].update(lr=d["actor"]["lr"] * 10), "actor.lr: "),
+])
+def test_a_hand_edited_config_is_refused_with_the_field_named(tmp_path, edit, named):
+    run, data = _finished_run(tmp_path)
+    edit(data)
+    run.config_path.write_text(json.dumps(data))
+    with pytest.raises(ConfigError, match="was changed since the run started") as err:
+        _resume(run)
+    assert named in str(err.value) and FINGERPRINT_FILE in str(err.value), str(err.value)
+
+
+def test_more_steps_and_speed_settings_are_not_part_of_the_fingerprint(tmp_path):
+    run, data = _finished_run(tmp_path)
+    data.update(steps=STEPS, threads=3)
+    run.config_path.write_text(json.dumps(data))
+    assert _resume(run) == run.path
+
+
+def test_an_edited_fingerprint_is_refused_too(tmp_path):
+    run, data = _finished_run(tmp_path)
+    path = run.path / FINGERPRINT_FILE
+    stored = json.loads(path.read_text())
+    stored["fields"]["agent"] = "grpo"
+    data["agent"] = "grpo"
+    path.write_text(json.dumps(stored))
+    run.config_path.write_text(json.dumps(data))
+    with pytest.raises(ConfigError, match="fingerprint cannot be trusted"):
+        _resume(run)
+
+
+def test_a_run_from_before_fingerprints_gets_one_with_a_warning(tmp_path, capsys):
+    run, data = _finished_run(tmp_path)
+    (run.path / FINGERPRINT_FILE).unlink()
+    assert _resume(run) == run.path
+    assert f"has no {FINGERPRINT_FILE}" in capsys.readouterr().err
+    data["seed"] = 5  # from now on an edit is caught
+    run.config_path.write_text(json.dumps(data))
+    with pytest.raises(ConfigError, match="seed: 0 -> 5"):
+        _resume(run)
