@@ -31,7 +31,9 @@ hidden under one of eight rocks around the agent; the kind of the room's landmar
   with and without the format line's example move (``rollout.example_pick`` random / none) and
   with no entry, a right success entry (the rule's move) or a wrong one (the next move
   clockwise), rendered as a bank entry of the ``action`` template. Counted: success, a valid
-  move, the example's move, the claim's move.
+  move, the example's move, the claim's move. ``--follow-claims take_random avoid_random none
+  --follow-examples placeholder --follow-asks`` measures the bar an actor that reads must pass
+  (:data:`READER_BAR`); ``follow-table A.json B.json --out T.md`` tables such files side by side.
 
 Wall and CPU time of each part are printed and written to ``--out`` (JSON).
 
@@ -254,18 +256,70 @@ FOLLOW_CONDITIONS = (("random", None), ("random", "right"), ("random", "wrong"),
                      ("none", "right"))
 """``--follow``: (the format line's example pick, the success claim shown: none, the level's
 rule, or the next move clockwise from it)."""
+FOLLOW_CLAIMS = ("none", "right", "wrong", "take_random", "avoid_random")
+"""``--follow-claims``: the entry shown. "right" / "wrong": a success entry naming the rule's move /
+the next move clockwise; "take_random": a success entry naming a move M drawn per level from the
+probe's seed (independent of the rule); "avoid_random": a failure entry (``To avoid this failure,
+do not take the action X.``) with X drawn the same way; "none": no entry."""
+READER_BAR = {"take_random": 0.70, "avoid_random": 0.05, "none_top_move": 0.40}
+"""The follow probe's bar for an actor that reads: with a success entry naming a random move M it
+sends M in >= 70% of the episodes; with "do not take X" it sends X in <= 5%; with no entry no move
+takes > 40% of the answers and success stays at the floor (its 95% Wilson interval reaches down
+to 1/8: not above what a move chosen without the rule scores)."""
+
+
+def claimed_move(claim: str | None, level: int, seed: int) -> str | None:
+    """The move a ``--follow`` entry names on ``level`` (None: no entry)."""
+    from crl_bench.envs.minihack.landmark import landmark_layout
+    from crl_bench.envs.minihack.language import DIRECTIONS
+
+    if claim in (None, "none"):
+        return None
+    rule = landmark_layout(level)[2]
+    if claim == "right":
+        return rule
+    if claim == "wrong":
+        return DIRECTIONS[(DIRECTIONS.index(rule) + 1) % len(DIRECTIONS)]
+    # drawn from the seed and the level only: independent of the level's rule
+    return random.Random(f"follow:{claim}:{seed}:{level}").choice(DIRECTIONS)
+
+
+def reader_bar(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """:data:`READER_BAR` applied to ``--follow`` rows (one example pick): each criterion's figure
+    and whether it holds; ``passes`` when all measured hold (a criterion whose row was not played
+    is None and fails the whole)."""
+    by = {r["claim"]: r for r in rows}
+    out: dict[str, Any] = {}
+    take, avoid, none = by.get("take_random"), by.get("avoid_random"), by.get("none")
+    out["take_random_sent_M"] = (None if take is None else
+                                 {**take["sent_claim"], "bar": f">= {READER_BAR['take_random']}",
+                                  "holds": take["sent_claim"]["share"] >= READER_BAR["take_random"]})
+    out["avoid_random_sent_X"] = (None if avoid is None else
+                                  {**avoid["sent_claim"], "bar": f"<= {READER_BAR['avoid_random']}",
+                                   "holds": avoid["sent_claim"]["share"]
+                                   <= READER_BAR["avoid_random"]})
+    if none is None:
+        out["none_top_move"] = out["none_success_at_floor"] = None
+    else:
+        out["none_top_move"] = {**none["top_move"], "bar": f"<= {READER_BAR['none_top_move']}",
+                                "holds": none["top_move"]["share"] <= READER_BAR["none_top_move"]}
+        out["none_success_at_floor"] = {**none["success"], "bar": "Wilson low <= 1/8",
+                                        "holds": none["success"]["low"] <= 1 / 8}
+    out["passes"] = all(v is not None and v["holds"] for v in out.values())
+    return out
 
 
 def follow(ctx: Any, args: argparse.Namespace, held_out: list[int]) -> dict[str, Any]:
     """Does the actor send the move an experience entry tells it to? The real engine plays the
     first turn of each held-out level ``--samples`` times under each of
-    :data:`FOLLOW_CONDITIONS`. The claim is shown as the actor's prompt shows an entry the
-    ``action`` template wrote (``title: To succeed, take the action MOVE.``). Counted:
-    success, a valid move, the format example's move (read back from the prompt ids), and the
-    claim's move."""
+    :data:`FOLLOW_CONDITIONS` (or each of ``--follow-claims`` under each ``--follow-examples``
+    pick). The claim is shown as the actor's prompt shows an entry the ``action`` template wrote
+    (``title: To succeed, take the action MOVE.``, or ``To avoid this failure, do not take the
+    action MOVE.`` under a "what went wrong" title). Counted: success, a valid move, the format
+    example shown (read back from the prompt ids) sent, the claim's move sent, the most frequent
+    move's share; and :func:`reader_bar` per example pick."""
     import gymnasium
 
-    from crl_bench.envs.minihack.landmark import landmark_layout
     from crl_bench.envs.minihack.language import DIRECTIONS
     from crl_bench.experience.bank_schema import render_entry_text
     from crl_bench.extractor.extraction import ANSWER_TEMPLATES
@@ -274,22 +328,29 @@ def follow(ctx: Any, args: argparse.Namespace, held_out: list[int]) -> dict[str,
 
     t0, c0 = time.perf_counter(), time.process_time()
     template = ANSWER_TEMPLATES["action"]
+    success_stem, failure_stem = template.content_stems
     env = gymnasium.make(ENV_ID, view=args.view)
     goal = env.reset(seed=held_out[0])[1]["goal"]
     env.close()
     rows = []
-    for pick, claim in FOLLOW_CONDITIONS:
-        if pick not in args.follow_examples:
-            continue
-        engine = ctx.player.engine(None, args.seed, temperature=args.temperature)
+    conditions = ([(p, None if c == "none" else c) for p in args.follow_examples
+                   for c in args.follow_claims] if args.follow_claims else
+                  [(p, c) for p, c in FOLLOW_CONDITIONS if p in args.follow_examples])
+
+    def ask(query: str, spec: Any, meta: dict) -> str:  # the bank would hand back the same entry
+        return spec.experience_text
+
+    for pick, claim in conditions:
+        engine = ctx.player.engine(ask if args.follow_asks else None, args.seed,
+                                   temperature=args.temperature)
         engine.prompt = replace(engine.prompt, max_turns=1, example_pick=pick)
         envs, specs, claimed = [], [], []
         for i, level in enumerate(held_out):
-            rule = landmark_layout(level)[2]
-            move = (None if claim is None else rule if claim == "right"
-                    else DIRECTIONS[(DIRECTIONS.index(rule) + 1) % len(DIRECTIONS)])
+            move = claimed_move(claim, level, args.seed)
+            avoid = claim == "avoid_random"
             text = ("" if move is None else render_entry_text(
-                template.title(goal, True), f"To succeed, take the action {move}."))
+                template.title(goal, not avoid),
+                f"{failure_stem if avoid else success_stem} {move}."))
             for _ in range(args.samples):
                 envs.append(gymnasium.make(ENV_ID, view=args.view))
                 specs.append(EpisodeSpec(env=envs[-1], seed=level, group_id=i,
@@ -311,6 +372,9 @@ def follow(ctx: Any, args: argparse.Namespace, held_out: list[int]) -> dict[str,
                "sent_claim": (share(sum(f == m for f, m in zip(firsts, claimed)), n)
                               if claim else None),
                "top_moves": Counter(f for f in firsts if f).most_common(3),
+               "top_move": share(max((c for f, c in Counter(firsts).items() if f in DIRECTIONS),
+                                     default=0), n),
+               "moves": dict(Counter(f if f in DIRECTIONS else "(other)" for f in firsts)),
                "completions": [t.turns[0].completion_text[:80] for t in trajectories[:4]
                                if t.turns]}
         rows.append(row)
@@ -319,8 +383,11 @@ def follow(ctx: Any, args: argparse.Namespace, held_out: list[int]) -> dict[str,
               f"sent the example {row['sent_example']['share']:.0%}  sent the claim "
               f"{'-' if row['sent_claim'] is None else format(row['sent_claim']['share'], '.0%')}"
               f"  ({time.perf_counter() - t0:.0f} s)", flush=True)
+    bar = {pick: reader_bar([r for r in rows if r["example"] == pick])
+           for pick in dict.fromkeys(r["example"] for r in rows)}
     return {"levels": [held_out[0], held_out[-1]], "samples": args.samples,
-            "temperature": engine.sampling.temperature, "rows": rows,
+            "temperature": engine.sampling.temperature, "asks_offered": bool(args.follow_asks),
+            "rows": rows, "reader_bar": bar,
             "wall_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0}
 
 
@@ -378,7 +445,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--follow", action="store_true",
                     help="does the untrained actor send the move a success claim names?")
     ap.add_argument("--follow-examples", nargs="+", default=["random", "none"],
-                    choices=["random", "none"], help="--follow: the example picks to play")
+                    choices=["random", "none", "placeholder"],
+                    help="--follow: the example picks to play")
+    ap.add_argument("--follow-claims", nargs="+", default=None, choices=FOLLOW_CLAIMS,
+                    help="--follow: the entries to show, each under every example pick "
+                         "(default: FOLLOW_CONDITIONS)")
+    ap.add_argument("--follow-asks", action="store_true",
+                    help="--follow: offer Search-and-Ask to episodes with an entry, as the runs "
+                         "do (an ask is answered with the same entry)")
     ap.add_argument("--run", type=Path, default=None, metavar="RUN_DIR",
                     help="--follow: play this run's actor (its config and last checkpoint's "
                          "adapters) instead of the untrained one")

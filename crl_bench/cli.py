@@ -126,6 +126,9 @@ def _cmd_build_model(args: argparse.Namespace) -> int:
 def _configure_list(p: argparse.ArgumentParser) -> None:
     p.add_argument("what", choices=["envs", "agents", "mixes", "presets"], help="what to list")
     p.add_argument("--family", help="only envs of this family (minihack, webshop, ...)")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="agents: also each agent's options (--set method.NAME=VALUE) with their "
+                        "defaults and what they do (imports every agent)")
     p.set_defaults(func=_cmd_list)
 
 
@@ -143,6 +146,18 @@ def _cmd_list(args: argparse.Namespace) -> int:
         for e in AGENTS.entries():  # plugins are listed without importing them
             src = "" if e.source == "builtin" else f" [{e.source}]"
             desc = e.metadata.get("description", "(plugin; `crl-bench run --agent NAME` loads it)")
+            if getattr(args, "verbose", False):
+                import json
+
+                from crl_bench.agent import load_agent
+
+                agent = load_agent(e.name)  # a broken plugin is reported by name here
+                desc = agent.description or desc
+                print(f"{e.name:<22} {desc}{src}")
+                for name, value, doc in agent.option_docs():
+                    print(f"    method.{name}={json.dumps(value, default=str)}"
+                          + (f"  {doc}" if doc else ""))
+                continue
             print(f"{e.name:<22} {desc}{src}")
     elif args.what == "mixes":
         for e in MIXES.entries():

