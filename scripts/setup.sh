@@ -55,5 +55,7 @@ for fam in webshop alfworld swe; do
 done
 # Elsewhere: fetch each family's data that is still not found from where its authors publish it
 # (progress line and SHA-256 per file; offline it says exactly what is missing and goes on).
-"$VENV/bin/python" -m crl_bench.data_fetch || echo "[setup] some data could not be fetched (above); the envs that have theirs work"
+# CRL_BENCH_FETCH_DATA=0 only reports what is missing (python -m crl_bench.data_fetch fetches it later).
+FETCH=(); [ "${CRL_BENCH_FETCH_DATA:-1}" = 0 ] && FETCH=(--check)
+"$VENV/bin/python" -m crl_bench.data_fetch ${FETCH[@]+"${FETCH[@]}"} || echo "[setup] some data could not be fetched (above); the envs that have theirs work"
 echo "[setup] done. Try: $VENV/bin/crl-bench list envs"
