@@ -126,6 +126,13 @@ class Agent:
     def options(self) -> dict[str, Any]:
         return dataclasses.asdict(self.config)
 
+    def option_docs(self) -> list[tuple[str, Any, str]]:
+        """``(name, value, docstring)`` of every option (``crl-bench list agents -v``): the
+        docstring under each field of :attr:`Config`, read from its source."""
+        docs = field_docstrings(self.Config)
+        return [(f.name, getattr(self.config, f.name), docs.get(f.name, ""))
+                for f in dataclasses.fields(self.config)]
+
     # -- what the run needs ----------------------------------------------------------------------
     @property
     def uses_bank(self) -> bool:
@@ -145,8 +152,39 @@ class Agent:
         """One actor step (``step`` counts from 1)."""
         raise NotImplementedError
 
+    # -- the agent's own state -------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """State the agent keeps across steps (a running baseline, a schedule, a buffer), saved
+        in every checkpoint beside the parts' and given back to :meth:`load_state_dict` on
+        ``--resume``. Plain data and tensors (it is written with ``torch.save``); default: none."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned (``{}`` from a checkpoint without it)."""
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r}, {self.config})"
+
+
+def field_docstrings(cls: type) -> dict[str, str]:
+    """The string literal under each annotated field of a class's source (PEP 257's attribute
+    docstrings), joined into one line; {} when the source cannot be read."""
+    import ast
+    import inspect
+    import textwrap
+
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    except (OSError, TypeError, SyntaxError):
+        return {}
+    body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
+    docs: dict[str, str] = {}
+    for node, nxt in zip(body, body[1:]):
+        if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+                and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant)
+                and isinstance(nxt.value.value, str)):
+            docs[node.target.id] = " ".join(nxt.value.value.split())
+    return docs
 
 
 # The built-in agents: name -> (import string, label, description). One table, used by

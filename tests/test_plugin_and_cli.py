@@ -74,7 +74,8 @@ def test_plugin_agent_trains_end_to_end_with_its_options(plugin_path, tmp_path):
                   "--set", "actor.advantage=loo", env=env, timeout=600)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-4000:]
     config = json.loads((out / "config.json").read_text())
-    assert config["agent"] == "grpo_loo" and config["agent_options"] == {"estimator": "loo", "scale": 0.5}
+    assert config["agent"] == "grpo_loo" and config["agent_options"] == {"estimator": "loo", "loss": "reinforce",
+                                                                 "scale": 0.5}
     metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     trained = [m for m in metrics if m["step"] >= 1]
     assert len(trained) == 2 and all("losses/actor_samples" in m for m in trained)
@@ -84,7 +85,7 @@ def test_plugin_agent_trains_end_to_end_with_its_options(plugin_path, tmp_path):
     bad = run_cli("run", "--agent", "grpo_loo", "--tasks", "minihack", "--preset", "tiny", "--steps", "1",
                   "--out", str(tmp_path / "bad"), "--set", "method.nope=1", env=env)
     assert bad.returncode == 2
-    assert "method.nope" in bad.stderr and "estimator, scale" in bad.stderr
+    assert "method.nope" in bad.stderr and "estimator, loss, scale" in bad.stderr
 
 
 def test_unknown_env_names_the_known_ones():

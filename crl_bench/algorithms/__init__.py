@@ -22,11 +22,14 @@ from crl_bench.registry import Registry
 Aggregation = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"]
 """How token losses become one number (:func:`crl_bench.algorithms.losses.aggregate`)."""
 
-ADVANTAGES: Registry[Callable[..., Any]] = Registry("advantage estimator")
-"""name -> ``fn(scores[B], keys[B], *, eps) -> advantages[B]`` (see ``group_advantages``)."""
+ADVANTAGES: Registry[Callable[..., Any]] = Registry("advantage estimator", "crl_bench.advantages")
+"""name -> ``fn(scores[B], keys[B], *, eps) -> advantages[B]`` (see ``group_advantages``).
+A plugin adds one with an entry point ``[project.entry-points."crl_bench.advantages"]
+NAME = "pkg.module:function"``: every agent's ``--set actor.advantage=NAME`` then finds it."""
 
-LOSSES: Registry[Callable[..., Any]] = Registry("policy loss")
-"""name -> ``fn(logprobs, old_logprobs, advantages, mask, **options) -> (loss, metrics)``."""
+LOSSES: Registry[Callable[..., Any]] = Registry("policy loss", "crl_bench.losses")
+"""name -> ``fn(logprobs, old_logprobs, advantages, mask, **options) -> (loss, metrics)``
+(plugins: the entry-point group ``crl_bench.losses``)."""
 
 ADVANTAGES.register("mean", "crl_bench.algorithms.advantages:mean_advantages",
                     description="subtract the group mean (the official code's choice)")

@@ -153,8 +153,11 @@ class RunContext:
     def advantages(self, trajectories: list[Any], returns: Any, *, split: bool) -> Any:
         return self.actor.advantages(trajectories, returns, split=split)
 
-    def update_actor(self, trajectories: list[Any], advantages: Any) -> dict[str, float]:
-        return self.actor.update(trajectories, advantages)
+    def update_actor(self, trajectories: list[Any], advantages: Any, *, loss: str | None = None,
+                     loss_args: dict[str, Any] | None = None) -> dict[str, float]:
+        """One actor update; ``loss``/``loss_args``: the agent's own policy loss (see
+        :meth:`ActorSide.update <crl_bench.runner.parts.actor.ActorSide.update>`)."""
+        return self.actor.update(trajectories, advantages, loss=loss, loss_args=loss_args)
 
     def extractor_generate(self, message_lists: list[list[dict]], stop: tuple[str, ...] = ()
                            ) -> list[Any]:

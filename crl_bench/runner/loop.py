@@ -26,6 +26,10 @@ from crl_bench.memory import limit_malloc_arenas, peak_rss_gb, release_free_memo
 from crl_bench.runner.records import RunDir, write_json_atomic
 from crl_bench.runner.trainer import timed
 
+AGENT_STATE_KEY = "__agent__"
+"""The key of the agent's own state (:meth:`crl_bench.agent.Agent.state_dict`) in a checkpoint's
+``state.pt``, beside each part's (no part has this name)."""
+
 
 MOMENTS = ("startup", "steps", "episodes", "checkpoint")
 HOOKS: list[Callable[[str, "int | None", "Trainer"], None]] = []
@@ -272,6 +276,7 @@ class Trainer:
         tmp = self.run.new_checkpoint_tmp()
         with ctx.lock:
             states = {part.name: part.state_dict(tmp) for part in ctx.parts}
+            states[AGENT_STATE_KEY] = self.agent.state_dict()  # the agent's own state
         torch.save(states, tmp / "state.pt")
         self.reached("checkpoint", step)
         state = {"step": step, "bank_counters": list(self._bank_counters)}
@@ -284,6 +289,7 @@ class Trainer:
         states = torch.load(path / "state.pt", weights_only=False)
         for part in self.ctx.parts:
             part.load_state_dict(states.get(part.name, {}), path)
+        self.agent.load_state_dict(states.get(AGENT_STATE_KEY, {}))
         state = json.loads((path / "loop_state.json").read_text())
         if state.get("bank_counters") is not None:  # (queries, empty results) at the last step
             queries, empty = state["bank_counters"]

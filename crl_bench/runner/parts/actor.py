@@ -49,11 +49,17 @@ class ActorSide(Part):
         keys = group_keys(groups, with_exp, split=split)
         return group_advantages(returns, keys, method=self.info.cfg.actor.advantage)
 
-    def update(self, trajectories: list[Any], advantages: Any) -> dict[str, float]:
+    def update(self, trajectories: list[Any], advantages: Any, *, loss: str | None = None,
+               loss_args: dict[str, Any] | None = None) -> dict[str, float]:
         """One actor update on ``trajectories`` (each turn carries its episode's advantage):
         one sample per turn (``actor.sample_unit: turn``) or one per episode, its whole
         conversation with the loss on every assistant turn (``trajectory``); returns
-        ``losses/actor_*`` metrics."""
+        ``losses/actor_*`` metrics.
+
+        ``loss``: the agent's own policy loss (a name in ``crl_bench.algorithms.LOSSES``, e.g.
+        one its plugin registers) instead of the run's ``actor.loss``; its settings are its
+        registered defaults updated by ``loss_args`` (None: the run's ``actor.loss_args`` when
+        the loss is the run's own)."""
         from crl_bench.runner.trainer import TrainSample, timed
 
         if self.trainer is None:
@@ -66,8 +72,15 @@ class ActorSide(Part):
             samples = [TrainSample(turn.prompt_ids, turn.completion_ids, turn.logprobs, float(adv))
                        for traj, adv in zip(trajectories, advantages.tolist()) for turn in traj.turns]
         self.info.progress.set_phase("updating actor")
+        if loss is None or loss == a.loss:
+            name, kwargs = a.loss, {**a.loss_kwargs(), **(loss_args or {})}
+        else:
+            from crl_bench.algorithms import LOSSES
+
+            name = loss  # an unknown name raises with the registered ones and the closest
+            kwargs = {**LOSSES.entry(loss).metadata.get("defaults", {}), **(loss_args or {})}
         with timed(self.info.timings, "timing_s/actor_update"):
-            m = self.trainer.update(samples, loss=a.loss, loss_kwargs=a.loss_kwargs(), agg=a.agg,
+            m = self.trainer.update(samples, loss=name, loss_kwargs=kwargs, agg=a.agg,
                                     temperature=self.models.actor_sampling.logprob_temperature)
         return {f"losses/actor_{k}": v for k, v in m.items()}
 

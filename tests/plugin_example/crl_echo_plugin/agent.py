@@ -1,21 +1,23 @@
-"""A plugin agent the core does not have: GRPO with a leave-one-out baseline (RLOO's estimator).
+"""A plugin agent the core does not have: GRPO with a leave-one-out baseline (RLOO's estimator),
+trained with a loss of its own, keeping a state of its own across steps and resumes.
 
 Each episode's advantage is its return minus the mean return of the *other* episodes of its
 group, A_i = r_i - (sum_j r_j - r_i) / (K - 1) = K/(K-1) * (r_i - mean(r)) (Ahmadian et al. 2024,
-"Back to Basics: Revisiting REINFORCE Style Optimization for RLHF", eq. 8). The estimator is
-registered in crl-bench's ``ADVANTAGES`` registry as ``"loo"``, so any agent (and
-``--set actor.advantage=loo``) can use it; this agent uses it by default.
+"Back to Basics: Revisiting REINFORCE Style Optimization for RLHF", eq. 8). The estimator and the
+loss are registered through the entry points ``crl_bench.advantages`` (``loo``) and
+``crl_bench.losses`` (``reinforce``), so any agent can use them (``--set actor.advantage=loo``,
+``--set actor.loss=reinforce``).
 
 Registered through the entry point ``grpo_loo = "crl_echo_plugin.agent:AGENT"``. crl-bench
-imports this module only when the agent is used, so heavy imports here never slow ``list``.
+imports this module only when it is used, so heavy imports here never slow ``list``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from crl_bench.agent import Agent, StepResult
-from crl_bench.algorithms import ADVANTAGES
 
 
 def loo_advantages(scores, keys, *, eps: float = 1e-6):
@@ -33,15 +35,25 @@ def loo_advantages(scores, keys, *, eps: float = 1e-6):
     return out
 
 
-if "loo" not in ADVANTAGES:
-    ADVANTAGES.register("loo", loo_advantages, source="entry-point:crl-echo-plugin",
-                        description="leave-one-out baseline (RLOO)")
+def reinforce_loss(logprobs, old_logprobs, advantages, mask, *, agg: str = "token-mean"):
+    """Policy gradient with the importance ratio and no clipping: ``-A exp(lp - old)`` per
+    token, aggregated like the built-in losses. Returns ``(loss, metrics)``."""
+    import torch
+
+    from crl_bench.algorithms.losses import aggregate
+
+    ratio = torch.exp(logprobs - old_logprobs.detach())
+    loss = aggregate(-advantages.detach() * ratio, mask, agg)
+    n = mask.sum().clamp(min=1)
+    return loss, {"ratio_mean": float((ratio * mask).sum() / n)}
 
 
 @dataclass
 class LOOConfig:
     estimator: str = "loo"
     """The advantage estimator: a name in ``crl_bench.algorithms.ADVANTAGES``."""
+    loss: str = "reinforce"
+    """The policy loss of the actor's updates: a name in ``crl_bench.algorithms.LOSSES``."""
     scale: float = 1.0
     """Multiplies every advantage (a step-size knob that leaves the optimiser's state alone)."""
 
@@ -49,10 +61,18 @@ class LOOConfig:
 class GRPOLeaveOneOut(Agent):
     Config = LOOConfig
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.updates = 0  # the agent's own state: saved in checkpoints, restored on --resume
+
     def check_options(self) -> None:
-        if self.config.estimator not in ADVANTAGES:
-            raise ValueError(f"method.estimator={self.config.estimator!r} is not a registered "
-                             f"advantage estimator; known: {', '.join(ADVANTAGES.names())}.")
+        from crl_bench.algorithms import ADVANTAGES, LOSSES
+
+        for what, name, registry in (("estimator", self.config.estimator, ADVANTAGES),
+                                     ("loss", self.config.loss, LOSSES)):
+            if name not in registry:
+                raise ValueError(f"method.{what}={name!r} is not registered; known: "
+                                 f"{', '.join(registry.names())}.")
 
     def build(self, ctx) -> None:
         ctx.build_models(extractor=False)
@@ -61,6 +81,7 @@ class GRPOLeaveOneOut(Agent):
     def train_step(self, ctx, step: int) -> StepResult:
         import torch
 
+        from crl_bench.algorithms import ADVANTAGES
         from crl_bench.algorithms.advantages import group_keys
 
         trajectories = ctx.play("train", step, ctx.plan(step))
@@ -69,8 +90,16 @@ class GRPOLeaveOneOut(Agent):
                           torch.zeros(len(trajectories), dtype=torch.bool), split=False)
         advantages = ADVANTAGES.get(self.config.estimator)(returns, keys) * self.config.scale
         metrics = {"charts/adv_abs_mean": float(advantages.abs().mean())}
-        metrics.update(ctx.update_actor(trajectories, advantages))
+        metrics.update(ctx.update_actor(trajectories, advantages, loss=self.config.loss))
+        self.updates += 1
+        metrics["charts/agent_updates"] = float(self.updates)
         return StepResult(trajectories, metrics)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"updates": self.updates}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.updates = int(state.get("updates", 0))
 
 
 AGENT = GRPOLeaveOneOut("grpo_loo", label="GRPO (leave-one-out)",
