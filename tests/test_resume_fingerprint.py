@@ -81,3 +81,42 @@ def test_a_run_from_before_fingerprints_gets_one_with_a_warning(tmp_path, capsys
     run.config_path.write_text(json.dumps(data))
     with pytest.raises(ConfigError, match="seed: 0 -> 5"):
         _resume(run)
+
+
+# -- checkpoint manifests, error lines, task lists ---------------------------------------------
+
+def test_a_checkpoint_without_its_manifest_is_refused_unless_allowed(tmp_path, monkeypatch):
+    """A deleted checksums.json turned every check off (the checkpoint loaded with a warning):
+    refused now, naming the switch that loads it anyway."""
+    from crl_bench.runner.checksums import ChecksumError, verify_manifest, write_manifest
+
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    (folder / "state.pt").write_bytes(b"weights")
+    write_manifest(folder)
+    assert verify_manifest(folder) is True
+    (folder / "checksums.json").unlink()
+    monkeypatch.delenv("CRL_ALLOW_UNCHECKED_CHECKPOINT", raising=False)
+    with pytest.raises(ChecksumError, match="set CRL_ALLOW_UNCHECKED_CHECKPOINT=1"):
+        verify_manifest(folder)
+    monkeypatch.setenv("CRL_ALLOW_UNCHECKED_CHECKPOINT", "1")
+    assert verify_manifest(folder) is False
+
+
+def test_an_error_line_does_not_echo_a_120_kb_value(tmp_path, capsys):
+    from crl_bench.cli import main
+
+    for value in ("actor.lr=" + "z" * 120_000, "model.actor=" + "x" * 120_000):
+        code = main(["run", "--preset", "cpu", "--set", value, "--out", str(tmp_path / "r"),
+                     "--no-progress"])
+        err = capsys.readouterr().err
+        assert code == 2 and "error:" in err and len(err) < 2500, (code, len(err), err[:300])
+        assert not (tmp_path / "r").exists()
+
+
+def test_a_task_listed_more_than_once_is_refused():
+    with pytest.raises(ConfigError, match="listed more than once") as err:
+        build_config(tasks=",".join(["crl/SWE-v0"] * 12_500), preset="cpu")
+    assert len(str(err.value)) <= 2000
+    with pytest.raises(ConfigError, match="WebShop listed more than once"):
+        build_config(tasks="3mix,webshop", preset="cpu")

@@ -29,8 +29,9 @@ RUN_ARGS = ["--agent", "comp_rl", "--tasks", "minihack", "--preset", "tiny", "--
             "--set", "eval.episodes_per_task=1", "--set", "extractor.runs=inline"]
 
 
-def crl(*args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+def crl(*args: str, timeout: float = 900, **extra_env: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "CRL_BENCH_KILL_AT"}
+    env.update(extra_env)
     env.update(TQDM_DISABLE="1", OMP_NUM_THREADS="1", CRL_WANDB="0")
     return subprocess.run([sys.executable, "-m", "crl_bench.cli", "run", *args],
                           capture_output=True, text=True, timeout=timeout, env=env)
@@ -101,7 +102,8 @@ def test_a_garbage_checkpoint_bank_is_named_before_it_replaces_the_runs_bank(
     if legacy:
         (run / "checkpoints/last/checksums.json").unlink(missing_ok=True)
     live = (run / "bank.sqlite").read_bytes()
-    res = crl("--resume", "--out", str(run), "--steps", "2", "--no-progress", "--no-report")
+    res = crl("--resume", "--out", str(run), "--steps", "2", "--no-progress", "--no-report",
+              CRL_ALLOW_UNCHECKED_CHECKPOINT="1" if legacy else "0")
     line = error_line(res)
     assert str(ckpt_bank) in line and str(run / "bank.sqlite") not in line
     if legacy:
@@ -122,7 +124,8 @@ def test_flipped_bank_pages_give_a_clear_error_not_a_bare_database_error(
     flip(ckpt_bank, 4096, size - 4096)  # every page after the header page
     if legacy:
         (run / "checkpoints/last/checksums.json").unlink(missing_ok=True)
-    res = crl("--resume", "--out", str(run), "--steps", "2", "--no-progress", "--no-report")
+    res = crl("--resume", "--out", str(run), "--steps", "2", "--no-progress", "--no-report",
+              CRL_ALLOW_UNCHECKED_CHECKPOINT="1" if legacy else "0")
     line = error_line(res)
     assert str(ckpt_bank) in line and "DatabaseError" not in line
     assert ("damaged SQLite database" in line or "not an intact SQLite database" in line
@@ -130,14 +133,22 @@ def test_flipped_bank_pages_give_a_clear_error_not_a_bare_database_error(
     assert "Move the checkpoint aside" in line
 
 
-def test_a_checkpoint_without_checksums_is_accepted_with_a_warning(one_step_run, tmp_path, capsys):
-    """Checkpoints written before checksums were kept still resume (their files are checked for
-    format only), and the user is told so."""
+def test_a_checkpoint_without_checksums_is_refused_unless_allowed(one_step_run, tmp_path, capsys,
+                                                                  monkeypatch):
+    """A deleted checksums.json would turn every check off: refused, naming the switch; with
+    CRL_ALLOW_UNCHECKED_CHECKPOINT=1 (an older checkpoint, on the user's word) its files are
+    checked for format only, and the user is told so."""
+    from crl_bench.runner.records import CheckpointError
+
     run = RunDir(copy_of(one_step_run, tmp_path / "run"))
     ckpt = run.last_checkpoint()
     assert run.verify_checkpoint(ckpt) == 1
     assert "warning" not in capsys.readouterr().err
     (ckpt / "checksums.json").unlink(missing_ok=True)
+    monkeypatch.delenv("CRL_ALLOW_UNCHECKED_CHECKPOINT", raising=False)
+    with pytest.raises(CheckpointError, match="set CRL_ALLOW_UNCHECKED_CHECKPOINT=1"):
+        run.verify_checkpoint(ckpt)
+    monkeypatch.setenv("CRL_ALLOW_UNCHECKED_CHECKPOINT", "1")
     assert run.verify_checkpoint(ckpt) == 1
     assert f"[resume] warning: {ckpt} has no checksums.json" in capsys.readouterr().err
 

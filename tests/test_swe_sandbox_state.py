@@ -260,3 +260,24 @@ def _wheel_install_check(tmp_path: Path, work: Path) -> None:
     assert out["file"].startswith(str(site)) and out["base_prefix"] == prefix, out
     assert prefix in out["dirs"], out["dirs"]
     assert out["obs"].startswith("END"), out["obs"]
+
+
+# -- settings, checked before a run writes anything -------------------------------------------
+
+@pytest.mark.parametrize("kwargs, named", [
+    ({"eval_timeout_s": float("1e999")}, "eval_timeout_s=inf"),
+    ({"command_timeout_s": 0}, "command_timeout_s=0"),
+    ({"sandbox_limits": {"disk_mb": 10**9}}, "lower disk_mb"),
+    ({"isolation": "none"}, "isolation must be"),
+])
+def test_swe_settings_are_refused_before_the_run_folder_is_written(tmp_path, kwargs, named):
+    from crl_bench.runner.api import run_experiment
+    from crl_bench.runner.config import ConfigError, build_config
+
+    overrides = {"rollout.env_kwargs": {"swe": kwargs}}
+    with pytest.raises(ConfigError, match=named.replace("(", r"\(")):
+        build_config(tasks="swe", preset="cpu", overrides=overrides)
+    with pytest.raises(ConfigError, match="rollout.env_kwargs"):
+        run_experiment("grpo", "swe", "cpu", 0, tmp_path / "run", overrides=overrides,
+                       progress=False)
+    assert not (tmp_path / "run").exists()

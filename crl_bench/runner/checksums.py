@@ -62,20 +62,32 @@ def write_manifest(folder: Path) -> Path:
     return path
 
 
-def verify_manifest(folder: Path) -> bool:
+ALLOW_UNCHECKED_ENV = "CRL_ALLOW_UNCHECKED_CHECKPOINT"
+"""``1``: load a checkpoint that has no ``checksums.json`` (its files checked for format only)."""
+
+
+def verify_manifest(folder: Path, allow_missing: bool | None = None) -> bool:
     """Check every file of ``folder`` against its ``checksums.json``.
 
-    Returns False when the folder has no manifest (a checkpoint written before checksums were
-    kept), True when every file matches.
+    Returns True when every file matches; False when the folder has no manifest and that is
+    allowed (``allow_missing``, or ``CRL_ALLOW_UNCHECKED_CHECKPOINT=1`` when None: a checkpoint
+    written before checksums were kept, loaded on the user's word).
 
     Raises:
-        ChecksumError: the manifest is unreadable, or a file is missing, has another size or
-            content, or is not listed (added after the checkpoint was written).
+        ChecksumError: the manifest is missing (and not allowed: a deleted manifest would
+            otherwise turn every check off) or unreadable, or a file is missing, has another
+            size or content, or is not listed (added after the checkpoint was written).
     """
     folder = Path(folder)
     path = folder / CHECKSUMS
     if not path.exists():
-        return False
+        if allow_missing is None:
+            allow_missing = os.environ.get(ALLOW_UNCHECKED_ENV) == "1"
+        if allow_missing:
+            return False
+        raise ChecksumError(path, f"is missing, so the checkpoint's files cannot be checked (it "
+                                  "was deleted, or the checkpoint predates checksums). To load it "
+                                  f"anyway, checked for format only, set {ALLOW_UNCHECKED_ENV}=1")
     try:
         data: Any = json.loads(path.read_text())
         listed = data["files"]

@@ -172,6 +172,10 @@ def _check_name(key: str, value: str, known: Any, what: str) -> None:
                           f"({_fix(key, names[0]) if names else 'none registered'}).")
 
 
+MAX_TASKS = 64
+"""Tasks one run may train on (the largest built-in mix has 6)."""
+
+
 def check_model_name(key: str, name: Any) -> None:
     """A model name is a known short name, a folder with a Hugging Face ``config.json``, or a hub
     id ``owner/name``; anything else (a file such as ``/etc/passwd``, a missing path) is refused
@@ -185,6 +189,9 @@ def check_model_name(key: str, name: Any) -> None:
                           "hub id 'owner/name' or a model folder).")
     if name in KNOWN_MODELS:
         return
+    if len(name) > 4096:
+        raise ConfigError(f"{key}: a name of {len(name):,} characters is not a model name, a hub "
+                          "id or a folder; give a known short name or a path.")
     path = Path(name).expanduser()
     hint = (f"Give a known short name ({', '.join(KNOWN_MODELS)}), a hub id 'owner/name', or a "
             f"folder holding a Hugging Face checkpoint (config.json), e.g. --set {key}=smollm2-135m.")
@@ -312,6 +319,13 @@ def validate_config(cfg: "RunConfig", *, presets: Any) -> None:
         if "max_steps" in kwargs:
             raise ConfigError(f"rollout.env_kwargs[{family!r}] sets max_steps: use "
                               f"rollout.env_max_steps[{family!r}] for the action cap.")
+        if family == "swe":  # checked now, before the run's folder is written
+            from crl_bench.envs.swe.env import check_settings
+
+            try:
+                check_settings(**kwargs)
+            except ValueError as exc:
+                raise ConfigError(f"rollout.env_kwargs['swe']: {exc}") from None
     if r.prompt_layout == "official" and r.conversation != "full":
         raise ConfigError("rollout.prompt_layout=official is the official multi-turn chat: it "
                           "needs rollout.conversation=full (--set rollout.conversation=full).")
@@ -337,10 +351,19 @@ def validate_config(cfg: "RunConfig", *, presets: Any) -> None:
     try:
         from crl_bench.mixes import resolve_tasks
 
-        resolve_tasks(cfg.tasks)
+        resolved = resolve_tasks(cfg.tasks)
     except (RegistryError, ValueError) as exc:
         raise ConfigError(f"tasks={cfg.tasks!r}: {exc} (`crl-bench list mixes`, `crl-bench list "
                           "envs`)") from None
+    names = [t.name for t in resolved]
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise ConfigError(f"tasks={cfg.tasks!r}: {', '.join(repeated[:5])} listed more than once "
+                          "(a task's records and columns are keyed by its name); name each task "
+                          "once.")
+    if len(resolved) > MAX_TASKS:
+        raise ConfigError(f"tasks={cfg.tasks!r}: {len(resolved)} tasks, more than {MAX_TASKS} "
+                          "(each holds envs and columns of its own); use a mix or fewer env ids.")
     check_model_name("model.actor", cfg.model.actor)
     if cfg.model.extractor is not None:
         check_model_name("model.extractor", cfg.model.extractor)

@@ -17,6 +17,7 @@ else 0.0 (``reward="score"`` gives the fraction instead).
 
 from __future__ import annotations
 
+import math
 import shlex
 from typing import Any
 
@@ -39,6 +40,56 @@ changing the source code; do not change the existing tests. When you submit, hid
 your change. You have {max_steps} actions.
 
 {tools}"""
+
+
+MAX_TIMEOUT_S = 24 * 3600.0  # a command or a grading that needs a day is a mistake
+SETTINGS = ("task_set", "split", "data_dir", "backend", "command_timeout_s", "eval_timeout_s",
+            "max_observation_chars", "isolation", "reward", "grade_on_truncation", "python",
+            "sandbox_limits", "docker_image", "render_mode", "max_patch_bytes")
+
+
+def check_settings(**settings: Any) -> None:
+    """Check the env's settings (the keyword arguments of :class:`SWETextEnv`) without building
+    anything: a run checks them before it writes its folder. Raises ``ValueError`` naming the
+    setting and the fix."""
+    unknown = sorted(set(settings) - set(SETTINGS) - {"max_steps"})
+    if unknown:
+        raise ValueError(f"unknown SWE env setting(s) {unknown}; known: {', '.join(SETTINGS)}.")
+
+    def number(name: str, low: float, high: float) -> None:
+        value = settings.get(name)
+        if value is None:
+            return
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+                not math.isfinite(value) or not low < value <= high:
+            raise ValueError(f"{name}={str(value)[:60]}: must be a finite number of seconds/units "
+                             f"above {low:g} and at most {high:g}.")
+
+    if settings.get("backend", "local") not in ("local", "docker"):
+        raise ValueError(f"backend must be 'local' or 'docker', got {str(settings['backend'])[:60]!r}.")
+    if settings.get("reward", "success") not in ("success", "score"):
+        raise ValueError(f"reward must be 'success' or 'score', got {str(settings['reward'])[:60]!r}.")
+    number("command_timeout_s", 0, MAX_TIMEOUT_S)
+    number("eval_timeout_s", 0, MAX_TIMEOUT_S)
+    number("max_observation_chars", 0, 10**8)
+    number("max_patch_bytes", 0, 2**31)
+    isolation = settings.get("isolation", "auto")
+    if isolation not in ("auto", "namespaces", "unsafe-rlimits"):
+        raise ValueError(f"isolation must be 'auto', 'namespaces' or 'unsafe-rlimits', got "
+                         f"{str(isolation)[:60]!r}.")
+    limits = settings.get("sandbox_limits")
+    if isinstance(limits, dict):
+        try:
+            SandboxLimits(**limits)
+        except TypeError as exc:
+            raise ValueError(f"sandbox_limits: {exc}") from None
+    elif limits is not None and not isinstance(limits, SandboxLimits):
+        raise ValueError("sandbox_limits must be a dict of SandboxLimits fields.")
+    task_set = settings.get("task_set", "mini")
+    if not isinstance(task_set, str) or not (task_set in ("mini", "lite-dev-local")
+                                             or task_set.endswith((".json", ".jsonl"))):
+        raise ValueError(f"task_set={str(task_set)[:60]!r}: use mini, lite-dev-local, or a path to "
+                         "a .json/.jsonl file of SWE-bench instances.")
 
 
 class SWETextEnv(TextEnv):
@@ -82,12 +133,10 @@ class SWETextEnv(TextEnv):
                  docker_image: str | None = None, render_mode: str | None = None,
                  max_patch_bytes: int = DEFAULT_MAX_PATCH_BYTES) -> None:
         super().__init__(max_steps=max_steps, render_mode=render_mode)
-        if backend not in ("local", "docker"):
-            raise ValueError(f"backend must be 'local' or 'docker', got {backend!r}.")
-        if reward not in ("success", "score"):
-            raise ValueError(f"reward must be 'success' or 'score', got {reward!r}.")
-        if command_timeout_s <= 0 or eval_timeout_s <= 0:
-            raise ValueError("command_timeout_s and eval_timeout_s must be positive.")
+        check_settings(backend=backend, reward=reward, command_timeout_s=command_timeout_s,
+                       eval_timeout_s=eval_timeout_s, max_observation_chars=max_observation_chars,
+                       isolation=isolation, sandbox_limits=sandbox_limits,
+                       max_patch_bytes=max_patch_bytes, task_set=task_set)
         self.task_set: TaskSet = make_task_set(task_set, data_dir, python=python)
         self.split = split or self.task_set.default_split
         self.task_ids = self.task_set.task_ids(self.split)
