@@ -121,6 +121,10 @@ def test_a_run_without_checkpoint_and_a_dead_endpoint_are_named(tmp_path, capsys
     (run / "status.json").write_text('{"state": "running", "step": 0}')
     assert main(["eval", str(run), "--out", str(tmp_path / "o")]) == 2
     assert "is a run without a checkpoint yet" in capsys.readouterr().err
+    (run / "config.json").write_text('{"eval": {"model": "tiny-sft"}}')  # an evaluation's folder
+    assert main(["eval", str(run), "--out", str(tmp_path / "o")]) == 2
+    assert "is an evaluation's folder, not a run: evaluate what it evaluated (tiny-sft)" in \
+        capsys.readouterr().err
     assert main(["eval", "--endpoint", "http://127.0.0.1:9/v1", "--model-id", "m", "--tasks",
                  "minihack", "--preset", "tiny", "--out", str(tmp_path / "o2"), "--no-progress"]) == 2
     err = capsys.readouterr().err

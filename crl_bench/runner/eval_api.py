@@ -119,6 +119,13 @@ def resolve_model(model: str | None, endpoint: str | None, model_id: str | None)
     if (path / "config.json").is_file() and (path / "status.json").is_file():
         ckpt = _read_only_run(path)
         last = ckpt.last_checkpoint()
+        try:
+            stored = json.loads((path / "config.json").read_text())
+        except (OSError, ValueError):
+            stored = {}
+        if isinstance(stored, dict) and stored.get("eval"):
+            raise ValueError(f"{path} is an evaluation's folder, not a run: evaluate what it "
+                             f"evaluated ({stored['eval'].get('model')}) instead")
         if last is None:
             raise ValueError(f"{path} is a run without a checkpoint yet (it writes one every "
                              "checkpoint_every steps and at its end); evaluate it once one exists, "
