@@ -281,3 +281,55 @@ def test_swe_settings_are_refused_before_the_run_folder_is_written(tmp_path, kwa
         run_experiment("grpo", "swe", "cpu", 0, tmp_path / "run", overrides=overrides,
                        progress=False)
     assert not (tmp_path / "run").exists()
+
+
+# -- the user-namespace path cannot leave its root --------------------------------------------
+
+ESCAPE = """python3 -c '
+import os
+os.makedirs("/tmp/x", exist_ok=True)
+os.chroot("/tmp/x")
+for _ in range(40):
+    os.chdir("..")
+os.chroot(".")
+print("ESCAPED", sorted(os.listdir("/")))
+'"""
+
+
+def test_a_non_root_sandbox_cannot_chroot_its_way_back_to_the_host(tmp_path):
+    """A non-root host user gets a user namespace, in which the command is uid 0. With the
+    fresh root entered by chroot, ``chroot(subdir)`` and enough ``..`` led back to the host's
+    tree (the task data included). The root is now entered with pivot_root, the old one
+    detached, and the capability bounding set emptied. Run as uid 65534 with the system
+    Python (the launcher needs only the standard library)."""
+    from crl_bench.envs.swe.sandbox_proc import LAUNCHER, _base_config
+
+    if os.geteuid() != 0 or not shutil.which("setpriv") or not os.path.exists("/usr/bin/python3"):
+        pytest.skip("needs root (to become another user), setpriv and /usr/bin/python3")
+    base = Path(tempfile.mkdtemp(prefix="crl-userns-", dir="/var/tmp"))
+    try:
+        for d in ("ws", "tmp", "root"):
+            (base / d).mkdir()
+        os.chmod(base, 0o755)
+        shutil.copy(LAUNCHER, base / "launcher.py")
+        os.chmod(base / "launcher.py", 0o644)
+        for path in [base, *base.iterdir()]:
+            os.lchown(path, 65534, 65534)
+        binds = [p for p in ("/usr", "/bin", "/sbin", "/lib", "/lib64", "/etc")
+                 if os.path.lexists(p)]
+        cfg = _base_config("namespaces", str(base / "root"), str(base / "ws"), str(base / "tmp"),
+                           binds, SandboxLimits(timeout_s=20), uid=None,
+                           command=ESCAPE + "; grep CapEff /proc/self/status",
+                           env={"PATH": "/usr/bin:/bin"}, timeout_s=20)
+        cfg.update(user_ns=True, host_uid=65534, host_gid=65534, rlimits={"nofile": 1024})
+        proc = subprocess.run(["setpriv", "--reuid", "65534", "--regid", "65534",
+                               "--clear-groups", "/usr/bin/python3", "-I", "-S",
+                               str(base / "launcher.py"), json.dumps(cfg)],
+                              capture_output=True, text=True, timeout=60)
+        out = proc.stdout + proc.stderr
+        if "setup error" in out and "unshare" in out:
+            pytest.skip(f"no unprivileged user namespaces here: {out[-300:]}")
+        assert "ESCAPED" not in out, out[-2000:]
+        assert "Operation not permitted" in out and "CapEff:\t0000000000000000" in out, out
+    finally:
+        shutil.rmtree(base, ignore_errors=True)

@@ -175,7 +175,38 @@ def _build_root(cfg):
     _mount("proc", root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     # The skeleton (mountpoints only) becomes read-only: writes outside /testbed and /tmp fail.
     _mount(None, root, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
-    os.chroot(root)
+    _enter_root(root)
+
+
+SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "ppc64le": 203, "s390x": 217}
+MNT_DETACH = 2
+
+
+def _enter_root(root):
+    """Make ``root`` the root of this mount namespace and detach the old one.
+
+    Not ``chroot``: a process with ``CAP_SYS_CHROOT`` in its namespace (uid 0 of a user
+    namespace has it) leaves a chroot with ``chroot(subdir); chdir('..')...``, back to the host's
+    tree, which stays mounted. ``pivot_root(".", ".")`` stacks the old root under the new one and
+    the lazy unmount removes it from the namespace altogether."""
+    os.chdir(root)
+    number = SYS_PIVOT_ROOT.get(os.uname().machine)
+    if number is None:
+        raise SetupError(f"pivot_root: unknown syscall number on {os.uname().machine}")
+    _check(_libc.syscall(ctypes.c_long(number), b".", b"."), "pivot_root")
+    _check(_libc.umount2(b".", ctypes.c_int(MNT_DETACH)), "umount the old root")
+    os.chdir("/")
+
+
+PR_CAPBSET_DROP = 24
+
+
+def _drop_bounding_set():
+    """Empty the capability bounding set: what the shell execs (as uid 0 of a user namespace,
+    or after the uid drop) can never hold a capability, even by exec."""
+    for cap in range(64):
+        if _libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 and ctypes.get_errno() == 22:
+            break  # EINVAL: past the last capability this kernel knows
 
 
 def _apply_rlimits(limits):
@@ -196,6 +227,8 @@ def _apply_rlimits(limits):
 
 def _drop_privileges(cfg):
     uid, gid = cfg.get("uid"), cfg.get("gid")
+    if cfg["mode"] == "namespaces":
+        _drop_bounding_set()
     if uid is not None:
         os.setgroups([])
         os.setgid(gid)
