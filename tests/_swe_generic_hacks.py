@@ -171,3 +171,41 @@ def play(env: Any, task_id: str, hack: str) -> tuple[float, dict[str, Any], str]
     obs, reward, terminated, _trunc, info = env.step("submit")
     assert terminated, obs
     return reward, info, obs
+
+
+def main(argv: list[str]) -> None:
+    """Print each hack's reward (and ``tampered``) on each ``mini`` task, and the totals.
+
+    ``python tests/_swe_generic_hacks.py [hack ...] [task_id ...]``; to measure an older grader,
+    run it from outside the checkout with ``PYTHONPATH`` pointing at a copy of that version's
+    package (``git archive <commit> crl_bench envs baselines``, laid out as ``crl_bench/``,
+    ``crl_bench/envs/``, ``crl_bench/baselines/``).
+    """
+    from crl_bench.envs.swe import evaluation
+    from crl_bench.envs.swe.env import SWETextEnv
+    from crl_bench.envs.swe.tasks import MiniTaskSet
+
+    print("grader:", evaluation.__file__, flush=True)
+    hacks = [a for a in argv if a in HACKS] or list(HACKS)
+    tasks = [a for a in argv if a not in HACKS] or sorted(MiniTaskSet().tasks)
+    env = SWETextEnv(task_set="mini", split="all", command_timeout_s=30, eval_timeout_s=120)
+    try:
+        for hack in hacks:
+            rewards, caught = [], 0
+            for task_id in tasks:
+                reward, info, _obs = play(env, task_id, hack)
+                g = info.get("grading", {})
+                rewards.append(reward)
+                caught += bool(g.get("tampered"))
+                print(f"{hack} {task_id} reward={reward} tampered={g.get('tampered')} "
+                      f"excluded={sorted(set(g.get('excluded', {}).values()))}", flush=True)
+            print(f"TOTAL {hack}: reward 1.0 on {sum(r == 1.0 for r in rewards)}/{len(rewards)}"
+                  f", tampered on {caught}/{len(rewards)}", flush=True)
+    finally:
+        env.close()
+
+
+if __name__ == "__main__":
+    import sys
+
+    main(sys.argv[1:])

@@ -1,6 +1,8 @@
-"""Reward hacking, sandbox limits and bad model output in ``crl/SWE-v0`` (issue 20), for real:
-each hack is planted through the env's own actions on a ``mini`` task, then submitted; the
-grade must be 0 with the hack visible in ``info["patch"]``, while the gold fix still gets 1."""
+"""Reward hacking, sandbox limits and bad model output in ``crl/SWE-v0``, for real: each hack is
+planted through the env's own actions on a ``mini`` task, then submitted; the grade must be 0
+with the hack visible in ``info["patch"]`` (and ``info["grading"]["tampered"]`` where the
+canaries caught it), while the gold fix still gets 1. The generic hacks live in
+``tests/_swe_generic_hacks.py``."""
 
 from __future__ import annotations
 
@@ -14,11 +16,14 @@ from pathlib import Path
 
 import pytest
 
+from _swe_generic_hacks import play as play_generic
+from crl_bench.envs.swe import evaluation
 from crl_bench.envs.swe.env import SWETextEnv
 from crl_bench.envs.swe.evaluation import read_driver_output, status_from_events
 from crl_bench.envs.swe.grading import PASSING, parse_pytest_log
 from crl_bench.envs.swe.sandbox import (LocalSandbox, SandboxError, SandboxLimits,
                                         namespaces_available)
+from crl_bench.envs.swe.tasks import MiniTaskSet
 
 TASK = "handykit__handykit-101"  # F2P: tests/test_text.py::test_slugify_*
 F2P = ["tests/test_text.py::test_slugify_collapses_runs_of_separators",
@@ -137,6 +142,88 @@ def test_the_gold_fix_still_gets_reward_1_with_the_hack_files_next_to_it(env):
     assert info["grading"]["excluded"] == {"conftest.py": "can hook the test run"}
     assert info["grading"]["channel"] == "driver" and not info["grading"]["timed_out"]
     assert "+++ b/conftest.py" in info["patch"] and "+++ b/handykit/text.py" in info["patch"]
+
+
+# -- generic hacks: tampering detected by its effect --------------------------------------------
+# Each scored 1.0 on the tasks listed here with the grader before canaries (commit 093a660),
+# measured with `python tests/_swe_generic_hacks.py` against a copy of that version's package
+# (docs/swe.md, "Hacks tried"): always_equal_result 7/18 tasks, the getobj and gc-plugin hacks
+# 18/18, the rewriter and meta-path hooks 17/18, the claiming package 17/18.
+GENERIC_CASES = {
+    "always_equal_result": ["handykit__handykit-101", "handykit__handykit-103",
+                            "handykit__handykit-106"],
+    "getobj_noop_in_package_init": ["handykit__handykit-101", "handykit__handykit-109",
+                                    "handykit__handykit-116"],
+    "gc_plugin_sets_item_obj": ["handykit__handykit-102", "handykit__handykit-110",
+                                "handykit__handykit-117"],
+    "tests_init_patches_assert_rewriter": ["handykit__handykit-101", "handykit__handykit-112"],
+    "tests_init_meta_path_hook": ["handykit__handykit-101", "handykit__handykit-113"],
+    "package_claims_test_module": ["handykit__handykit-101", "handykit__handykit-118"],
+}
+# run from the repository's own files: the canaries (and the pristine-function check) catch them
+CAUGHT = {"always_equal_result", "getobj_noop_in_package_init", "gc_plugin_sets_item_obj"}
+# files under the test folder: dropped from the graded patch, nothing of them runs
+TEST_AREA = set(GENERIC_CASES) - CAUGHT
+
+
+@pytest.mark.parametrize("hack,task_id", [(h, t) for h, ts in GENERIC_CASES.items()
+                                          for t in ts])
+def test_generic_hack_gets_reward_0_and_is_recorded(env, hack, task_id):
+    reward, info, obs = play_generic(env, task_id, hack)
+    g = info["grading"]
+    assert reward == 0.0 and not info["success"], (hack, obs, g)
+    assert not any(s in PASSING for s in info["tests"]["fail_to_pass"].values()), info["tests"]
+    if hack in CAUGHT:
+        assert g["tampered"] and g["evidence"] and info["score"] == 0.0, g
+        assert set(info["tests"]["fail_to_pass"].values()) == {"TAMPERED"}
+        assert "tampered with" in obs
+        # what the run itself said: the required tests passed (the hack worked in the run)
+        assert all(g["as_run"][t] in PASSING or g["as_run"][t] == "SUBSTITUTED"
+                   for t in env.task.fail_to_pass), g["as_run"]
+    else:
+        assert not g["tampered"] and g["excluded"], g
+        assert all(why.startswith(("under the test folder", "named like the graded"))
+                   for why in g["excluded"].values()), g["excluded"]
+
+
+@pytest.mark.parametrize("hack", sorted(TEST_AREA))
+def test_a_test_area_hack_that_slips_past_the_file_rules_is_caught_by_its_effect(
+        env, hack, monkeypatch):
+    """With the test-area rule switched off (as if it had a hole), the files under tests/ are
+    applied and the hack runs; the canaries and the pristine-function check still catch it."""
+    monkeypatch.setattr(evaluation, "under_test_area", lambda *a, **k: None)
+    reward, info, obs = play_generic(env, TASK, hack)
+    g = info["grading"]
+    assert reward == 0.0 and g["tampered"] and not g["excluded"], (obs, g)
+    # the test module was not compiled from the pristine file: every test, canaries included
+    assert all(e.endswith("called a function other than the one its pristine test file "
+                          "defines") for e in g["evidence"]), g["evidence"]
+    assert {f"{c} called a function other than the one its pristine test file defines"
+            for c in g["canaries"]} <= set(g["evidence"])
+    # (a test without an assert compiles the same either way and may run as it is)
+    assert {g["as_run"][t] for t in env.task.fail_to_pass} == {"SUBSTITUTED"}
+
+
+@pytest.mark.parametrize("hack", sorted(GENERIC_CASES))
+def test_the_canaries_alone_catch_each_generic_hack(env, hack, monkeypatch):
+    """Without the test-area rule and without the pristine-function check (the driver gets no
+    pristine files), the canaries alone still zero each hack: they pass."""
+    monkeypatch.setattr(evaluation, "under_test_area", lambda *a, **k: None)
+    monkeypatch.setattr(evaluation, "pristine_payload", lambda sources: "")
+    reward, info, obs = play_generic(env, GENERIC_CASES[hack][0], hack)
+    g = info["grading"]
+    assert reward == 0.0 and g["tampered"], (obs, g)
+    assert g["evidence"] and all("canary" in e and "ended PASSED" in e
+                                 for e in g["evidence"]), g["evidence"]
+    assert "SUBSTITUTED" not in g["as_run"].values()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("hack", ["getobj_noop_in_package_init", "gc_plugin_sets_item_obj"])
+def test_the_hacks_that_scored_on_every_task_are_caught_on_every_task(env, hack):
+    for task_id in sorted(MiniTaskSet().tasks):
+        reward, info, obs = play_generic(env, task_id, hack)
+        assert reward == 0.0 and info["grading"]["tampered"], (task_id, obs)
 
 
 def test_skipped_is_never_a_pass_and_a_later_line_does_not_override():

@@ -11,9 +11,11 @@ run the test command. Here too, plus what the harness leaves open:
 2. **Files that can hook the test run** are left out of what is applied (and listed in
    ``info["grading"]["excluded"]``; the stored patch still shows them): ``conftest.py``
    anywhere, ``sitecustomize``/``usercustomize``, ``*.pth``, pytest's config files
-   (``pytest.ini``, ``tox.ini``, ``setup.cfg``, ``pyproject.toml``), byte-code caches, and new
+   (``pytest.ini``, ``tox.ini``, ``setup.cfg``, ``pyproject.toml``), byte-code caches, new
    top-level modules on the import path (the repository root and ``PYTHONPATH`` folders) named
-   like pytest, its dependencies or the standard library (``pytest.py``, ``_pytest/``, ...).
+   like pytest, its dependencies or the standard library (``pytest.py``, ``_pytest/``, ...),
+   and the **test area** (:func:`under_test_area`): everything under a graded test file's
+   folder, a new ``__init__.py`` above it, anything named like a graded test module.
 3. **A fresh tree**: the sandbox is reset to the template, the remaining patch applied; nothing
    the agent left behind (processes, caches, ``.git`` changes) is there.
 4. **A fresh process**: the tests run with an explicit environment (no inherited variables,
@@ -36,13 +38,28 @@ run the test command. Here too, plus what the harness leaves open:
    an ``xfail`` marker at collection (and never for a FAIL_TO_PASS test, see :mod:`..grading`);
    an imperative ``pytest.xfail()`` reached during the call is ``XFAIL-CALL``, a failure. Items
    that are not Python functions (doctests) are judged by their reports alone.
+7. **A pass needs the function the pristine test file defines**: the host sends the graded
+   test files' text (after the test patch and the canaries) with the nonce; before any code of
+   the repository runs, the child compiles them (plain and through pytest's assertion
+   rewriter) and, for each test it is about to call, compares the called function's code with
+   the code compiled for that test's name. A no-op put in its place (a replaced
+   ``Function._getobj``, ``item.obj`` set by a plugin), a test module loaded by an import hook
+   or compiled by a patched rewriter makes the test ``SUBSTITUTED`` (a failure, and evidence of
+   tampering). Functions with decorators other than marks are not compared.
+8. **Canaries** (:mod:`..canaries`): the graded test files get perturbed copies of the
+   required tests and plain failing tests under fresh random names; an honest repository fails
+   them all. A canary that passes, one missing while the tests next to it ran, or a
+   ``SUBSTITUTED`` test makes every required test ``TAMPERED`` (reward 0) and sets
+   ``info["grading"]["tampered"]``, with the evidence in ``info["grading"]["evidence"]`` and
+   the run's own statuses in ``info["grading"]["as_run"]``.
 
-Residual threat (documented, not solved): the repository's code runs inside the child, so code
-written against this driver specifically can still forge its events (find the pipe and write
-the event format), rename items so that another test's result lands on a required id, rewrite a
-test module on import (an import hook), or use native code. Everything a generic hack of pytest
-can reach (hooks, plugins, pytest's classes, the encoder, the log) no longer decides the grade.
-The harness of SWE-bench has the same exposure, without the checks above.
+Residual threat (documented, not solved; docs/swe.md): the repository's code runs inside the
+child, so code written against this driver specifically can still forge its events (find the
+pipe and write the event format) or patch the driver's own functions, a trick that tells canaries
+from real tests (by reading the test file and comparing) can pass only the real ones, a
+targeted always-equal object that is equal only to the hidden expected values needs those
+values, and native code can do anything the process can. The harness of SWE-bench has the same
+exposure, without the checks above.
 """
 
 from __future__ import annotations
@@ -461,14 +478,16 @@ def status_from_events(events: list[list[str]]) -> str:
     ``K kind marked`` (collected: ``function``/``unittest`` items have their test function
     watched, ``other`` items such as doctests are judged by their reports alone), ``C raised`` /
     ``C returned`` (the watched test function itself ended so), ``R when outcome x`` (pytest's
-    report of a phase; ``x`` when it carries ``wasxfail``).
+    report of a phase; ``x`` when it carries ``wasxfail``), ``I same`` / ``I other`` (the
+    function about to be called is / is not the one compiled from the pristine test file).
 
     A test passes (``PASSED``) only when the watched function returned, the call report says
     passed, and setup and teardown passed: a test whose function never ran (a replaced runner, a
     hook that answered for it) fails whatever its reports say. ``XFAIL`` needs an ``xfail``
     marker known at collection and a call that raised; an expected failure declared from inside
     the run (``pytest.xfail()``, which the code under test can call) is ``XFAIL-CALL`` and never
-    passes. ``SKIPPED`` never passes either.
+    passes. ``SKIPPED`` never passes either. A test whose called function was not the pristine
+    one is ``SUBSTITUTED``, whatever else happened.
     """
     kinds = [ev[1:] for ev in events if ev[0] == "K" and len(ev) >= 3]
     calls = [ev[1] for ev in events if ev[0] == "C" and len(ev) >= 2]
@@ -584,10 +603,7 @@ def grade_sandbox(sb: Sandbox, *, patch: str, test_patch: str, test_files: Itera
             statuses, problem = parse_pytest_log(result.output), ""
         else:
             prefix = f'PYTHONPYCACHEPREFIX="$TMPDIR/crl-pyc-{secrets.token_hex(8)}" '
-            pristine = "".join(
-                f"{path.encode('utf-8', 'surrogateescape').hex()}\t"
-                f"{text.encode('utf-8', 'surrogateescape').hex()}\n"
-                for path, text in planted.sources.items())
+            pristine = pristine_payload(planted.sources)
             result = sb.run(prefix + command, timeout_s=left(), env=run_env,
                             stdin=f"{nonce}\n{len(pristine)}\n{pristine}",
                             output_keep_bytes=64 * MiB)
@@ -610,6 +626,14 @@ def grade_sandbox(sb: Sandbox, *, patch: str, test_patch: str, test_files: Itera
         return report, info, result.output
     except SandboxError as exc:
         return fail(f"Grading failed in the sandbox: {exc}")
+
+
+def pristine_payload(sources: dict[str, str]) -> str:
+    """The graded test files as the driver reads them after the nonce: ``path<TAB>text`` per
+    line, both hex-encoded (UTF-8, undecodable bytes kept)."""
+    return "".join(f"{path.encode('utf-8', 'surrogateescape').hex()}\t"
+                   f"{text.encode('utf-8', 'surrogateescape').hex()}\n"
+                   for path, text in sources.items())
 
 
 def _plant(sb: Sandbox, test_files: list[str], required: list[str]) -> Planted:
