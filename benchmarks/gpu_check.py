@@ -1,54 +1,42 @@
-"""One-command GPU check (< 8 min on one H100/H200), one summary at the end.
+"""One-command GPU check that decides (< 8 min on one H100/H200), one summary at the end; exits
+non-zero on any FAIL or error.
 
-    python benchmarks/gpu_check.py                 # on a GPU machine
-    python benchmarks/gpu_check.py --smoke         # CPU, tiny shapes (the test runs this)
+    python benchmarks/gpu_check.py                 # on a GPU machine: torch, transformers, peft
+    python benchmarks/gpu_check.py --smoke         # CPU, tiny shapes (the tests run this)
 
-Sections (each timed; a failing section is reported and the others still run):
+It imports nothing the GPU device's image lacks (no gymnasium, Ray or vLLM:
+tests/test_gpu_check_closure.py checks the import closure statically,
+``benchmarks/gpu_check_venv.sh`` runs the smoke mode in a venv with only torch, transformers and
+peft). Sections (each timed; a failing section is reported and the others still run):
 
-1. ``tiny_run``: ``crl-bench run --preset tiny`` for one step on the device (``--tasks``,
-   default ``swe``: it needs only git, so it runs where NLE / ALFWorld are not installed), i.e.
-   the real trainer and HF generation on CUDA; reports the run's metrics record.
-2. ``logprob_agreement``: the ``tiny-sft`` model through the HF backend in bf16: sampling
-   log-probs recorded by generation vs the same tokens' log-probs recomputed by the training
-   forward (``HFBackend.logprobs``), and both vs an fp32 recompute.
-3. ``master_update``: the trainer's mixed precision. A random-init Qwen2 model in bf16 trained by
-   ``RoleTrainer`` (full fine-tuning, AdamW at lr 1e-6, one update on random token sequences):
-   the weights the optimiser steps must move as an fp32 AdamW step from the same weights with
-   the same gradient does (relative error of the update <= 1e-2 and >= 99% of the entries that
-   the reference changes changed). A trainer that steps the bf16 weights themselves fails it (a
-   1e-6 step is below half a bf16 ulp of most weights): the section reports that, it does not
-   stop the script.
-4. ``fsdp2``: torch FSDP2 at world size 1 (NCCL on CUDA, gloo on CPU): ``fully_shard`` per
-   decoder layer and the root with ``MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)``,
-   one AdamW update on the fp32 sharded parameters; compared with the same update done by hand (a
-   bf16 copy computes the gradient, AdamW steps fp32 masters): loss and updated weights.
-5. ``update``: a model with Qwen2.5-7B's shape (``Qwen2Config``: 28 layers, hidden 3584, FFN
-   18944, 28 heads / 4 KV heads, vocab 152064) built from the config with random weights (no
-   download), bf16, full-parameter AdamW: forward + backward + optimiser step on B x T tokens;
-   tokens/s and MFU = 6 N tokens/s / peak bf16 FLOP/s (peak from the device name; attention
-   FLOPs left out, so MFU is slightly understated).
-6. ``generation``: the same model, ``model.generate`` with KV cache, B prompts of P tokens,
-   exactly G new tokens each (sampling): generated tokens/s.
-
-The 7B-shaped update holds bf16 weights, bf16 gradients and AdamW's bf16 moments (8 B per
-parameter, 61 GB): with fp32 masters (16 B per parameter, 122 GB) the full model leaves no room
-for activations on one 141 GB GPU, and the tokens/s of one update step do not depend on where
-the optimiser's state lives. On CUDA the section also prints the memory plan's figure for the
-same update (``plan_peak_gb``, 1e9 bytes) beside the measured peak (``peak_mem_gb``). The whole
-7B shape needs ~100 GB: on an 80 GB GPU run ``--layers 16`` (the MFU of a layer stack is about
-independent of its depth; the summary says how many layers ran).
+1. ``master_update``: the trainer's mixed precision. A random-init Qwen2 model in bf16 trained by
+   ``RoleTrainer`` (AdamW at lr 1e-6, one update): the weights the optimiser steps must move as
+   an fp32 AdamW step from the same weights with the same gradient does (relative error <= 1e-2,
+   >= 99% of the entries the reference changes changed). A trainer stepping the bf16 weights
+   themselves fails it (a 1e-6 step is below half a bf16 ulp of most weights).
+2. ``learner``: the project's :class:`~crl_bench.distributed.fsdp.ShardedLearner` on one rank of a
+   process group built by the learners' own :func:`~crl_bench.distributed.learner.join_group`
+   (NCCL for CUDA tensors, gloo for CPU ones), on a random-init model of Qwen2.5-7B's shape
+   (``--layers``, default 20 of its 28 decoder layers: the whole 7B's fp32 states, 122 GB, leave
+   no room for a 32k-token update on one 141 GB GPU), bf16 compute over fp32 sharded masters,
+   with the ``paper`` preset's memory settings: activation checkpointing, log-probs over chunks
+   of 4,096 tokens, one micro-batch per trajectory, the old log-probs recomputed before the
+   update (``recompute_old_logprobs``). One update on one 32,768-token trajectory. Reports
+   tokens/s and MFU = (10 N + attention) FLOPs per token (6 N forward and backward, 2 N the
+   checkpointed forward again, 2 N the old-log-prob pass; attention 2 x 2 x T^2/2 x q_dim per
+   layer forward, 5 such passes) / the device's dense bf16 peak, and the peak memory beside the
+   memory plan's figure for the same update (``crl_bench.distributed.memory_plan.learner_rank``).
+   FAIL: a non-finite loss or gradient, weights unchanged, a peak above 1.15 x the plan (the plan
+   would let a run OOM), MFU below ``--min-mfu`` (CUDA only).
+3. ``weight_push``: the learner's weights gathered to bf16 as a push into generation engines
+   reads them: on the device (what an NCCL broadcast sends; ``gathered_weights`` order, one
+   parameter at a time) and to host memory (what the object-store path copies); times, GB/s,
+   and the gathered values equal to the masters cast to bf16 (FAIL otherwise).
 
 At the end one table: a row per section, its status and its figures (``--json`` writes all of
-it). ``--smoke`` (alias ``--small``) shrinks every shape and batch so that everything runs on a
-CPU in about a minute (the tiny run takes ~5 min on 2 shared cores: skip it with
-``--skip tiny_run``).
-
-On a GPU machine without network (torch, transformers, peft present): install the repo without
-dependencies (``pip install --no-deps --no-build-isolation -e .``), bring the missing pure-Python
-wheels (gymnasium, farama-notifications, cloudpickle, rich, tqdm) and the small model cache
-(``$CRL_BENCH_CACHE/models/tiny-random-*`` and ``tiny-sft-*``: the tiny models and their
-tokenizer; set ``CRL_BENCH_CACHE`` to where they are) for sections 1 and 2. Sections 3-6 need
-only torch and transformers: their models are random-init from a config, nothing is downloaded.
+it). ``--smoke`` shrinks every shape so that everything runs on a CPU in about a minute;
+``--plant-fail`` makes the learner's check fail on purpose (its plan figure is divided by 100),
+to show that a FAIL exits non-zero.
 """
 
 from __future__ import annotations
@@ -56,7 +44,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -102,72 +89,7 @@ def sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-# -- 1. tiny run -------------------------------------------------------------------------------
-def tiny_run(device: str, tasks: str, out: Path) -> dict[str, Any]:
-    cmd = [sys.executable, "-m", "crl_bench.cli", "run", "--agent", "grpo", "--tasks", tasks,
-           "--preset", "tiny", "--steps", "1", "--out", str(out), "--no-progress",
-           "--set", f"model.device={device}", "--set", "eval.episodes_per_task=1"]
-    t = time.perf_counter()
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=420, cwd=str(ROOT), env=env)
-    wall = time.perf_counter() - t
-    if proc.returncode != 0:
-        raise RuntimeError(f"crl-bench run failed ({proc.returncode}): "
-                           f"{(proc.stderr or proc.stdout)[-1500:]}")
-    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    last = records[-1]
-    keep = {k: v for k, v in last.items() if k.startswith(("charts/success_rate", "losses/actor_loss",
-                                                           "losses/actor_grad_norm",
-                                                           "timing_s/step", "timing_s/rollout",
-                                                           "timing_s/actor_update"))}
-    return {"wall_s": round(wall, 1), "steps": last.get("step"), **keep}
-
-
-# -- 2. log-prob agreement ---------------------------------------------------------------------
-def logprob_agreement(device: str, n: int = 8, new_tokens: int = 32) -> dict[str, Any]:
-    import torch
-
-    from crl_bench.llm.hf_backend import HFBackend
-    from crl_bench.llm.types import SamplingParams
-
-    questions = ["You are in a room with a door to the east. What do you do?",
-                 "Find the bug in: def add(a, b): return a - b", "Buy a red shirt under $20.",
-                 "Put a clean mug in the coffee machine.", "Which way is north?",
-                 "Say hi.", "Describe the room.", "Open the drawer."]
-    out: dict[str, Any] = {}
-    temp = 0.99
-    bf16 = HFBackend("tiny-sft", roles=("actor",), dtype="bfloat16", device=device, seed=0)
-    prompts = [bf16.chat_prompt_ids([{"role": "user", "content": questions[i % len(questions)]}])
-               for i in range(n)]
-    gens = bf16.generate(prompts, SamplingParams(temperature=temp, top_p=0.99,
-                                                 max_new_tokens=new_tokens, seed=1))
-    sampled = [list(g.logprobs) for g in gens]
-    train_bf16 = bf16.logprobs([g.prompt_ids for g in gens], [g.completion_ids for g in gens],
-                               "actor", temperature=temp)
-    fp32 = HFBackend("tiny-sft", roles=("actor",), dtype="float32", device=device, seed=0)
-    # the same LoRA weights in fp32 (the adapters were initialised from the same seed)
-    from crl_bench.runner.precision import load_role_weights, role_weights
-
-    load_role_weights(fp32, "actor", [w.float() for w in role_weights(bf16, "actor")])
-    train_fp32 = fp32.logprobs([g.prompt_ids for g in gens], [g.completion_ids for g in gens],
-                               "actor", temperature=temp)
-
-    def diffs(a: list[list[float]], b: list[list[float]]) -> dict[str, float]:
-        x = torch.tensor([v for row in a for v in row])
-        y = torch.tensor([v for row in b for v in row])
-        d = (x - y).abs()
-        return {"max_abs": round(float(d.max()), 5), "mean_abs": round(float(d.mean()), 5),
-                "ratio_max": round(float((x - y).exp().max()), 4)}
-
-    out["tokens"] = sum(len(s) for s in sampled)
-    out["gen_bf16_vs_train_bf16"] = diffs(sampled, train_bf16)
-    out["gen_bf16_vs_train_fp32"] = diffs(sampled, train_fp32)
-    out["train_bf16_vs_train_fp32"] = diffs(train_bf16, train_fp32)
-    return out
-
-
-# -- 3. fp32 masters under RoleTrainer ---------------------------------------------------------
+# -- 1. fp32 masters under RoleTrainer ---------------------------------------------------------
 class RawModelBackend:
     """The trainer's backend interface over a bare transformers model (the check's models are
     random-init from a config: no tokenizer, no model cache). Log-probs as
@@ -267,76 +189,6 @@ def master_update(shape: dict[str, Any], device: str, n: int, prompt: int, compl
             "FAIL: the bf16 update is not the fp32 one (no fp32 masters?)"}
 
 
-# -- 4. FSDP2 at world size 1 ------------------------------------------------------------------
-def fsdp2_update(shape: dict[str, Any], device: str, batch: int, seq: int) -> dict[str, Any]:
-    import torch
-    import torch.distributed as dist
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-
-    init = tempfile.NamedTemporaryFile(prefix="gpu_check_pg_", delete=False)
-    init.close()
-    os.unlink(init.name)
-    dist.init_process_group("nccl" if device.startswith("cuda") else "gloo",
-                            init_method=f"file://{init.name}", rank=0, world_size=1)
-    try:
-        model = build_model(shape, device, torch.float32)
-        # the hand-made reference: a copy with bf16 parameters (buffers such as the rotary
-        # frequencies stay fp32, as FSDP's policy leaves them) computes the gradient, AdamW steps
-        # fp32 masters
-        ref_bf16 = build_model(shape, device, torch.float32)
-        ref_bf16.load_state_dict(model.state_dict())
-        for p in ref_bf16.parameters():
-            p.data = p.data.to(torch.bfloat16)
-        masters = [p.detach().clone().requires_grad_(True) for p in model.parameters()]
-        start = [p.detach().clone() for p in model.parameters()]
-        mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-        for layer in model.model.layers:
-            fully_shard(layer, mp_policy=mp)
-        fully_shard(model, mp_policy=mp)
-        g = torch.Generator(device="cpu").manual_seed(3)
-        ids = torch.randint(0, shape["vocab_size"], (batch, seq), generator=g).to(device)
-
-        def loss_of(m: Any) -> Any:
-            logits = m(input_ids=ids, use_cache=False).logits[:, :-1].float()
-            return -(logits.gather(-1, ids[:, 1:, None]).squeeze(-1) - logits.logsumexp(-1)).mean()
-
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-6, weight_decay=0.0)
-        sync(device)
-        t = time.perf_counter()
-        loss = loss_of(model)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sync(device)
-        step_s = time.perf_counter() - t
-        ref_loss = loss_of(ref_bf16)
-        ref_loss.backward()
-        for m, p in zip(masters, ref_bf16.parameters()):
-            m.grad = p.grad.float()
-        torch.nn.utils.clip_grad_norm_(masters, 1.0)
-        torch.optim.AdamW(masters, lr=1e-6, weight_decay=0.0).step()
-        full = [p.full_tensor() if hasattr(p, "full_tensor") else p for p in model.parameters()]
-        sharded = all(type(p).__name__ == "DTensor" for p in model.parameters())
-        diff = max(float((a.detach() - b.detach()).abs().max()) for a, b in zip(full, masters))
-        # entries whose update differs from the reference's by more than a tenth of a step (on
-        # CUDA, attention's backward is not bitwise deterministic: Adam's first step, ~lr * sign
-        # of the gradient, may flip where a gradient is ~0)
-        off = sum(int(((a.detach() - b.detach()).abs() > 1e-7).sum())
-                  for a, b in zip(full, masters))
-        moved = sum(int((a.detach() != b).sum()) for a, b in zip(full, start))
-        total = sum(p.numel() for p in start)
-        loss, ref_loss = float(loss.detach()), float(ref_loss.detach())
-        ok = sharded and abs(loss - ref_loss) < 1e-3 and off <= 0.01 * total
-        return {"sharded_params": sharded, "param_dtype": str(full[0].dtype).replace("torch.", ""),
-                "loss": round(loss, 5), "loss_vs_ref": round(abs(loss - ref_loss), 7),
-                "max_param_diff_vs_ref": diff,
-                "entries_off_ref": round(off / total, 6), "entries_moved": round(moved / total, 4),
-                "step_s": round(step_s, 3), "pass": ok}
-    finally:
-        dist.destroy_process_group()
-
-
-# -- 5./6. the 7B shape ------------------------------------------------------------------------
 def build_model(shape: dict[str, Any], device: str, dtype: Any) -> Any:
     import torch
     from transformers import AutoModelForCausalLM, Qwen2Config
@@ -349,77 +201,146 @@ def build_model(shape: dict[str, Any], device: str, dtype: Any) -> Any:
     return model
 
 
-def update_throughput(model: Any, device: str, batch: int, seq: int, steps: int,
-                      peak: float | None) -> dict[str, Any]:
+# -- 2. the sharded learner on one rank ---------------------------------------------------------
+SMOKE_SEQ, PAPER_SEQ = 256, 32768
+SMOKE_CHUNK, PAPER_CHUNK = 64, 4096
+
+
+def write_random_model(folder: Path, shape: dict[str, Any]) -> str:
+    """A model folder that loads as a random-init Qwen2 of ``shape`` (``config.json`` and the
+    ``RANDOM_INIT`` marker, no weights) with a word-level tokenizer of its vocabulary (built
+    with ``tokenizers``, transformers' own dependency: no download)."""
+    from tokenizers import Tokenizer, models
+    from transformers import PreTrainedTokenizerFast, Qwen2Config
+
+    from crl_bench.llm.models import RANDOM_INIT
+
+    folder.mkdir(parents=True, exist_ok=True)
+    Qwen2Config(**shape).save_pretrained(folder)
+    vocab = {"<pad>": 0, "<eos>": 1, **{f"t{i}": i for i in range(2, shape["vocab_size"])}}
+    tok = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel(vocab, "<pad>")),
+                                  pad_token="<pad>", eos_token="<eos>")
+    tok.save_pretrained(folder)
+    (folder / RANDOM_INIT).write_text(json.dumps({"shape": shape}))
+    return str(folder)
+
+
+def attention_flops(layers: int, q_dim: int, seq: int) -> float:
+    """Forward FLOPs of causal self-attention over one sequence of ``seq`` tokens: Q K^T and the
+    weighted sum of V, 2 FLOPs per multiply-add, half the square (causal)."""
+    return 2 * 2 * layers * q_dim * seq * seq / 2
+
+
+def learner_update(shape: dict[str, Any], device: str, seq: int, chunk: int, peak: float | None,
+                   min_mfu: float, plant_fail: bool, box: dict[str, Any]) -> dict[str, Any]:
+    import torch
+    import torch.distributed as dist
+
+    from crl_bench.distributed.fsdp import ShardedLearner
+    from crl_bench.distributed.learner import _free_port, join_group
+    from crl_bench.distributed.memory_plan import FSDP2_MIXED, learner_rank, shape_from_hf_config
+    from crl_bench.runner.config import OptimConfig
+    from crl_bench.runner.trainer import TrainSample
+
+    folder = write_random_model(Path(box["tmp"]) / "model", shape)
+    spec = dict(model_name=folder, seed=0, device=device,
+                dtype="bfloat16" if device.startswith("cuda") else "float32")
+    join_group(spec, 0, 1, ("127.0.0.1", _free_port()))
+    box["group"] = True
+    cfg = OptimConfig(lr=1e-6, weight_decay=0.0, max_grad_norm=1.0, micro_batch_size=1,
+                      micro_batch_tokens=seq, activation_checkpointing=True,
+                      logprob_chunk_tokens=chunk, recompute_old_logprobs=True)
+    t = time.perf_counter()
+    learner = ShardedLearner(spec, "actor", cfg, total_steps=1, seed=0)
+    build_s = time.perf_counter() - t
+    box["learner"] = learner
+    n_params = sum(p.numel() for p in learner.trainer.params)
+    prompt = min(2048, seq // 8)
+    g = torch.Generator().manual_seed(3)
+    ids = torch.randint(2, shape["vocab_size"], (seq,), generator=g).tolist()
+    sample = TrainSample(ids[:prompt], ids[prompt:], [0.0] * (seq - prompt), 1.0)
+    watched = learner.trainer.params[len(learner.trainer.params) // 2]
+    local = watched.to_local() if hasattr(watched, "to_local") else watched
+    before = local.detach().float().clone()
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+    t = time.perf_counter()
+    metrics = learner.update([sample], loss="ppo_clip", loss_kwargs={"clip_eps": 0.2},
+                             agg="seq-mean-token-mean", temperature=1.0)
+    sync(device)
+    dt = time.perf_counter() - t
+    moved = float((local.detach().float() - before).abs().max())
+    cfg_hf = learner.model.config
+    q_dim = cfg_hf.num_attention_heads * (getattr(cfg_hf, "head_dim", None)
+                                          or cfg_hf.hidden_size // cfg_hf.num_attention_heads)
+    flops = 10 * n_params * seq + 5 * attention_flops(cfg_hf.num_hidden_layers, q_dim, seq)
+    out: dict[str, Any] = {
+        "layers": cfg_hf.num_hidden_layers, "params_b": round(n_params / 1e9, 3),
+        "tokens": seq, "build_s": round(build_s, 1), "update_s": round(dt, 2),
+        "tokens_per_s": round(seq / dt, 1), "tflops": round(flops / dt / 1e12, 2),
+        "loss": metrics["loss"], "grad_norm": metrics["grad_norm"], "max_weight_change": moved,
+        "backend": str(dist.get_backend())}
+    mfu = flops / dt / peak if peak else None
+    out["mfu"] = round(mfu, 4) if mfu is not None else None
+    plan = learner_rank(shape_from_hf_config(cfg_hf, "random"), 1, seq, seq - prompt,
+                        precision=FSDP2_MIXED, checkpointing=True, logprob_chunk=chunk)["total"]
+    if plant_fail:
+        plan /= 100
+    out["plan_peak_gb"] = round(plan / 1e9, 2)
+    fails = []
+    if not (torch.isfinite(torch.tensor(metrics["loss"]))
+            and torch.isfinite(torch.tensor(metrics["grad_norm"])) and metrics["grad_norm"] > 0):
+        fails.append("non-finite loss or zero gradient")
+    if moved == 0:
+        fails.append("weights unchanged")
+    if device.startswith("cuda"):
+        peak_mem = torch.cuda.max_memory_allocated()
+        out["peak_mem_gb"] = round(peak_mem / 1e9, 2)
+        out["peak_over_plan"] = round(peak_mem / plan, 3)
+        if peak_mem > 1.15 * plan:
+            fails.append(f"peak {peak_mem / 1e9:.1f} GB > 1.15 x plan {plan / 1e9:.1f} GB")
+        if mfu is not None and mfu < min_mfu:
+            fails.append(f"MFU {mfu:.3f} < {min_mfu}")
+    elif plant_fail:
+        fails.append(f"planted: plan figure {plan / 1e9:.3f} GB")
+    out["pass"] = not fails
+    out["verdict"] = "; ".join(fails) if fails else "update ran within the plan"
+    return out
+
+
+# -- 3. gather-and-push of the bf16 weights ------------------------------------------------------
+def weight_push(device: str, box: dict[str, Any]) -> dict[str, Any]:
     import torch
 
-    n_params = sum(p.numel() for p in model.parameters())
-    # 6 N FLOPs per token counts the parameters that multiply: not the input embedding (a lookup)
-    n_matmul = n_params - model.get_input_embeddings().weight.numel()
-    model.train()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-6, foreach=True)
-    vocab = model.config.vocab_size
-    g = torch.Generator(device="cpu").manual_seed(0)
-    ids = torch.randint(0, vocab, (batch, seq), generator=g).to(device)
-
-    def one() -> float:
-        out = model(input_ids=ids, use_cache=False)
-        logits = out.logits[:, :-1].float()
-        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, vocab), ids[:, 1:].reshape(-1))
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        return float(loss)
-
-    one()  # warm-up (allocations, kernels, optimiser state)
+    learner = box.get("learner")
+    if learner is None:
+        raise RuntimeError("the learner section did not build a learner")
+    params = learner.trainer.params
     sync(device)
     t = time.perf_counter()
-    for _ in range(steps):
-        one()
+    nbytes, ok = 0, True
+    for p in params:  # on the device, one parameter at a time: what an NCCL broadcast sends
+        full = p.full_tensor() if hasattr(p, "full_tensor") else p
+        wire = full.detach().to(torch.bfloat16)
+        nbytes += wire.numel() * 2
+        del full, wire
     sync(device)
-    dt = (time.perf_counter() - t) / steps
-    tps = batch * seq / dt
-    res = {"params_b": round(n_params / 1e9, 3), "layers": model.config.num_hidden_layers,
-           "batch": batch, "seq": seq, "step_s": round(dt, 3), "tokens_per_s": round(tps, 1),
-           "model_tflops": round(6 * n_matmul * tps / 1e12, 2)}
-    res["mfu"] = round(6 * n_matmul * tps / peak, 3) if peak else None
-    if device.startswith("cuda"):
-        res["peak_mem_gb"] = round(torch.cuda.max_memory_allocated() / 1e9, 1)
-        res["plan_peak_gb"] = round(planned_peak(model, batch, seq) / 1e9, 1)
-    del opt
-    return res
-
-
-def planned_peak(model: Any, batch: int, seq: int) -> float:
-    """The memory plan's bytes for this update (one process, no checkpointing; bf16 weights,
-    gradients and AdamW moments: 2 + 2 + 4 B per parameter), to set beside the measured peak."""
-    from crl_bench.distributed.memory_plan import Precision, learner_rank, shape_from_hf_config
-
-    bf16_adam = Precision("bf16", weight=2, grad=2, master=0, optimizer=4, compute=2)
-    return learner_rank(shape_from_hf_config(model.config), 1, batch * seq, batch * (seq - 1),
-                        precision=bf16_adam, checkpointing=False)["total"]
-
-
-def generation_throughput(model: Any, device: str, batch: int, prompt: int, new: int) -> dict[str, Any]:
-    import torch
-
-    model.eval()
-    vocab = model.config.vocab_size
-    g = torch.Generator(device="cpu").manual_seed(1)
-    ids = torch.randint(0, vocab, (batch, prompt), generator=g).to(device)
-    kw = dict(max_new_tokens=new, min_new_tokens=new, do_sample=True, temperature=0.99, top_p=0.99,
-              use_cache=True, pad_token_id=0, eos_token_id=None)
-    with torch.no_grad():
-        model.generate(ids[:, :8], **{**kw, "max_new_tokens": 4, "min_new_tokens": 4})  # warm-up
-        sync(device)
-        t = time.perf_counter()
-        out = model.generate(ids, **kw)
-        sync(device)
-    dt = time.perf_counter() - t
-    generated = (out.shape[1] - prompt) * batch
-    return {"batch": batch, "prompt": prompt, "new_tokens": new, "wall_s": round(dt, 2),
-            "tokens_per_s": round(generated / dt, 1)}
+    on_device = time.perf_counter() - t
+    t = time.perf_counter()
+    host = learner.gathered_weights(dtype=torch.bfloat16)  # the object-store path's host copy
+    to_host = time.perf_counter() - t
+    for p, h in zip(params[:: max(1, len(params) // 8)], host[:: max(1, len(params) // 8)]):
+        full = p.full_tensor() if hasattr(p, "full_tensor") else p
+        ok = ok and torch.equal(full.detach().to(torch.bfloat16).cpu(), h)
+    del host
+    gb = nbytes / 1e9
+    return {"weights_gb": round(gb, 4), "gather_cast_on_device_s": round(on_device, 2),
+            "on_device_gb_per_s": round(gb / on_device, 1) if on_device else None,
+            "gather_to_host_s": round(to_host, 2),
+            "to_host_gb_per_s": round(gb / to_host, 1) if to_host else None,
+            "pass": ok, "verdict": "bf16 weights equal the masters" if ok else
+            "FAIL: gathered bf16 weights differ from the masters"}
 
 
 def section(results: dict[str, Any], name: str, fn: Callable[[], Any]) -> None:
@@ -453,11 +374,14 @@ def table(results: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--smoke", "--small", dest="small", action="store_true",
-                    help="tiny shapes, on CPU (the test runs this)")
+                    help="tiny shapes, on CPU (the tests run this)")
     ap.add_argument("--device", default=None, help="default: cuda if available, else cpu")
-    ap.add_argument("--tasks", default="swe", help="task set of the tiny run (default swe)")
-    ap.add_argument("--layers", type=int, default=None,
-                    help="decoder layers of the 7B-shaped model (default: its 28)")
+    ap.add_argument("--layers", type=int, default=20,
+                    help="decoder layers of the 7B-shaped learner model (default 20 of 28)")
+    ap.add_argument("--seq", type=int, default=None, help="tokens of the trajectory (32768)")
+    ap.add_argument("--min-mfu", type=float, default=0.2, help="FAIL below this MFU (CUDA)")
+    ap.add_argument("--plant-fail", action="store_true",
+                    help="make the learner check fail on purpose (tests the exit status)")
     ap.add_argument("--skip", default="", help="comma-separated sections to skip")
     ap.add_argument("--json", default=None, help="also write the summary to this file")
     args = ap.parse_args(argv)
@@ -473,49 +397,44 @@ def main(argv: list[str] | None = None) -> int:
     info = device_info(device)
     results: dict[str, Any] = {"device": info, "small": args.small}
     t0 = time.perf_counter()
-    if "tiny_run" not in skip:
-        with tempfile.TemporaryDirectory() as tmp:
-            section(results, "tiny_run", lambda: tiny_run(device, args.tasks, Path(tmp) / "run"))
-    if "logprob_agreement" not in skip:
-        section(results, "logprob_agreement", lambda: logprob_agreement(device))
-    check_shape = SMALL if args.small else MID
     if "master_update" not in skip:
         n, p, c = (4, 8, 8) if args.small else (8, 128, 128)
-        section(results, "master_update", lambda: master_update(check_shape, device, n, p, c))
-    if "fsdp2" not in skip:
-        b, t = (2, 16) if args.small else (4, 512)
-        section(results, "fsdp2", lambda: fsdp2_update(check_shape, device, b, t))
+        section(results, "master_update",
+                lambda: master_update(SMALL if args.small else MID, device, n, p, c))
     if device.startswith("cuda"):
         torch.cuda.empty_cache()
-    shape = SMALL if args.small else QWEN25_7B
-    if args.layers:
-        shape = {**shape, "num_hidden_layers": args.layers}
-    model_box: dict[str, Any] = {}
-    if not {"update", "generation"} <= skip:
-        section(results, "build_model", lambda: (model_box.setdefault(
-            "m", build_model(shape, device, torch.bfloat16)), {
-                "shape": "small" if args.small else "Qwen2.5-7B",
-                "layers": shape["num_hidden_layers"]})[1])
-    if "m" in model_box:
-        if "update" not in skip:
-            b, s, n = (2, 64, 2) if args.small else (4, 1024, 5)
-            section(results, "update", lambda: update_throughput(
-                model_box["m"], device, b, s, n, info.get("peak_bf16_flops")))
-        if device.startswith("cuda"):
-            torch.cuda.empty_cache()
-        if "generation" not in skip:
-            b, p, g = (4, 16, 8) if args.small else (32, 512, 128)
-            section(results, "generation", lambda: generation_throughput(
-                model_box["m"], device, b, p, g))
+    shape = dict(SMALL if args.small else QWEN25_7B)
+    if not args.small:
+        shape["num_hidden_layers"] = args.layers
+    seq = args.seq or (SMOKE_SEQ if args.small else PAPER_SEQ)
+    chunk = SMOKE_CHUNK if args.small else PAPER_CHUNK
+    shape["max_position_embeddings"] = max(shape["max_position_embeddings"], seq)
+    with tempfile.TemporaryDirectory() as tmp:
+        box: dict[str, Any] = {"tmp": tmp}
+        try:
+            if "learner" not in skip:
+                section(results, "learner", lambda: learner_update(
+                    shape, device, seq, chunk, info.get("peak_bf16_flops"), args.min_mfu,
+                    args.plant_fail, box))
+            if "weight_push" not in skip:
+                section(results, "weight_push", lambda: weight_push(device, box))
+        finally:
+            box.pop("learner", None)
+            if box.get("group"):
+                import torch.distributed as dist
+
+                dist.destroy_process_group()
     results["total_s"] = round(time.perf_counter() - t0, 1)
-    # ok: every section ran; the checks' own verdicts are in their "pass" and in the table
-    results["ok"] = all(v.get("ok", True) for v in results.values() if isinstance(v, dict))
+    # decided: every section ran and every check passed
+    results["ok"] = all(v.get("ok", True) and v.get("pass", True)
+                        for v in results.values() if isinstance(v, dict))
     for v in results.values():
         if isinstance(v, dict):
             v.pop("trace", None) if v.get("ok", True) else None
     print("=" * 30 + " gpu_check summary " + "=" * 30)
     print(f"device: {json.dumps(info)}; total {results['total_s']} s")
     print(table(results))
+    print(f"gpu_check: {'PASS' if results['ok'] else 'FAIL'}")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1, default=str))
     return 0 if results["ok"] else 1

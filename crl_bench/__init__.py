@@ -7,8 +7,7 @@ namespace (lazily: no env dependency is imported until an env is made), so
 
 from __future__ import annotations
 
-from crl_bench.registry import AGENTS, ENVS, MIXES, EnvEntry, Registry, make_env, register_env
-from crl_bench.text_env import INFO_KEYS, TextEnv, TextSpace
+import importlib.util
 
 __version__ = "0.1.0"
 
@@ -26,4 +25,10 @@ def _register_builtins() -> None:
     register_builtin_agents()
 
 
-_register_builtins()
+# Without gymnasium (a GPU image with torch and transformers only, for benchmarks/gpu_check.py)
+# the learner, trainer and model modules import, and the env side is absent.
+if importlib.util.find_spec("gymnasium") is not None:
+    from crl_bench.registry import AGENTS, ENVS, MIXES, EnvEntry, Registry, make_env, register_env
+    from crl_bench.text_env import INFO_KEYS, TextEnv, TextSpace
+
+    _register_builtins()
