@@ -112,6 +112,16 @@ def test_backend_answers_through_a_real_server(server):
     again = be.generate(prompts[:1], SamplingParams(temperature=0, max_new_tokens=24,
                                                     stop=("</answer>",)))
     assert again[0].text == gens[0].text
+    # a pre-filled answer (rollout.response_prefix, the small-model prompt's "<answer>"): the
+    # server continues it (continue_final_message) and returns only the continuation, as the
+    # in-process backends do; the engine parses prefix + text
+    filled = be.chat_prompt_ids([{"role": "user", "content": "Which way is north? Answer "
+                                  "<answer>north</answer>."}]) + be.tokenizer("<answer>")["input_ids"]
+    [cont] = be.generate([filled], SamplingParams(temperature=0, max_new_tokens=16,
+                                                  stop=("</answer>",)))
+    assert cont.text and not cont.text.startswith("<answer>")
+    plain = be.generate([filled[:-len("<answer>")]], SamplingParams(temperature=0, max_new_tokens=16))
+    assert cont.text != plain[0].text  # the pre-fill reached the model
     with pytest.raises(Exception, match="does not serve --model-id 'nope'"):
         OpenAIBackend(server, "nope").check()
 
