@@ -120,3 +120,38 @@ def test_a_task_listed_more_than_once_is_refused():
     assert len(str(err.value)) <= 2000
     with pytest.raises(ConfigError, match="WebShop listed more than once"):
         build_config(tasks="3mix,webshop", preset="cpu")
+
+
+@pytest.mark.slow
+def test_a_real_run_keeps_its_fingerprint_and_refuses_an_edited_config(tmp_path):
+    """``crl-bench run`` (tiny preset, MiniHack, one step) writes the fingerprint; ``--resume``
+    of the finished run passes, and after ``config.json`` is edited to another agent it is
+    refused with the field named and nothing recorded."""
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("torch")
+    pytest.importorskip("nle")
+    out = tmp_path / "run"
+    env = dict(os.environ, TQDM_DISABLE="1", OMP_NUM_THREADS="1", CRL_WANDB="0")
+
+    def crl(*args):
+        return subprocess.run([sys.executable, "-m", "crl_bench.cli", "run", *args],
+                              capture_output=True, text=True, timeout=900, env=env)
+
+    res = crl("--agent", "comp_rl", "--tasks", "minihack", "--preset", "tiny", "--seed", "0",
+              "--steps", "1", "--no-progress", "--no-report", "--set", "threads=1",
+              "--set", "eval.at_start=false", "--set", "eval.episodes_per_task=1",
+              "--set", "extractor.runs=inline", "--out", str(out))
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert (out / FINGERPRINT_FILE).is_file() and (out / (FINGERPRINT_FILE + ".sha256")).is_file()
+    res = crl("--resume", "--out", str(out), "--no-progress", "--no-report")
+    assert res.returncode == 0, res.stderr[-3000:]
+    data = json.loads((out / "config.json").read_text())
+    data["agent"] = "grpo"
+    (out / "config.json").write_text(json.dumps(data))
+    episodes = (out / "episodes.jsonl").read_text()
+    res = crl("--resume", "--out", str(out), "--steps", "2", "--no-progress", "--no-report")
+    assert res.returncode == 2 and 'agent: "comp_rl" -> "grpo"' in res.stderr, res.stderr[-3000:]
+    assert (out / "episodes.jsonl").read_text() == episodes

@@ -264,7 +264,6 @@ def _run_locked(run: Any, *, agent: str | None, tasks: str | None, preset: str |
             raise FileExistsError(f"{run.path} already holds a run ({status.get('state')}); pass "
                                   "--resume to continue it, or choose another --out.")
         cfg, agent_obj = new or _new_run_config(agent, tasks, preset, seed, steps, overrides)
-        record_fingerprint(run, cfg)
     if resuming:
         # damaged records and checkpoints are found (and named) before the model is built
         if repair:
@@ -296,6 +295,8 @@ def _run_locked(run: Any, *, agent: str | None, tasks: str | None, preset: str |
         context = ray_context(**ray)
     trainer = Trainer(cfg, agent_obj, run, progress=progress, context=context)
     write_config(run, cfg, agent_obj, trainer.tasks)
+    if not resuming:
+        record_fingerprint(run, cfg)  # what config.json says now is what a resume must find
     try:
         if checkpoint is not None and (checkpoint / "bank.sqlite").is_file():
             from crl_bench.experience.bank import restore_bank
