@@ -78,6 +78,120 @@ def test_learner_group_on_gpus_carries_cpu_collectives(nccl_device_map):
     assert any(not torch.equal(a, b) for a, b in zip(before, after))
 
 
+# -- the configuration the engines and the plan are built from ---------------------------------
+# official yaml: examples/singletask-agentic/single_task_complementaryrl.yaml (ComplementaryRL)
+OFFICIAL = {
+    # actor_infer.strategy_config.gpu_memory_utilization: 0.85 (:105); sequence_length 32768 (:36)
+    "actor": {"max_model_len": 32768, "gpu_memory_utilization": 0.85, "tensor_parallel_size": 1},
+    # memory_model.strategy_config: gpu_memory_utilization 0.7 (:255), max_model_len 65536
+    # (:258), tensor_parallel_size 4 (:261)
+    "extractor": {"max_model_len": 65536, "gpu_memory_utilization": 0.7,
+                  "tensor_parallel_size": 4},
+}
+
+
+def test_paper_engine_settings_are_the_official_ones_and_the_plans():
+    """Blocker: the engines ran with the backend's defaults (max_model_len 4096, 0.5 of the GPU)
+    while paper's conversations reach 32,768 tokens. The settings now come from the config, and
+    the memory plan (``crl-bench plan``) counts the same engines: utilization, GPUs per engine,
+    engines per role; its layout on 16 GPUs is the paper16 Ray plan."""
+    import dataclasses
+
+    from crl_bench.distributed.memory_plan import role_specs, split_gpus
+    from crl_bench.distributed.plan import PLANS, layout_plan
+    from crl_bench.runner.config import PRESETS
+    from crl_bench.runner.parts.models import engine_settings
+
+    cfg = PRESETS["paper"]()
+    specs = {s.role: s for s in role_specs(cfg, split_gpus(16))}
+    for role, want in OFFICIAL.items():
+        got = engine_settings(cfg, role)
+        assert got == want, role
+        assert specs[role].utilization == got["gpu_memory_utilization"]
+        assert specs[role].gpus_per_engine == got["tensor_parallel_size"]
+        assert got["max_model_len"] >= cfg.rollout.max_episode_tokens  # no prompt refused
+    built, paper16 = layout_plan(cfg, 16), PLANS["paper16"]
+    for f in ("actor_generation_gpus", "generation_engines", "actor_training_gpus",
+              "learner_ranks", "extractor_gpus", "extractor_engines", "extractor_engine_gpus",
+              "extractor_ranks"):
+        assert getattr(built, f) == getattr(paper16, f), f
+    assert paper16.gpus_per_extractor_engine == OFFICIAL["extractor"]["tensor_parallel_size"]
+    assert paper16.required()["GPU"] == 16
+    assert dataclasses.asdict(paper16)["extractor_ranks"] == specs["extractor"].ranks
+
+
+def test_engine_shorter_than_an_episode_is_refused():
+    from crl_bench.runner.config import PRESETS, ConfigError, apply_overrides
+    from crl_bench.runner.parts.models import engine_settings
+
+    cfg = apply_overrides(PRESETS["paper"](), {"model.actor_max_model_len": 4096})
+    with pytest.raises(ConfigError, match="model.actor_max_model_len=32768"):
+        engine_settings(cfg, "actor")
+
+
+def test_paper_checkpointing_is_what_the_plan_assumes():
+    """Blocker: ``crl-bench plan`` assumed activation checkpointing (full recompute in the
+    official yaml, ``recompute_granularity: full`` :86 and :290) while paper ran without it;
+    without it the plan refuses paper on 16 x 80 GB."""
+    import inspect
+
+    from crl_bench.distributed.memory_plan import build_plan
+    from crl_bench.runner.config import PRESETS
+
+    cfg = PRESETS["paper"]()
+    assumed = inspect.signature(build_plan).parameters["checkpointing"].default
+    assert cfg.actor.activation_checkpointing is assumed is True
+    assert cfg.extractor.activation_checkpointing is assumed
+    assert build_plan(cfg, 16, 80).fits
+    assert not build_plan(cfg, 16, 80, checkpointing=False).fits
+
+
+def test_extractor_engines_serve_the_trained_weights():
+    """Silent bug: Search-and-Ask answers came from the extractor's initial weights for the whole
+    run (the trained weights reached the driver's HF copy, never the engine that answers). With
+    the extractor served like the actor, each update's weights go from its FSDP rank 0 into the
+    engines that answer: after an update their weights are the trained ones."""
+    import ray
+    from _fsdp_worker import CFG, KW, batch
+    from _ray_local import local_ray
+
+    from crl_bench.distributed.generation import PromptBackend, RemoteGenerationBackend
+    from crl_bench.distributed.sharded import ShardedRayLearner, ShardedRoleTrainer
+    from crl_bench.llm.types import SamplingParams
+    from crl_bench.runner.config import OptimConfig
+
+    class Models:  # the weightless driver's models part, as RayModels has it
+        holds_weights = False
+        raw_backend = PromptBackend("tiny-random", ("extractor",))
+        gen = None
+
+    torch.set_num_threads(1)
+    spec = dict(model_name="tiny-random", roles=("extractor",), lora=None, seed=0,
+                dtype="float32", device="cpu")
+    with local_ray(3):
+        gen = RemoteGenerationBackend.start(Models.raw_backend, "hf", spec, 1,
+                                            options={"num_cpus": 0.5})
+        learner = ShardedRayLearner(2, spec, "extractor", OptimConfig(**CFG), total_steps=4,
+                                    seed=1, bundle={"CPU": 0.5})
+        try:
+            trainer = ShardedRoleTrainer(Models(), None, learner, "extractor", gen=gen)
+            start = ray.get(gen.engines[0].weights.remote("extractor"))
+            prompt = [Models.raw_backend.chat_prompt_ids([{"role": "user", "content": "Hi?"}])]
+            sampling = SamplingParams(temperature=1.0, max_new_tokens=8, seed=5)
+            trainer.update(batch(0), **KW)
+            trainer.update(batch(1), **KW)
+            served = ray.get(gen.engines[0].weights.remote("extractor"))
+            trained = learner.weights()
+            assert len(served) == len(trained) == len(start)
+            assert all(torch.equal(s, t) for s, t in zip(served, trained))
+            assert any(not torch.equal(s, w) for s, w in zip(served, start))
+            assert gen.version("extractor") == 2  # answers ask for the pushed version
+            assert len(gen.generate(prompt, sampling, "extractor")) == 1
+        finally:
+            learner.close()
+            gen.close()
+
+
 # -- the paper topology at toy size on Ray (CPU) -----------------------------------------------
 # ``paper``'s settings with the 2-layer test model, every role on Ray actors as the memory plan
 # lays the paper out on 8 GPUs (the 16-GPU layout halved: 2 actor engines, 2 actor FSDP ranks, one
