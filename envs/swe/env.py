@@ -88,8 +88,9 @@ def check_settings(**settings: Any) -> None:
     task_set = settings.get("task_set", "mini")
     if not isinstance(task_set, str) or not (task_set in ("mini", "lite-dev-local")
                                              or task_set.endswith((".json", ".jsonl"))):
-        raise ValueError(f"task_set={str(task_set)[:60]!r}: use mini, lite-dev-local, or a path to "
-                         "a .json/.jsonl file of SWE-bench instances.")
+        raise ValueError(f"Unknown SWE task set {str(task_set)[:60]!r}. Available: mini, "
+                         "lite-dev-local, or a path to a .json/.jsonl file of SWE-bench instances "
+                         "(docker backend).")
 
 
 class SWETextEnv(TextEnv):
