@@ -254,7 +254,8 @@ def _wheel_install_check(tmp_path: Path, work: Path) -> None:
         e.close()
         print(json.dumps({"obs": obs, "dirs": dirs, "file": crl_bench.__file__,
                           "base_prefix": sys.base_prefix}))
-    """ % (TASK, needle), python=str(python), env={"CRL_BENCH_CACHE": str(work / "cache"), "PYTHONPATH": ""},
+    """ % (TASK, needle), python=str(python),
+        env={"CRL_BENCH_CACHE": str(work / "cache"), "PYTHONPATH": ""},
         timeout=600, cwd=tmp_path)  # not the checkout: its crl_bench would shadow the wheel
     prefix = os.path.realpath(work / "prefix")
     assert out["file"].startswith(str(site)) and out["base_prefix"] == prefix, out

@@ -66,9 +66,11 @@ def check_settings(**settings: Any) -> None:
                              f"above {low:g} and at most {high:g}.")
 
     if settings.get("backend", "local") not in ("local", "docker"):
-        raise ValueError(f"backend must be 'local' or 'docker', got {str(settings['backend'])[:60]!r}.")
+        raise ValueError("backend must be 'local' or 'docker', got "
+                         f"{str(settings['backend'])[:60]!r}.")
     if settings.get("reward", "success") not in ("success", "score"):
-        raise ValueError(f"reward must be 'success' or 'score', got {str(settings['reward'])[:60]!r}.")
+        raise ValueError("reward must be 'success' or 'score', got "
+                         f"{str(settings['reward'])[:60]!r}.")
     number("command_timeout_s", 0, MAX_TIMEOUT_S)
     number("eval_timeout_s", 0, MAX_TIMEOUT_S)
     number("max_observation_chars", 0, 10**8)

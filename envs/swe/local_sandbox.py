@@ -313,7 +313,8 @@ class LocalSandbox(Sandbox):
         held = f" (the workspace's files hold {files / MiB:,.1f} MiB of it)" if files else ""
         # (cgroup v1 counts neither hit in memory.failcnt here: the parent's use tells)
         in_use = memory_usage(self._cgroup.parent)
-        if in_use >= self.budget_mb * MiB - process_reserve_mb(self.limits.sandbox_memory_mb) * MiB:
+        reserve = process_reserve_mb(self.limits.sandbox_memory_mb) * MiB
+        if in_use >= self.budget_mb * MiB - reserve:
             return (f"a process was killed: the memory of all sandboxes on this host together "
                     f"({self.budget_mb:,} MiB; {in_use / MiB:,.0f} MiB in use) ran out{held}; "
                     "other sandboxes' files count too: commands may fail until files are "
@@ -418,7 +419,8 @@ class LocalSandbox(Sandbox):
                 deadline=deadline, timeout_s=timeout_s, cap=output_cap, max_bytes=max_bytes)
 
     def describe(self) -> dict[str, Any]:
-        return {"backend": "local", "budget_mb": self.budget_mb or None, "isolation": self.mode, "uid": self.uid,
+        return {"backend": "local", "budget_mb": self.budget_mb or None,
+                "isolation": self.mode, "uid": self.uid,
                 "network": self.limits.network if self.mode == "namespaces" else True,
                 "workdir": self.command_workdir, "uid_note": self.uid_note or None,
                 "namespace_problem": self.namespace_problem or None,

@@ -536,7 +536,7 @@ def _stale_cgroups() -> list[Path]:
     if root is None:
         return []
     stale = []
-    groups = list(root.glob(WORKSPACE_PREFIX + "*")) + list(root.glob("*/" + WORKSPACE_PREFIX + "*"))
+    groups = [*root.glob(WORKSPACE_PREFIX + "*"), *root.glob("*/" + WORKSPACE_PREFIX + "*")]
     for group in groups:
         try:
             pid, start = group.name[len(WORKSPACE_PREFIX):].split("-")[:2]
