@@ -202,7 +202,7 @@ class RolloutEngine:
                  adapter: str | None = "actor", ask_callback: AskCallback | None = None,
                  progress: bool = False, *,
                  on_progress: Callable[[dict], None] | None = None,
-                 ask_requires_experience: bool = False) -> None:
+                 ask_requires_experience: bool = False, ask_on_last_turn: bool = True) -> None:
         self.backend = backend
         self.prompt = prompt or PromptConfig()
         stops = tuple(dict.fromkeys(tuple(sampling.stop) + self.prompt.stop_strings()))
@@ -211,6 +211,9 @@ class RolloutEngine:
         self.ask_callback = ask_callback
         self.progress = progress
         self.ask_requires_experience = ask_requires_experience
+        self.ask_on_last_turn = ask_on_last_turn
+        """False: no ask is offered (nor parsed) on an episode's last turn, where the answer
+        could not be acted on: the ask would end the episode without an action."""
         self.reuse_kv = True
         """Keep each episode's KV across turns of a "full" conversation (HF backend)."""
         self._template: tuple[list[int], str, str] | None = None
@@ -250,6 +253,8 @@ class RolloutEngine:
 
     def _asks_left(self, ep: _Running) -> int:
         if self.ask_requires_experience and not ep.spec.with_experience:
+            return 0
+        if not self.ask_on_last_turn and len(ep.turns) + 1 >= ep.max_turns:
             return 0
         return max(0, self.prompt.max_asks - ep.asks_used) if self._can_ask else 0
 

@@ -409,6 +409,11 @@ class ExperienceConfig(_Section):
     (:mod:`crl_bench.extractor.gate`; official: on, the ``paper`` preset): the verdict sets what it
     is shown and the credit it gives the entry's writer (score + 1, 0.5, -1). Read by every agent
     that retrieves; the one switch of the gate."""
+    ask_on_last_turn: bool = False
+    """Offer Search-and-Ask on an episode's last turn too (official: the tool is offered on
+    every turn and a call counts as a turn, ``traj_env_manager.py:282-291``, so an ask on the
+    last turn ends the episode without an action; ``paper``). False: not offered there (the
+    answer could not be acted on); with one-action episodes no ask is offered at all."""
     ask_offer: AskOffer = "with_experience"
     """Which episodes are offered Search-and-Ask: "with_experience" or "all" (official: the tool
     wrapper is on every env, both halves and evaluation; only the asks of with-experience
@@ -649,6 +654,7 @@ PAPER = Preset("paper", "the paper's configuration for GPUs (Qwen2.5-7B-Instruct
                    "experience.embed_max_tokens": 0,
                    "experience.key": "episode_start", "experience.gate": True,
                    "experience.bank_fill_steps": 6, "experience.ask_offer": "all",
+                   "experience.ask_on_last_turn": True,
                    "experience.ask_style": "official", "experience.gate_invalid_credit": True,
                    "experience.query": "family", "experience.usage_per": "batch",
                    # yaml eval_steps: 1, val_batch_size: 128, eval_memory_split off
