@@ -250,6 +250,7 @@ def test_paper_topology_at_toy_size_on_ray(tmp_path):
         run = _toy_run(tmp_path / "run", 1, plan)
         topo = json.loads((run / "ray_topology.json").read_text())
         assert topo["driver_holds_weights"] is False
+        assert topo["driver_backends"] == ["PromptBackend"]  # tokenizers, no model
         for role in ("actor", "extractor"):
             spec = specs[role]
             engines, ranks = topo[f"{role}_engines"], topo[f"{role}_ranks"]

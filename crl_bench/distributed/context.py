@@ -189,7 +189,8 @@ class RayModels(Models):
         """What runs where, read back from the running engine actors (see
         :meth:`RayRunContext.topology`)."""
         ray = require_ray()
-        out: dict[str, Any] = {"driver_holds_weights": self.holds_weights}
+        out: dict[str, Any] = {"driver_holds_weights": self.holds_weights, "driver_backends": sorted(
+            {type(b).__name__ for b in (self.raw_backend, self.ext_raw) if b is not None})}
         for role, gen in (("actor", self.gen), ("extractor", self.ext_gen)):
             if gen is not None:
                 out[f"{role}_engines"] = ray.get([e.describe.remote() for e in gen.engines])
