@@ -204,7 +204,7 @@ def test_retrieval_query_per_family_as_official():
     assert retrieval_query("minihack", "Reach the stairs.", "You see: a wall", "family") \
         == "Observation: You see: a wall"
     assert retrieval_query("webshop", "buy red shoes", "WebShop [SEP] Search", "family") \
-        == "Goal: buy red shoes"
+        == "goal: buy red shoes, observation: WebShop [SEP] Search"  # base_env_manager.py:49-57
     assert retrieval_query("alfworld", "put a mug", "You are in a room", "family") \
         == "Goal: put a mug\nObservation: You are in a room"
     assert retrieval_query("minihack", "g", "o") == "g\no"

@@ -32,12 +32,12 @@ class ExperienceServiceImpl:
     ``RunContext.build_experience`` does (same arguments)."""
 
     def __init__(self, bank_path: str, embedder: str, capacity: int, retrieval: Any,
-                 step_clock: bool = False) -> None:
+                 step_clock: bool = False, embed_max_tokens: int = 256) -> None:
         from crl_bench.experience.bank import ExperienceBank
         from crl_bench.experience.embedder import load_embedder
         from crl_bench.experience.manager import ExperienceManager, RetrievalConfig
 
-        emb = load_embedder(embedder)
+        emb = load_embedder(embedder, max_tokens=embed_max_tokens)
         bank = ExperienceBank(bank_path, dim=emb.dim, capacity=capacity, embedder_name=emb.name)
         if isinstance(retrieval, dict):
             retrieval = RetrievalConfig(**retrieval)
@@ -106,7 +106,7 @@ class RemoteManager:
 
     @classmethod
     def start(cls, bank_path: str, embedder: str, capacity: int, retrieval: Any, *,
-              step_clock: bool = False,
+              step_clock: bool = False, embed_max_tokens: int = 256,
               num_cpus: float = 0.0, max_restarts: int = 3, name: str | None = None,
               here: bool = True) -> "RemoteManager":
         """Start the service. ``here``: on this process's node (the bank file and checkpoint
@@ -122,7 +122,8 @@ class RemoteManager:
         if name:
             opts["name"] = name
         actor = experience_service_class().options(**opts).remote(str(bank_path), embedder,
-                                                                  capacity, retrieval, step_clock)
+                                                                  capacity, retrieval, step_clock,
+                                                                  embed_max_tokens)
         require_ray().get(actor.pid.remote())
         return cls(actor)
 

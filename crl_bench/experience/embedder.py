@@ -39,7 +39,8 @@ class SentenceTransformerEmbedder:
             in the local HF cache) or a folder with a saved sentence-transformers model.
         device: torch device string; None = CPU.
         batch_size: texts per forward pass.
-        max_seq_length: truncate inputs to this many tokens (None = the model's default).
+        max_seq_length: truncate inputs to this many tokens (None: the model's own maximum, its
+            ``max_position_embeddings``).
     """
 
     def __init__(self, model: str = DEFAULT_EMBEDDER, device: str | None = None,
@@ -50,6 +51,12 @@ class SentenceTransformerEmbedder:
         self._model = _load_sentence_transformer(model, device or "cpu")
         if max_seq_length is not None:
             self._model.max_seq_length = min(max_seq_length, self._model.max_seq_length or 10**9)
+        else:  # the model's own maximum: its position limit, not the package's default cut
+            first = self._model[0] if len(self._model) else None
+            config = getattr(getattr(first, "auto_model", None), "config", None)
+            limit = getattr(config, "max_position_embeddings", None)
+            if isinstance(limit, int) and limit > 0:
+                self._model.max_seq_length = limit
         dim = (self._model.get_embedding_dimension() if hasattr(
             self._model, "get_embedding_dimension") else
             self._model.get_sentence_embedding_dimension())
@@ -113,10 +120,17 @@ _CACHE: dict[tuple[str, str], SentenceTransformerEmbedder] = {}
 _CACHE_LOCK = threading.Lock()
 
 
-def load_embedder(name: str = DEFAULT_EMBEDDER, device: str | None = None) -> Embedder:
-    """The embedder called ``name`` (cached per process: several banks/managers share it)."""
-    key = (_canonical_name(name), device or "cpu")
+def load_embedder(name: str = DEFAULT_EMBEDDER, device: str | None = None,
+                  max_tokens: int = 256) -> Embedder:
+    """The embedder called ``name`` (cached per process: several banks/managers share it).
+    ``max_tokens``: inputs are cut at this many tokens; 0: only at the model's own maximum (as
+    the official embedding worker, whose tokenizer call sets no ``max_length``,
+    ``embedding/embedding_worker.py:72-76``)."""
+    if max_tokens < 0:
+        raise ValueError(f"max_tokens must be >= 0 (0: the model's own maximum), got {max_tokens}")
+    key = (_canonical_name(name), device or "cpu", max_tokens)
     with _CACHE_LOCK:
         if key not in _CACHE:
-            _CACHE[key] = SentenceTransformerEmbedder(name, device=device)
+            _CACHE[key] = SentenceTransformerEmbedder(name, device=device,
+                                                      max_seq_length=max_tokens or None)
         return _CACHE[key]

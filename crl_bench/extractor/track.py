@@ -225,6 +225,7 @@ class ExtractorTrack:
         self.last_merge_step = 0
         self.fence_merges = fence_merges
         self._training_now = False
+        self._uncollected = False
         self.stats: dict[str, float] = {"extractions": 0, "malformed": 0, "ops_applied": 0,
                                         "merges": 0, "dropped_uncredited": 0, "buffer_evicted": 0,
                                         "not_distilled": 0}
@@ -501,10 +502,31 @@ class ExtractorTrack:
         if not ready:
             return out
         self._training_now = True
+        self._uncollected = True  # until the actor loop's next flush decision collects it
         try:
             return self._train_batch(step, ready, usage, out, count_aware=count_aware)
         finally:
             self._training_now = False
+
+    def update_pending(self) -> bool:
+        """An extractor update was launched and the actor loop has not collected it yet
+        (official ``_has_pending_memory_train``, ``pipeline.py:1603-1604``: set at the launch,
+        :1690, cleared only by ``_maybe_finish_pending_memory_train`` at :1274, after the step's
+        flush decision at :1237, and only once the update has finished). A method, not a
+        property, so that it also answers through the Ray track's call forwarding."""
+        return self._training_now or self._uncollected
+
+    def collect_update(self) -> bool:
+        """The actor loop, after its flush decision: a finished update is collected (True when
+        one was); a running one stays pending."""
+        if self._training_now or not self._uncollected:
+            return False
+        self._uncollected = False
+        return True
+
+    def merged_at(self, step: int) -> bool:
+        """A merge pass already ran at actor step ``step``."""
+        return self.last_merge_step == step
 
     def _train_batch(self, step: int, ready: list[ExtractorSample], usage: list[list[float]],
                      out: dict[str, Any], *, count_aware: bool) -> dict[str, Any]:
@@ -554,7 +576,7 @@ class ExtractorTrack:
             return {"samples": [s.to_json() for s in self.samples], "updates": self.updates,
                     **self.policy.state_dict(),
                     "last_merge_step": self.last_merge_step, "stats": dict(self.stats),
-                    "pending": list(self._pending)}
+                    "pending": list(self._pending), "update_uncollected": self._uncollected}
 
     def load_state(self, state: dict[str, Any], trajectory_cls: Any) -> list[tuple[int, list[Any]]]:
         """Restore the pool; returns the unprocessed batches (to resubmit)."""
@@ -566,6 +588,7 @@ class ExtractorTrack:
             self._uids = itertools.count(max(by_uid, default=-1) + 1)
             self.updates = int(state["updates"])
             self.last_merge_step = int(state["last_merge_step"])
+            self._uncollected = bool(state.get("update_uncollected", False))
             self.stats.update(state["stats"])
         return [(st, [trajectory_cls.from_json(t) for t in trs]) for st, trs in state.get("pending", [])]
 

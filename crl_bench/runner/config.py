@@ -409,6 +409,10 @@ class ExperienceConfig(_Section):
     (:mod:`crl_bench.extractor.gate`; official: on, the ``paper`` preset): the verdict sets what it
     is shown and the credit it gives the entry's writer (score + 1, 0.5, -1). Read by every agent
     that retrieves; the one switch of the gate."""
+    memory_warmup: int = 0
+    """No entry is retrieved (training, evaluation, gate) until this many training steps have
+    ended (official ``memory_warmup_interval: 5``, yaml :198: steps 0-4 play without memory;
+    ``paper``). 0: retrieval from the first step (the bank is empty then)."""
     ask_on_last_turn: bool = False
     """Offer Search-and-Ask on an episode's last turn too (official: the tool is offered on
     every turn and a call counts as a turn, ``traj_env_manager.py:282-291``, so an ask on the
@@ -652,9 +656,10 @@ PAPER = Preset("paper", "the paper's configuration for GPUs (Qwen2.5-7B-Instruct
                    "extractor.extraction_style": "official", "extractor.fence": "official",
                    "experience.embedder": "Qwen/Qwen3-Embedding-0.6B", "experience.ask_k": 1,
                    "experience.embed_max_tokens": 0,
+                   "experience.embed_max_tokens": 0,
                    "experience.key": "episode_start", "experience.gate": True,
                    "experience.bank_fill_steps": 6, "experience.ask_offer": "all",
-                   "experience.ask_on_last_turn": True,
+                   "experience.ask_on_last_turn": True, "experience.memory_warmup": 5,
                    "experience.ask_style": "official", "experience.gate_invalid_credit": True,
                    "experience.query": "family", "experience.usage_per": "batch",
                    # yaml eval_steps: 1, val_batch_size: 128, eval_memory_split off

@@ -74,7 +74,7 @@ class ExperienceSide(Part):
         from crl_bench.experience.manager import ExperienceManager, step_clock
 
         x = self.info.cfg.experience
-        embedder = load_embedder(x.embedder)
+        embedder = load_embedder(x.embedder, max_tokens=x.embed_max_tokens)
         bank = ExperienceBank(self.info.run.bank_path, dim=embedder.dim, capacity=x.capacity,
                               embedder_name=embedder.name)
         clock = step_clock(lambda: self.info.step, retrieval.step_s,
@@ -204,8 +204,15 @@ class ExperienceSide(Part):
         from crl_bench.runner.trainer import timed
 
         fenced = cfg.extractor.fence == "official"
-        if fenced and self.extractor.training:  # official: no flush (nor merge) while it trains
-            self.extractor.stats["flush_skipped"] = self.extractor.stats.get("flush_skipped", 0) + 1
+        if fenced and merge:  # the step's flush decision (official: once, before its rollouts)
+            # no flush (nor merge) while an update launched earlier is not collected
+            # (pipeline.py:1237 decides before :1274 collects): the step after a launch skips
+            skip = self.extractor.update_pending()
+            self.extractor.collect_update()  # pipeline.py:1274, after the decision
+            if skip:
+                self.count("flush_skipped")
+                return
+        elif fenced and self.extractor.update_pending():  # evaluation: the bank as it stands
             return
         timings = self.info.timings
         with timed(timings, "timing_s/bank_wait"):
@@ -213,7 +220,7 @@ class ExperienceSide(Part):
         every = cfg.experience.merge_every
         step = self.info.step
         if (merge and fenced and self.extractor.merge_every and every and step % every == 0
-                and self.extractor.last_merge_step != step):
+                and not self.extractor.merged_at(step)):
             with timed(timings, "timing_s/merge"):  # the merge sits inside the flush
                 self.log({"step": step, **self.extractor.merge(step)})
 

@@ -136,8 +136,9 @@ class Player(Part):
                 if info is not None:
                     goal, first_obs = str(info.get("goal", "")), str(obs)
                     official = info.get("official_prompt")
-                    query = retrieval_query(g.task.family, goal, first_obs, x.query)
-                    if g.with_experience:
+                    query = retrieval_query(g.task.family, goal, first_obs, x.query,
+                                            raw_obs=info.get("raw_obs"))
+                    if g.with_experience and self.memory_ready(phase, step):
                         retrieved[:g.with_experience] = manager.retrieve(
                             [query] * g.with_experience, family=g.task.family)
             for i, env in enumerate(envs):
@@ -170,6 +171,16 @@ class Player(Part):
             tool = official_tool_text(prompt.ask_tag, prompt.max_asks) if asks else ""
             return official_task_prompt(official, f"{first_obs}{tool}")
         return f"Goal: {goal}\nObservation: {first_obs}"
+
+    def memory_ready(self, phase: str, step: int) -> bool:
+        """Whether the memory warm-up is over: ``experience.memory_warmup`` training steps have
+        ended (official: retrieval, for training and evaluation, only once the manager was
+        notified ``memory_warmup_interval`` times, once at the end of each warm-up step,
+        ``mgr.py:3168-3174``, ``pipeline.py:1499-1502``, read by ``mixin.py:740-747``). A
+        training play at step s follows s - 1 ended steps, the step's evaluation s. Before: the
+        with-experience episodes play without entries (they are still distilled)."""
+        ended = step - 1 if phase == "train" else step
+        return ended >= self.info.cfg.experience.memory_warmup
 
     def run_gate(self, gates: list[tuple[Any, str]]) -> None:
         """The accept / refine / reject gate (:mod:`crl_bench.extractor.gate`): one batched actor
