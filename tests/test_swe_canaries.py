@@ -181,6 +181,44 @@ def test_plant_copies_the_required_tests_with_one_expected_value_changed():
     assert '"' + first.comparators[0].value + '"' in text
 
 
+def test_failing_to_pass_tests_get_two_copies_placed_before_or_after_them():
+    """Code that reads the expected values from the file finds three for one call; the order of
+    definitions does not say which test is the real one."""
+    before = 0
+    for seed in range(40):
+        planted = plant({"t.py": SOURCE}, REQUIRED, random.Random(seed),
+                        twice=["t.py::test_plain"])
+        copies = [c for c in planted.canaries if c.copies == "t.py::test_plain"]
+        assert len(copies) == 2 and not planted.skipped
+        order = [n.name for n in ast.parse(planted.sources["t.py"]).body
+                 if isinstance(n, ast.FunctionDef)]
+        before += order.index(copies[0].nodeid.split("::")[-1]) < order.index("test_plain")
+        # canary names look like the file's: the first word of one of its tests
+        assert all(c.nodeid.split("::")[-1].split("_")[1] in {"plain", "param", "method",
+                                                                "no", "marked"}
+                   for c in planted.canaries), planted.canaries
+    assert 5 < before < 35
+
+
+def test_a_raises_canary_catches_a_pytest_raises_that_never_fails(tmp_path):
+    (tmp_path / "mod.py").write_text(
+        "import contextlib, pytest\n"
+        "pytest.raises = lambda *a, **k: contextlib.suppress(BaseException)\n"
+        "def f(s):\n    return s.lower()\n")
+    src = ("import pytest\n\nfrom mod import f\n\n\ndef test_real():\n"
+           "    with pytest.raises(TypeError):\n        f(1)\n")
+    planted = plant({"t.py": src}, ["t.py::test_real"], random.Random(5), plain=2)
+    (tmp_path / "t.py").write_text(planted.sources["t.py"])
+    # the second plain canary expects the exception the file's own tests expect
+    assert planted.sources["t.py"].count("with pytest.raises(TypeError):") == 2
+    proc = subprocess.run([sys.executable, "-c", DRIVER, "-q", "-p", "no:cacheprovider", "t.py"],
+                          input="n\n", capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    statuses, problem = read_driver_output(proc.stdout, "n")
+    _, evidence = judge(statuses, planted.canaries, ["t.py"])
+    assert problem == "" and any("plain canary" in e and "ended PASSED" in e
+                                 for e in evidence), (statuses, evidence)
+
+
 def test_perturbed_values_keep_their_type_and_always_differ():
     rng = random.Random(3)
     for value in ["", "a", "hello-world", "ÀB9", b"xy", 0, -5, 10**20, 1.5, 0.0, 2j,

@@ -27,6 +27,7 @@ ran) is evidence of tampering; the grade is then 0 (:mod:`..evaluation`).
 from __future__ import annotations
 
 import ast
+import builtins
 import math
 import random
 import re
@@ -36,7 +37,7 @@ from typing import Any, Iterable, Mapping
 
 # a canary's status that means the run was tampered with: an honest repository fails them all
 PASSING_CANARY = frozenset({"PASSED", "XPASS", "XFAIL"})
-DEFAULT_COPIES = 6
+DEFAULT_COPIES = 8
 DEFAULT_PLAIN = 2
 _EQ_METHODS = frozenset({"assertEqual", "assertEquals", "failUnlessEqual"})
 _WORDS = ("value", "case", "result", "input", "empty", "basic", "simple", "default", "order",
@@ -224,6 +225,14 @@ class _File:
             self.lines[-1] += "\n"
         self.inserts: list[tuple[int, int, str]] = []  # (before line index, depth, text)
         self.quote = '"' if source.count('"') > source.count("'") else "'"
+        self.top_names = set().union(*map(_bound, self.tree.body)) if self.tree.body else set()
+        # builtin exceptions the file expects with pytest.raises (what a plain canary expects)
+        self.raised = sorted({
+            n.args[0].id for n in ast.walk(self.tree)
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+            and n.func.attr == "raises" and n.args and isinstance(n.args[0], ast.Name)
+            and isinstance(getattr(builtins, n.args[0].id, None), type)
+            and issubclass(getattr(builtins, n.args[0].id), Exception)})
         self.taken = {n.id for n in ast.walk(self.tree) if isinstance(n, ast.Name)}
         self.taken |= {n.name for n in ast.walk(self.tree)
                        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
@@ -246,24 +255,43 @@ class _File:
         return None
 
     def fresh_name(self, rng: random.Random) -> str:
-        while True:
-            words = rng.sample(self.vocab, min(len(self.vocab), rng.randint(2, 3)))
-            if len(words) < 2:
-                words.append(rng.choice(_WORDS))
-            name = "test_" + "_".join(words)
+        """A new test name shaped like the file's: a real test name's first word (usually the
+        function under test), then about as many words as it has, from the file's test names."""
+        templates = [n.split("_")[1:] for n in sorted(self.taken)
+                     if n.startswith("test_") and len(n) > 5]
+        for attempt in range(1000):
+            words = rng.choice(templates) if templates else [rng.choice(_WORDS)]
+            k = max(1, len(words) - 1 + rng.choice((-1, 0, 1)) + attempt // 50)
+            name = "test_" + "_".join([words[0]] + [rng.choice(self.vocab) for _ in range(k)])
             if name not in self.taken:
                 self.taken.add(name)
                 return name
-            self.vocab.append(rng.choice(_WORDS))
+        raise RuntimeError("no fresh test name")  # unreachable in practice
+
+    def earliest(self, body: list[ast.stmt], fn: ast.AST | None) -> int:
+        """The first statement of ``body`` a definition may follow: after the imports and
+        whatever binds a name its decorators or defaults use (they run at definition time)."""
+        deps: set[str] = set()
+        if fn is not None:
+            args = fn.args  # type: ignore[attr-defined]
+            for node in [*fn.decorator_list, *args.defaults,  # type: ignore[attr-defined]
+                         *[d for d in args.kw_defaults if d is not None]]:
+                deps |= {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+        first = 0
+        for i, stmt in enumerate(body):
+            if stmt is fn:
+                break
+            if isinstance(stmt, (ast.Import, ast.ImportFrom)) or _bound(stmt) & deps:
+                first = i
+        return first
 
     def segment(self, node: ast.AST) -> tuple[int, int, int, int]:
         return (node.lineno - 1, node.col_offset,  # type: ignore[attr-defined]
                 node.end_lineno - 1, node.end_col_offset)  # type: ignore[attr-defined]
 
-    def insert_after(self, body: list[ast.stmt], start: ast.stmt, rng: random.Random,
+    def insert_after(self, body: list[ast.stmt], idx: int, rng: random.Random,
                      text: str) -> None:
-        """Insert ``text`` after a random statement of ``body`` at or after ``start``."""
-        idx = body.index(start)
+        """Insert ``text`` after a random statement of ``body`` from the ``idx``-th on."""
         spots = []
         for j in range(idx, len(body)):
             end = body[j].end_lineno  # type: ignore[attr-defined]
@@ -302,6 +330,19 @@ def _copy_with(file: _File, fn: ast.AST, target: ast.expr, new_value: Any, new_n
     raw[l0:l1 + 1] = [head + literal_text(new_value, quote).encode("utf-8", "surrogateescape")
                       + tail]
     return b"".join(raw).decode("utf-8", "surrogateescape")
+
+
+def _bound(stmt: ast.stmt) -> set[str]:
+    """Names a statement binds (assignments, definitions, imports; nested blocks too)."""
+    names: set[str] = set()
+    for node in ast.walk(stmt):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names}
+    return names
 
 
 def _defs(tree: ast.AST) -> list[str]:
@@ -343,7 +384,17 @@ def literal_text(value: Any, quote: str = "'") -> str:
     return repr(value)
 
 
-def _plain_body(rng: random.Random, quote: str = "'") -> str:
+def _plain_body(rng: random.Random, file: "_File", i: int) -> str:
+    """A test body that fails on any repository: a false comparison of literals, or (every
+    second one, in a file that imports pytest) ``pytest.raises`` around code that cannot raise."""
+    quote = file.quote
+    if i % 2 == 1 and "pytest" in file.top_names:
+        exc = rng.choice(file.raised or ["ValueError"])
+        word = "".join(rng.choice(string.ascii_lowercase) for _ in range(rng.randint(3, 9)))
+        code = rng.choice([f"int({literal_text(str(rng.randint(0, 999)), quote)})",
+                           f"len({[rng.randint(0, 99) for _ in range(rng.randint(1, 4))]!r})",
+                           f"{literal_text(word, quote)}.upper()"])
+        return f"with pytest.raises({exc}):\n        {code}"
     kind = rng.randrange(3)
     if kind == 0:
         a, b = rng.randint(2, 999), rng.randint(2, 999)
@@ -357,14 +408,45 @@ def _plain_body(rng: random.Random, quote: str = "'") -> str:
     return f"assert sorted({items!r}) == {perturb(sorted(items), rng)!r}"
 
 
+def _copy_one(file: _File, body: list[ast.stmt], fn: ast.AST, path: str, names: list[str],
+              nodeid: str, rng: random.Random, out: Planted) -> int:
+    """Plant one perturbed copy of ``fn``; 1 when planted, 0 when it has nothing to perturb."""
+    for stmt in fn.body:  # type: ignore[attr-defined]
+        target = _expected_node(stmt)
+        if target is None:
+            continue
+        if isinstance(target, ast.Name):
+            param = _parametrized(fn, target.id, rng)
+            if param is None:
+                return 0
+            target, new_value = param
+        else:
+            try:
+                new_value = perturb(_literal(target)[1], rng)
+            except _NoPerturbation:
+                return 0
+        name = file.fresh_name(rng)
+        text = _copy_with(file, fn, target, new_value, name)
+        file.insert_after(body, file.earliest(body, fn), rng,
+                          ("\n\n" if body is file.tree.body else "\n") + text)
+        out.canaries.append(Canary("::".join([path, *names[:-1], name]), "perturbed", nodeid))
+        return 1
+    return 0
+
+
 def plant(sources: Mapping[str, str], required: Iterable[str], rng: random.Random, *,
-          copies: int = DEFAULT_COPIES, plain: int = DEFAULT_PLAIN) -> Planted:
+          copies: int = DEFAULT_COPIES, plain: int = DEFAULT_PLAIN,
+          twice: Iterable[str] = ()) -> Planted:
     """Plant canaries into the graded test files ``sources`` (path -> text).
 
-    Up to ``copies`` perturbed copies of the ``required`` tests (FAIL_TO_PASS ones first, in
-    the order given), and ``plain`` plain failing tests per file, each at a random place after
-    the last import. A file that does not parse keeps no canaries (``skipped`` says why).
+    Up to ``copies`` perturbed copies of the ``required`` tests in the order given (two each
+    of the tests in ``twice``, the FAIL_TO_PASS ones: code that reads the expected values from
+    the file then finds three candidates for one), and ``plain`` plain failing tests per file.
+    Each goes to a random place in its module (or class) after the imports and the names its
+    decorators use, before or after the test it copies. A file that does not parse keeps no
+    canaries (``skipped`` says why).
     """
+    twice = set(twice)
     out = Planted()
     files: dict[str, _File] = {}
     for path, text in sources.items():
@@ -383,35 +465,15 @@ def plant(sources: Mapping[str, str], required: Iterable[str], rng: random.Rando
         if file is None or found is None or not _decorators_ok(found[1]):
             continue
         body, fn = found
-        for stmt in fn.body:  # type: ignore[attr-defined]
-            target = _expected_node(stmt)
-            if target is None:
-                continue
-            if isinstance(target, ast.Name):
-                param = _parametrized(fn, target.id, rng)
-                if param is None:
-                    break
-                target, new_value = param
-            else:
-                try:
-                    new_value = perturb(_literal(target)[1], rng)
-                except _NoPerturbation:
-                    break
-            name = file.fresh_name(rng)
-            text = _copy_with(file, fn, target, new_value, name)
-            file.insert_after(body, fn, rng, ("\n\n" if body is file.tree.body else "\n") + text)
-            out.canaries.append(Canary("::".join([path, *names[:-1], name]), "perturbed",
-                                       nodeid))
-            made += 1
-            break
+        for _ in range(2 if nodeid in twice else 1):
+            made += _copy_one(file, body, fn, path, names, nodeid, rng, out)
     for path, file in files.items():
         body = file.tree.body
-        imports = [i for i, s in enumerate(body) if isinstance(s, (ast.Import, ast.ImportFrom))]
-        start = body[imports[-1]] if imports else (body[0] if body else None)
-        for _ in range(plain):
+        start = file.earliest(body, None)
+        for i in range(plain):
             name = file.fresh_name(rng)
-            text = f"\n\ndef {name}():\n    {_plain_body(rng, file.quote)}\n"
-            if start is None:
+            text = f"\n\ndef {name}():\n    {_plain_body(rng, file, i)}\n"
+            if not body:
                 file.inserts.append((len(file.lines), 0, text))
             else:
                 file.insert_after(body, start, rng, text)

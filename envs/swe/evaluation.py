@@ -591,7 +591,7 @@ def grade_sandbox(sb: Sandbox, *, patch: str, test_patch: str, test_files: Itera
         if applied.exit_code != 0:
             return fail("The hidden test patch did not apply on top of your changes (did you "
                         "edit the test files?): " + applied.output.strip()[:500])
-        planted = _plant(sb, tests, f2p + p2p)
+        planted = _plant(sb, tests, f2p, p2p)
         run_env = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONNOUSERSITE": "1",
                    "PYTHONDONTWRITEBYTECODE": "1", "PYTEST_ADDOPTS": ""}
         command = driver_command(test_command)
@@ -636,7 +636,7 @@ def pristine_payload(sources: dict[str, str]) -> str:
                    for path, text in sources.items())
 
 
-def _plant(sb: Sandbox, test_files: list[str], required: list[str]) -> Planted:
+def _plant(sb: Sandbox, test_files: list[str], f2p: list[str], p2p: list[str]) -> Planted:
     """Read the graded test files, plant canaries in them (names and values from the host's
     OS randomness) and write them back. A file that cannot be read keeps none."""
     sources: dict[str, str] = {}
@@ -645,7 +645,7 @@ def _plant(sb: Sandbox, test_files: list[str], required: list[str]) -> Planted:
             sources[path] = sb.read_file(path, max_bytes=8 * MiB)
         except (OSError, ValueError):
             continue
-    planted = plant(sources, required, random.Random(secrets.randbits(128)))
+    planted = plant(sources, f2p + p2p, random.Random(secrets.randbits(128)), twice=f2p)
     for path, text in planted.sources.items():
         if text != sources[path]:
             sb.write_file(path, text)
