@@ -50,8 +50,8 @@ def test_paper_queries_minihack_with_the_printed_nle_observation(tmp_path):
         specs = ctx.player.episode_specs("train", 1, ctx.plan(1, with_experience=1))
         spec = next(s for s in specs if s.with_experience)
         obs, info = spec.env.reset(seed=spec.seed)
-        want = f"Observation: {info['raw_obs']}" if "raw_obs" in info else f"Observation: {obs}"
-        assert spec.meta["query"] == want
+        assert isinstance(info["raw_obs"], dict) and "glyphs" in info["raw_obs"]
+        assert spec.meta["query"] == f"Observation: {info['raw_obs']}" != f"Observation: {obs}"
     finally:
         ctx.close()
 

@@ -177,7 +177,11 @@ class MiniHackTextEnv(TextEnv):
         self._started = True
         self._description = safe_text(self._describe(nle_obs))
         self._last_observation = self._description
-        return self._description, self._info(action_valid=True)
+        info = self._info(action_valid=True)
+        # the NLE observation dict itself: the official MiniHack retrieval query prints it
+        # (env/minihack/env.py:325-329, traj_env_manager.py:146-148; experience.query=family)
+        info["raw_obs"] = nle_obs
+        return self._description, info
 
     def step(self, action: Any) -> tuple[str, float, bool, bool, dict[str, Any]]:
         if not self._started:
