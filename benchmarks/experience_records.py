@@ -191,6 +191,27 @@ def train_step_stats(run: Path, decode: Any = None
     return actions, hints, examples
 
 
+def eval_shown(run: Path, decode: Any) -> dict[tuple[int, int, int], dict[str, Any]]:
+    """What each evaluation episode was shown, from the run's evaluation trajectories, keyed by
+    (step, level seed, with experience): the format line's example (``format_example`` of its
+    first prompt; the placeholder word under ``example_pick=placeholder``) and the
+    ``action``-template claim of its experience text (``[outcome, move]``, or None)."""
+    shown: dict[tuple[int, int, int], dict[str, Any]] = {}
+    for path in sorted((run / "trajectories").glob("eval_step_*.jsonl.gz")):
+        step = int(path.name.split("_")[2].split(".")[0])
+        with gzip.open(path, "rt") as fh:
+            for line in fh:
+                t = json.loads(line)
+                turns = t.get("turns") or []
+                example = (format_example(decode(turns[0]["prompt_ids"]))
+                           if turns and turns[0].get("prompt_ids") else None)
+                text = str(t.get("experience_text") or "") if t.get("with_experience") else ""
+                claim = text_claim(text)
+                shown[(step, int(t["seed"]), int(bool(t.get("with_experience"))))] = {
+                    "example": example, "claim": list(claim) if claim else None}
+    return shown
+
+
 def run_time(run: Path) -> dict[str, Any]:
     """Where the run's wall time went, in minutes (``learning_minihack.time_breakdown``)."""
     from learning_minihack import time_breakdown
@@ -216,13 +237,19 @@ def export_run(run: Path, records: Path = RECORDS) -> Path:
               "last_step": status["step"], "eval": config["eval"],
               "train_levels": sorted({e["seed"] for e in episodes if e["phase"] == "train"}),
               "train_actions": train_actions, "time_min": run_time(run),
-              "train_hints": train_hints, "train_examples": train_examples}
+              "train_hints": train_hints, "train_examples": train_examples,
+              "model": config["model"].get("actor"),
+              "example_pick": config.get("rollout", {}).get("example_pick"),
+              "provenance": status.get("provenance")}
+    shown = eval_shown(run, tokenizer.decode)
     records.mkdir(parents=True, exist_ok=True)
     path = records / f"{config['agent']}__seed{config['seed']}.jsonl"
     lines = [json.dumps({"run": header}, separators=(",", ":"))]
     lines += [json.dumps({"step": e["step"], "seed": e["seed"], "task": e["task"],
                           "exp": int(bool(e["with_experience"])), "actions": e["actions"],
-                          "success": int(bool(e["success"])), "score": e["score"]},
+                          "success": int(bool(e["success"])), "score": e["score"],
+                          **shown.get((int(e["step"]), int(e["seed"]),
+                                       int(bool(e["with_experience"]))), {})},
                          separators=(",", ":")) for e in evals]
     tmp = path.with_suffix(".tmp")
     tmp.write_text("\n".join(lines) + "\n")
@@ -420,6 +447,7 @@ def analyse(records: Path = RECORDS, agents=AGENTS, seeds=SEEDS, steps: int = ST
 
     runs: dict[str, dict[int, dict[str, Any]]] = {name: {} for name in SERIES}
     missing, leaks, per_run, recorded, hints, examples = [], {}, [], 0, [], []
+    eval_examples: list[dict[str, Any]] = []
     for agent in agents:
         for seed in seeds:
             path = records / f"{agent}__seed{seed}.jsonl"
@@ -458,6 +486,9 @@ def analyse(records: Path = RECORDS, agents=AGENTS, seeds=SEEDS, steps: int = ST
                                            f"{header['last_step']})"})
                     continue
                 runs[name][seed] = m
+                shown = [e for e in episodes if bool(e["exp"]) == with_exp and "example" in e]
+                if shown:
+                    eval_examples.append({"series": name, "seed": seed, **example_counts(shown)})
                 per_run.append({"series": name, "seed": seed, "state": header["state"],
                                 **{k: v for k, v in m.items() if k != "curve"},
                                 "wall_min": header.get("time_min", {}).get("run")})
@@ -478,12 +509,25 @@ def analyse(records: Path = RECORDS, agents=AGENTS, seeds=SEEDS, steps: int = ST
         and comparisons[0]["metric"] == "auc" and comparisons[0]["b"] == PRIMARY[2] else None
     return {"agents": list(agents), "seeds": list(seeds), "steps": steps, "runs": per_run,
             "recorded": recorded, "hints": hints, "examples": examples,
+            **({"eval_examples": eval_examples} if eval_examples else {}),
             "ended_early": ((records / ENDED_EARLY).read_text().strip()
                             if (records / ENDED_EARLY).is_file() else None),
             "missing": missing, "held_out_violations": leaks, "means": means,
             "comparisons": comparisons, "verdict": verdict(primary) if primary else "no data",
             "curves": {name: {s: m["curve"] for s, m in by_seed.items()}
                        for name, by_seed in runs.items() if by_seed}}
+
+
+def example_counts(episodes: list[dict[str, Any]]) -> dict[str, Any]:
+    """Evaluation answers equal to the example their prompt showed (records exported with the
+    ``example`` field): episodes, those whose prompt showed an example, and those whose first
+    action (lower-cased, spaces collapsed) is that example; and the examples shown."""
+    shown = [e for e in episodes if e.get("example") is not None]
+    first = [" ".join(str(e["actions"][0]).lower().split()) if e.get("actions") else None
+             for e in shown]
+    return {"episodes": len(episodes), "shown": len(shown),
+            "sent_example": sum(f == e["example"] for f, e in zip(first, shown)),
+            "examples": sorted({e["example"] for e in shown})[:8]}
 
 
 def _sum(rows: Any, keys: tuple[str, ...]) -> dict[str, int]:
@@ -568,6 +612,19 @@ def summary_markdown(result: dict[str, Any]) -> str:
                          f"{share(e['sent_example'], e['moved'])} ({share(a['sent_example'], a['moved'])}"
                          f" / {share(z['sent_example'], z['moved'])}) | {e['claim_not_example']} | "
                          f"{e['sent_claim']} | {e['sent_example_not_claim']} |")
+    if result.get("eval_examples"):
+        lines += ["", "## Evaluation answers equal to the example shown", "",
+                  "Per series, summed over the run's evaluations: the held-out episodes, those "
+                  "whose prompt's format line showed an example, and those whose answer was that "
+                  "example (under `rollout.example_pick=placeholder` the example is the "
+                  "placeholder word, which is no move).", "",
+                  "| series | seed | episodes | an example shown | answer = example | examples |",
+                  "|---|---|---|---|---|---|"]
+        for e in result["eval_examples"]:
+            lines.append(f"| {e['series']} | {e['seed']} | {e['episodes']} | {e['shown']} | "
+                         f"{e['sent_example']}/{e['shown']}"
+                         + (f" = {e['sent_example'] / e['shown']:.2f}" if e["shown"] else "")
+                         + f" | {', '.join(e['examples'])} |")
     planned, recorded = len(result["agents"]) * len(result["seeds"]), result["recorded"]
     if recorded < planned and result.get("ended_early"):
         lines += ["", f"**The plan was ended after {recorded} of its {planned} planned runs: "

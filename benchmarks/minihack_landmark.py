@@ -391,6 +391,46 @@ def follow(ctx: Any, args: argparse.Namespace, held_out: list[int]) -> dict[str,
             "wall_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0}
 
 
+CLAIM_WORDS = {"none": "no entry", "take_random": "take M (M random)",
+               "avoid_random": "do not take X (X random)", "right": "take the rule's move",
+               "wrong": "take the next move clockwise"}
+
+
+def follow_table(paths: list[Path]) -> str:
+    """The ``--follow`` files side by side (one per actor and temperature): per entry shown,
+    success, valid moves, the entry's move sent and the most frequent move's share, each with its
+    95% Wilson interval; then :func:`reader_bar` per file."""
+    def cell(r: dict[str, Any] | None) -> str:
+        if r is None:
+            return "—"
+        return f"{r['k']}/{r['n']} = {r['share']:.2f} [{r['low']:.2f}, {r['high']:.2f}]"
+
+    lines = ["| actor | temperature | example | entry | success | a valid move | the entry's move "
+             "sent | the most frequent move |", "|---|---|---|---|---|---|---|---|"]
+    bars = []
+    for path in paths:
+        data = json.loads(Path(path).read_text())
+        f = data["follow"]
+        actor = data.get("model", "?") + (f" ({data['checkpoint']['run']})"
+                                          if data.get("checkpoint") else "")
+        for r in f["rows"]:
+            top = r.get("top_move")
+            top_name = r["top_moves"][0][0] if r.get("top_moves") else "—"
+            lines.append(f"| {actor} | {f['temperature']:g} | {r['example']} | "
+                         f"{CLAIM_WORDS.get(r['claim'], r['claim'])} | {cell(r['success'])} | "
+                         f"{cell(r['valid_move'])} | {cell(r.get('sent_claim'))} | "
+                         f"{top_name}: {cell(top)} |")
+        for pick, bar in f.get("reader_bar", {}).items():
+            held = {k: v for k, v in bar.items() if k != "passes"}
+            bars.append(f"- {actor}, temperature {f['temperature']:g}, example {pick}: "
+                        + ("**passes**" if bar["passes"] else "**fails**") + " — "
+                        + "; ".join(f"{k} {'—' if v is None else format(v['share'], '.3f')} "
+                                    f"({'—' if v is None else v['bar']}: "
+                                    f"{'not measured' if v is None else 'holds' if v['holds'] else 'fails'})"
+                                    for k, v in held.items()))
+    return "\n".join(lines + ["", "The bar (an actor that reads, READER_BAR):", ""] + bars) + "\n"
+
+
 def _episode_text(traj: Any) -> str:
     """The trajectory text the extractor is shown (``crl_bench.extractor.track``'s rendering)."""
     from crl_bench.extractor.extraction import trajectory_pairs, trajectory_to_text
@@ -437,6 +477,18 @@ def main(argv: list[str] | None = None) -> int:
         import experience_records
 
         return experience_records.main(args_in)
+    if args_in[:1] == ["follow-table"]:
+        tp = argparse.ArgumentParser(prog="minihack_landmark.py follow-table",
+                                     description=follow_table.__doc__.split("\n\n")[0])
+        tp.add_argument("files", nargs="+", type=Path)
+        tp.add_argument("--out", type=Path, default=None)
+        targs = tp.parse_args(args_in[1:])
+        text = follow_table(targs.files)
+        print(text, end="")
+        if targs.out is not None:
+            targs.out.parent.mkdir(parents=True, exist_ok=True)
+            targs.out.write_text(text)
+        return 0
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--baselines", action="store_true")
     ap.add_argument("--probe", action="store_true")

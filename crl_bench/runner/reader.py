@@ -35,7 +35,7 @@ small rank keeps the base model's instruction following close to where it was; t
 are an ordinary checkpoint (fp32 safetensors: a bf16 copy would round away part of the small delta),
 on which every agent's run adds its own LoRA as on the base model.
 
-Seeded and deterministic (one torch thread during the build; the data, its order and the LoRA init
+Seeded and deterministic (``threads`` torch threads during the build, 2; the data, its order and the LoRA init
 come from the recipe's seed). ``crl_bench_reader.json`` in the model folder holds the recipe, the data
 check, the loss per step and the build's wall and CPU time.
 """
@@ -76,14 +76,14 @@ class ReaderRecipe:
     """Everything the warm start depends on; the model folder's name carries its version."""
 
     base: str = "smollm2-135m"
-    examples: int = 768
+    examples: int = 384
     epochs: int = 1
     batch: int = 8
     lr: float = 1e-3
-    warmup_steps: int = 8
+    warmup_steps: int = 4
     lora_r: int = 16
     lora_alpha: int = 32
-    lora_layers: int = 0
+    lora_layers: int = 10
     """LoRA on the last this many decoder layers only (0: all): the backward pass then stops at the
     first adapted layer, which halves a step's cost on CPU."""
     autocast_bf16: bool = True
@@ -97,7 +97,7 @@ class ReaderRecipe:
     non_move_share: float = 0.1
     capital_share: float = 0.2
     """Share of claims whose move is written capitalised (entries copy the actor's spelling)."""
-    threads: int = 1
+    threads: int = 2
     save_dtype: str = "float32"
 
 
