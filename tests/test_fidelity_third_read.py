@@ -163,3 +163,37 @@ def test_no_memory_before_the_warm_up_notifications(tmp_path):
         assert shown("train", 6) > 0 and shown("eval", 5) > 0
     finally:
         ctx.close()
+
+
+# -- observations are never cut ------------------------------------------------------------------
+
+def test_paper_never_cuts_an_observation():
+    """``traj_env_manager.py:390-406``: the observation goes into the turn template as the env
+    gave it (no length cut anywhere on that path). ``paper``: ``rollout.max_observation_chars=0``;
+    the CPU presets keep the 6,000-character cut."""
+    from crl_bench.llm.prompting import PromptConfig, build_followup_message
+    from crl_bench.runner.config import PRESETS
+
+    assert PRESETS["paper"]().rollout.max_observation_chars == 0
+    assert PRESETS["cpu"]().rollout.max_observation_chars == 6000
+    obs = "x" * 9000 + "THE END"
+    whole = build_followup_message(PromptConfig(max_observation_chars=None), observation=obs,
+                                   admissible_actions=None)
+    cut = build_followup_message(PromptConfig(max_observation_chars=6000), observation=obs,
+                                   admissible_actions=None)
+    assert obs in whole and obs not in cut
+
+
+def test_the_player_hands_the_observation_cap_to_the_prompt(tmp_path):
+    from tests.test_fidelity_launched import make_ctx
+
+    ctx = make_ctx(tmp_path, **{"rollout.max_observation_chars": 0})
+    try:
+        assert ctx.player.prompt_config().max_observation_chars is None
+    finally:
+        ctx.close()
+    ctx = make_ctx(tmp_path / "b")
+    try:
+        assert ctx.player.prompt_config().max_observation_chars == 6000
+    finally:
+        ctx.close()

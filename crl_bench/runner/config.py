@@ -220,6 +220,10 @@ class RolloutConfig(_Section):
     experience_last: bool = False
     """The experience block just before the answer format instead of after the goal
     (``PromptConfig.experience_last``)."""
+    max_observation_chars: int = 6000
+    """An observation longer than this is cut in the middle (the prompt says so); 0: never cut
+    (official: the env's observation goes into the turn template whole,
+    ``traj_env_manager.py:390-406``; ``paper``)."""
     env_max_steps: dict[str, int] = field(default_factory=dict)
     """Per-family env action caps overriding the env defaults, e.g. {"minihack": 10}."""
     env_kwargs: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -619,6 +623,7 @@ PAPER = Preset("paper", "the paper's configuration for GPUs (Qwen2.5-7B-Instruct
                    "rollout.groups": 16, "rollout.group_size": 8, "rollout.top_k": 100,
                    "rollout.max_new_tokens": 4096, "rollout.conversation": "full",
                    "rollout.history": -1, "rollout.think": True,
+                   "rollout.max_observation_chars": 0,
                    # the official MiniHack observation and messages: the 9x9 crop, legend,
                    # message and action list (env.py:526-583, :383-394), the maze system prompt,
                    # env instruction and turn template, memory in the system message

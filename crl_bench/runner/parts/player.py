@@ -238,7 +238,8 @@ class Player(Part):
                       format_penalty=r.format_penalty, max_asks=x.max_asks,
                       conversation=r.conversation, observation_last=r.observation_last,
                       experience_last=r.experience_last, layout=r.prompt_layout,
-                      experience_place=r.experience_place)
+                      experience_place=r.experience_place,
+                      max_observation_chars=r.max_observation_chars or None)
         if r.small_model_prompt:
             kwargs.pop("think")
             prompt = PromptConfig.for_small_model(example_pick=r.example_pick, **kwargs)
