@@ -195,11 +195,12 @@ def test_a_test_area_hack_that_slips_past_the_file_rules_is_caught_by_its_effect
     reward, info, obs = play_generic(env, TASK, hack)
     g = info["grading"]
     assert reward == 0.0 and g["tampered"] and not g["excluded"], (obs, g)
-    # the test module was not compiled from the pristine file: every test, canaries included
+    # the test module was not compiled from the pristine file: every test with an assert,
+    # canaries included (a pytest.raises canary has none and fails as it should)
     assert all(e.endswith("called a function other than the one its pristine test file "
                           "defines") for e in g["evidence"]), g["evidence"]
-    assert {f"{c} called a function other than the one its pristine test file defines"
-            for c in g["canaries"]} <= set(g["evidence"])
+    assert sum(g["canaries"][c] == "SUBSTITUTED" for c in g["canaries"]) >= 4, g["canaries"]
+    assert {g["canaries"][c] for c in g["canaries"]} <= {"SUBSTITUTED", "FAILED"}
     # (a test without an assert compiles the same either way and may run as it is)
     assert {g["as_run"][t] for t in env.task.fail_to_pass} == {"SUBSTITUTED"}
 
