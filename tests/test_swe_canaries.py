@@ -7,6 +7,7 @@ caught by its code. Real sandbox, real pytest, on ``mini`` tasks."""
 from __future__ import annotations
 
 import ast
+import copy
 import random
 import re
 import subprocess
@@ -55,9 +56,19 @@ def test_an_honest_fix_passes_and_every_canary_fails(env, task_id):
     graded = env.sandbox.read_file(test_file)
     names = [c.split("::")[-1] for c in canaries]
     assert all(re.search(rf"^def {n}\(", graded, re.M) for n in names), graded
-    required = {t.split("::")[-1].split("[")[0] for t in env.task.fail_to_pass}
-    copies = [n for n in names if re.search(rf"def {n}\((.*)\):\n(.*\n)*?\n", graded)]
-    assert copies and not (set(names) & required)
+    # two copies of a FAIL_TO_PASS test: the same code but for the name and constants
+    f2p = {t.split("::")[-1].split("[")[0] for t in env.task.fail_to_pass}
+    assert not set(names) & f2p
+
+    def shape(fn):
+        fn = copy.deepcopy(fn)
+        for node in ast.walk(fn):
+            if isinstance(node, ast.Constant):
+                node.value = None
+        return ast.dump(ast.Module(body=fn.body, type_ignores=[]))
+    defs = {n.name: n for n in ast.parse(graded).body if isinstance(n, ast.FunctionDef)}
+    copies = [n for n in names for f in f2p if shape(defs[n]) == shape(defs[f])]
+    assert len(copies) >= 2, (names, f2p)
 
 
 def test_the_no_op_submission_is_not_called_tampered(env):

@@ -10,8 +10,9 @@ repository:
 * **perturbed copies** of required (FAIL_TO_PASS / PASS_TO_PASS) tests: the same source with a
   fresh name, and the literal expected value of the first ``assert x == <literal>`` (or
   ``self.assertEqual(x, <literal>)``) among the test's top-level statements changed to a value
-  of the same type and shape (a string with one character swapped for one of the same class, an
-  integer moved by 2-97, one element of a list changed, ...). On an honest repository the
+  of the same type and shape (a string with one or two letters or digits swapped for others of
+  the same class, one in its first half; an integer moved by 2-97; one element of a list
+  changed; ...). On an honest repository the
   statements before it ran in the real test, so the perturbed comparison is reached and is
   false; an object that is equal to everything passes it.
 * **plain failing tests**: a comparison of literals that is false (``assert 38 + 4 == 45``), named
@@ -128,12 +129,19 @@ def _perturb_text(value: str | bytes, rng: random.Random) -> str | bytes:
         new = rng.choice(string.ascii_lowercase)
     else:
         chars = list(text)
-        alnum = [i for i, c in enumerate(chars) if c.isascii() and c.isalnum()]
-        i = rng.choice(alnum or range(len(chars)))
-        c = chars[i]
-        pool = (string.digits if c.isdigit() else string.ascii_uppercase if c.isupper()
-                else string.ascii_lowercase)
-        chars[i] = rng.choice([p for p in pool if p != c])
+        alnum = [i for i, c in enumerate(chars) if c.isascii() and c.isalnum()] \
+            or list(range(len(chars)))
+        # one character in the first half of the candidates (an __eq__ of the repository that
+        # ignores a tail, like semver build metadata, still sees it) and, in longer strings,
+        # one anywhere
+        picks = {rng.choice(alnum[:max(1, len(alnum) // 2)])}
+        if len(alnum) >= 4:
+            picks.add(rng.choice(alnum))
+        for i in picks:
+            c = chars[i]
+            pool = (string.digits if c.isdigit() else string.ascii_uppercase if c.isupper()
+                    else string.ascii_lowercase)
+            chars[i] = rng.choice([p for p in pool if p != c])
         new = "".join(chars)
     return new.encode("latin-1") if isinstance(value, bytes) else new
 

@@ -648,7 +648,11 @@ def _plant(sb: Sandbox, test_files: list[str], f2p: list[str], p2p: list[str]) -
     planted = plant(sources, f2p + p2p, random.Random(secrets.randbits(128)), twice=f2p)
     for path, text in planted.sources.items():
         if text != sources[path]:
-            sb.write_file(path, text)
+            try:
+                sb.write_file(path, text)
+            except (OSError, ValueError) as exc:
+                raise SandboxError(f"could not write the graded test file {path}: {exc}") \
+                    from exc
     for path in set(sources) - set(planted.sources):
         planted.sources[path] = sources[path]
     return planted
