@@ -197,7 +197,19 @@ class RayModels(Models):
         return out
 
     def state_dict(self, folder: Any) -> dict[str, Any]:
-        if not self.holds_weights:  # the learner ranks checkpoint the weights (sharded)
+        if not self.holds_weights:
+            # the learner ranks checkpoint the weights (sharded, RUN_DIR/learner_checkpoints/);
+            # the checkpoint's adapters folder says so instead of holding a copy
+            import json
+            from pathlib import Path
+
+            out = Path(folder) / "adapters"
+            out.mkdir(parents=True, exist_ok=True)
+            (out / "sharded.json").write_text(json.dumps({
+                "weights": "held by the FSDP learner ranks: torch.distributed.checkpoint folders "
+                           "in RUN_DIR/learner_checkpoints, named by the trainers' states",
+                "models": {"actor": self.actor_spec.get("model_name"),
+                           "extractor": self.ext_spec.get("model_name")}}, indent=1))
             return {}
         return super().state_dict(folder)
 
