@@ -72,8 +72,8 @@ def test_memory_at_submit_is_bounded_by_the_patch_cap_not_the_workspace():
     cap = out["seen"]["256"][3]
     for mib, (obs, reward, terminated, _cap) in out["seen"].items():
         assert terminated and reward == 0.0, obs
-    assert "so this was not diffed" in out["seen"]["256"][0], out["seen"]["256"][0]
-    assert "the patch is over" in out["seen"]["40"][0], out["seen"]["40"][0]
+    assert "so they were not diffed" in out["seen"]["256"][0], out["seen"]["256"][0]
+    assert f"over the {cap:,}-byte limit" in out["seen"]["40"][0], out["seen"]["40"][0]
     grown = out["self"] - out["base"]
     assert grown <= 2 * cap + 16 * MiB, (grown / MiB, out)
     assert out["children"] <= 4 * cap + 64 * MiB, (out["children"] / MiB, out)

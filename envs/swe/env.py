@@ -25,7 +25,8 @@ from crl_bench.envs.swe.evaluation import (DEFAULT_MAX_PATCH_BYTES, Grading, exc
                                            grade_sandbox, split_diff)
 from crl_bench.envs.swe.grading import GradeReport, grade
 from crl_bench.envs.swe.patches import patch_to_actions
-from crl_bench.envs.swe.sandbox import MiB, Sandbox, SandboxError, SandboxLimits
+from crl_bench.envs.swe.sandbox import (MiB, PatchTooLargeError, Sandbox, SandboxError,
+                                        SandboxLimits)
 from crl_bench.envs.swe.tasks import SWETask, TaskSet, make_task_set
 from crl_bench.envs.swe.tools import TOOL_HELP, ToolOutput, ToolRunner, run_action_text
 from crl_bench.text_env import TextEnv, coerce_action, reset_options
@@ -286,6 +287,12 @@ class SWETextEnv(TextEnv):
         self._model_patch = ""
         try:
             full = self._workspace_patch()
+        except PatchTooLargeError as exc:  # refused before it was held: graded as too large
+            report = grade({}, task.fail_to_pass, task.pass_to_pass, note=exc.note)
+            self._grading = Grading(timeout_s=self.eval_timeout_s, problem=exc.note,
+                                    patch_bytes=exc.bytes_seen, patch_too_large=True)
+            self._last_grade = report
+            return report
         except SandboxError as exc:
             full = ""
             report = grade({}, task.fail_to_pass, task.pass_to_pass,

@@ -17,8 +17,9 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from crl_bench.envs.swe.sandbox_base import (MiB, SETUP_ERROR_EXIT, SETUP_ERROR_PREFIX, WORKDIR,
-                                             CommandResult, Sandbox, SandboxError,
-                                             SandboxLimits, SandboxPathError, process_reserve_mb)
+                                             CommandResult, PatchTooLargeError, Sandbox,
+                                             SandboxError, SandboxLimits, SandboxPathError,
+                                             process_reserve_mb)
 from crl_bench.envs.swe.sandbox_fs import (QuotaWatch, changed_bytes, chown_tree, fs_usage,
                                            mount_quota_fs, remove_tree, tree_usage)
 from crl_bench.envs.swe.sandbox_proc import (OWNER_FILE, WORKSPACE_PREFIX, _base_config,
@@ -373,11 +374,13 @@ class LocalSandbox(Sandbox):
         changed = changed_bytes(self.ws, Path(self._source), input_cap,
                                 max_depth=self.limits.max_path_depth)
         if changed > input_cap:
-            raise SandboxError(
+            raise PatchTooLargeError(
                 f"the workspace's new and changed files hold over {input_cap:,} bytes "
-                f"({changed / MiB:,.1f} MiB counted so far); patches are limited to "
-                f"{max_bytes:,} bytes, so this was not diffed. Remove large files you made "
-                "(find /testbed -size +1M -newer /testbed/.git/HEAD) and submit again.")
+                f"({changed / MiB:,.1f} MiB counted so far); not diffed", changed,
+                f"Your patch would be over the {max_bytes:,}-byte limit: your new and changed "
+                f"files hold {changed:,} bytes or more (over four times the limit), so they were "
+                "not diffed. Remove large files you made (find /testbed -size +1M -newer "
+                "/testbed/.git/HEAD) and submit again.")
         with tempfile.TemporaryDirectory(prefix="crl-swe-diff-") as tmp:
             gitdir = Path(tmp) / "git"
             env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": tmp, **GIT_ENV,
@@ -465,9 +468,11 @@ def _capped_output(cmd: list[str], *, cwd: Path, env: dict[str, str], deadline: 
                 break
             out += chunk
             if len(out) > cap:
-                raise SandboxError(f"the patch is over {cap:,} bytes (patches are limited to "
-                                   f"{max_bytes:,}); remove large files you made and submit "
-                                   "again")
+                raise PatchTooLargeError(
+                    f"the patch is over {cap:,} bytes; not read further", len(out),
+                    f"Your patch is more than {cap:,} bytes, over the {max_bytes:,}-byte limit: "
+                    "it was not graded (large generated or binary files? remove them and "
+                    "submit again).")
         err = proc.stderr.read(4096)
         code = proc.wait(timeout=max(1.0, deadline - time.monotonic()))
     except subprocess.TimeoutExpired:

@@ -32,8 +32,8 @@ from __future__ import annotations
 from typing import Any
 
 from crl_bench.envs.swe.sandbox_base import (  # noqa: F401  (the public names live here)
-    SETUP_ERROR_EXIT, SETUP_ERROR_PREFIX, WORKDIR, MiB, CommandResult, Sandbox, SandboxError,
-    SandboxLimits, SandboxPathError, omission_marker, truncate_middle)
+    SETUP_ERROR_EXIT, SETUP_ERROR_PREFIX, WORKDIR, MiB, CommandResult, PatchTooLargeError, Sandbox,
+    SandboxError, SandboxLimits, SandboxPathError, omission_marker, truncate_middle)
 from crl_bench.envs.swe.sandbox_proc import (  # noqa: F401
     EXIT_GRACE_S, LAUNCHER, collect_output, default_ro_binds, namespaces_available)
 from crl_bench.envs.swe.local_sandbox import THREAD_ENV, LocalSandbox  # noqa: F401

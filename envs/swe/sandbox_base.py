@@ -22,6 +22,15 @@ class SandboxError(RuntimeError):
     """The sandbox itself failed (not the agent's command); the message says what to fix."""
 
 
+class PatchTooLargeError(SandboxError):
+    """The workspace's changes are too large to diff or grade (checked before they are held)."""
+
+    def __init__(self, message: str, bytes_seen: int, note: str) -> None:
+        super().__init__(message)
+        self.bytes_seen = bytes_seen  # what was counted before stopping
+        self.note = note  # for the agent: what was too large, and the fix
+
+
 class SandboxPathError(ValueError):
     """A path the agent gave points outside the workspace or cannot be used."""
 
@@ -110,7 +119,7 @@ class SandboxLimits:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or \
                     not math.isfinite(value) or value <= 0:
-                raise ValueError(f"SandboxLimits.{name} must be a positive finite number, got "
+                raise ValueError(f"SandboxLimits.{name} must be positive (a finite number), got "
                                  f"{str(value)[:80]}.")
         reserve = process_reserve_mb(int(self.sandbox_memory_mb))
         room = int(self.sandbox_memory_mb) - reserve - int(self.shm_mb)
