@@ -69,9 +69,9 @@ LEVELS = [("crl/MiniHack-Room-Ultimate-5x5-v0", s) for s in (0, 1, 2)] + [
 
 
 def nle_arrays(env):
-    """NLE's arrays of the env's current state (MiniHack's dict of NLE's last observation)."""
+    """NLE's own arrays of the env's current state (its full last observation, every key)."""
     nle = env.unwrapped.nle_env
-    return nle._get_observation(nle.last_observation)
+    return dict(zip(nle._observation_keys, nle.last_observation))
 
 
 def window(chars, x, y, size=9):
@@ -187,6 +187,18 @@ def test_official_view_keeps_the_text_env_contract():
     report = check_text_env("crl/MiniHack-Room-Ultimate-5x5-v0", seed=11,
                             make_kwargs={"view": "official"})
     assert len(report.checks) == 7  # it raises on the first broken rule
+
+
+def test_official_observation_dict_has_the_official_keys_in_order():
+    """yaml :275 + env.py:156-164: the observation dict (``info["raw_obs"]``, printed by the
+    official MiniHack retrieval query, traj_env_manager.py:146-148) has exactly these keys."""
+    env = gymnasium.make("crl/MiniHack-Room-Ultimate-5x5-v0", view="official")
+    _, info = env.reset(seed=0)
+    assert list(info["raw_obs"]) == ["glyphs", "message", "chars_crop", "glyphs_crop",
+                                     "screen_descriptions", "chars"]
+    env.close()
+    with pytest.raises(ValueError, match="drop observation_keys"):
+        gymnasium.make("crl/MiniHack-Room-5x5-v0", view="official", observation_keys=["chars"])
 
 
 def test_other_views_are_unchanged_and_a_bad_view_names_the_choices():

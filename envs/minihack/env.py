@@ -55,7 +55,11 @@ from crl_bench.text_env import TextEnv, coerce_action, reset_options, safe_text
 
 LEVEL_SEED_LIMIT = 2**63  # NLE seeds are C unsigned longs; we keep them in int64 range
 _NEEDED_KEYS = ("glyphs", "chars", "blstats", "message")
-_OFFICIAL_KEYS = ("chars_crop", "screen_descriptions")  # what the official text also reads
+OFFICIAL_KEYS = ("glyphs", "message", "chars_crop", "glyphs_crop", "screen_descriptions", "chars")
+"""The NLE observation keys under ``view="official"``, in the official order: the launched
+config's (``multitask_env_tool.yaml:275``) with ``chars`` appended (``env.py:156-164``), so the
+observation dict (``info["raw_obs"]``, which the official retrieval query prints) has the same
+keys in the same order."""
 ENV_VIEWS: tuple[str, ...] = VIEWS + ("official",)
 """``view=`` values: the language views of :mod:`crl_bench.envs.minihack.language` and
 ``"official"`` (:mod:`crl_bench.envs.minihack.official`)."""
@@ -123,13 +127,16 @@ class MiniHackTextEnv(TextEnv):
         if view not in ENV_VIEWS:
             raise ValueError(f"view={view!r}: use one of {', '.join(ENV_VIEWS)} (e.g. "
                              "gymnasium.make(env_id, view=\"compact\")).")
+        if view == "official" and "observation_keys" in minihack_kwargs:
+            raise ValueError("view='official' reads the official observation keys "
+                             f"({', '.join(OFFICIAL_KEYS)}); drop observation_keys=.")
         super().__init__(max_steps=max_steps, render_mode=render_mode)
         self.task = task
         self.show_map = bool(show_map)
         self.view = view
         self.goal = goal_for(task)
         self._nle = _make_minihack(task, max_steps, minihack_kwargs,
-                                   extra_keys=_OFFICIAL_KEYS if view == "official" else ())
+                                   keys=OFFICIAL_KEYS if view == "official" else None)
         self._des_for_seed = des_for_seed(task)
         self._des = des_file_for(task)  # the level description the game holds now
         self._words: tuple[ActionWord, ...] = build_action_words(self._nle.actions)
@@ -301,8 +308,9 @@ def _official_names(nle_actions: Any, words: tuple[ActionWord, ...]) -> list[tup
 
 
 def _make_minihack(task: str, max_steps: int, minihack_kwargs: dict[str, Any],
-                   extra_keys: tuple[str, ...] = ()) -> Any:
-    """Instantiate MiniHack's class for ``task`` directly (no gymnasium wrappers around it)."""
+                   keys: tuple[str, ...] | None = None) -> Any:
+    """Instantiate MiniHack's class for ``task`` directly (no gymnasium wrappers around it);
+    ``keys``: exactly these observation keys (else the task's own and those we read)."""
     from crl_bench.envs.minihack._nle_import import import_minihack
 
     import_minihack()
@@ -325,6 +333,7 @@ def _make_minihack(task: str, max_steps: int, minihack_kwargs: dict[str, Any],
     kwargs.update(minihack_kwargs)
     kwargs.setdefault("fix_moon_phase", True)
     kwargs.setdefault("max_episode_steps", 3 * max_steps + 10)
-    keys = list(kwargs.pop("observation_keys", ()))
-    kwargs["observation_keys"] = keys + [k for k in _NEEDED_KEYS + extra_keys if k not in keys]
+    own = list(kwargs.pop("observation_keys", ()))
+    kwargs["observation_keys"] = list(keys) if keys is not None else \
+        own + [k for k in _NEEDED_KEYS if k not in own]
     return load_env_creator(spec.entry_point)(**kwargs)
