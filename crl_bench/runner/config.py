@@ -58,6 +58,7 @@ SamplePolicy = Literal["pool", "buffer"]
 UpdateMode = Literal["in_place", "replace"]
 ExtractionStyle = Literal["short", "official"]
 MergeFormat = Literal["items", "ops"]
+MergeStyle = Literal["ours", "official"]
 Fence = Literal["always", "official"]
 AnswerTemplate = Literal["free", "content", "sentence", "action"]
 RetrievalKey = Literal["entry", "episode_start"]
@@ -363,6 +364,13 @@ class ExtractorConfig(OptimConfig):
     """The merge answer: "items" (official: ``<<<KNOWLEDGE_ITEM>>>`` blocks that replace the
     whole window; an entry left out is deleted) or "ops" (merge / rewrite / discard / keep
     decisions as JSON; entries not mentioned are kept). See ``crl_bench.extractor.merge``."""
+    merge_style: MergeStyle = "ours"
+    """"official" (``paper``): a merge window holds ``experience.merge_chunk`` fresh entries plus
+    all the items the last window returned, merged entries start with fresh usage, the launched
+    merge prompts verbatim, and one merge call per scope and pass is trained (its last call that
+    changed the bank, credited by every entry the pass left). "ours": windows of at most
+    ``merge_chunk`` entries, merged entries inherit their parents' usage, our shorter prompt,
+    every call trained (``crl_bench.extractor.merge.merge_bank``)."""
     fence: Fence = "always"
     """With ``wait_before_rollout``: "always" waits for the pending bank writes before every
     rollout and merges after a batch's writes; "official" (``async_memory_fencing.py:4-5``,
@@ -616,8 +624,8 @@ PAPER = Preset("paper", "the paper's configuration for GPUs (Qwen2.5-7B-Instruct
                    "model.lora_r": 0, "model.lora_alpha": 128,
                    # vLLM engines (official yaml: actor_infer gpu_memory_utilization 0.85;
                    # memory_model 0.7, max_model_len 65536, tensor_parallel_size 4)
-                   "model.actor_gpu_memory_utilization": 0.85, "model.actor_max_model_len": 32768,
-                   "model.extractor_gpu_memory_utilization": 0.7,
+                   # (the utilizations are the base's defaults)
+                   "model.actor_max_model_len": 32768,
                    "model.extractor_max_model_len": 65536, "model.extractor_tensor_parallel": 4,
                    # the actor sees the whole conversation, 4,096 new tokens per turn, top-k 100
                    "rollout.groups": 16, "rollout.group_size": 8, "rollout.top_k": 100,
@@ -658,9 +666,9 @@ PAPER = Preset("paper", "the paper's configuration for GPUs (Qwen2.5-7B-Instruct
                    # count-aware weights not in effect as launched
                    "extractor.temperature": 1.0, "extractor.top_k": 50,
                    "extractor.count_reweight": False, "extractor.merge_format": "items",
+                   "extractor.merge_style": "official",
                    "extractor.extraction_style": "official", "extractor.fence": "official",
                    "experience.embedder": "Qwen/Qwen3-Embedding-0.6B", "experience.ask_k": 1,
-                   "experience.embed_max_tokens": 0,
                    "experience.embed_max_tokens": 0,
                    "experience.key": "episode_start", "experience.gate": True,
                    "experience.bank_fill_steps": 6, "experience.ask_offer": "all",
