@@ -230,6 +230,15 @@ def test_a_raises_canary_catches_a_pytest_raises_that_never_fails(tmp_path):
                                  for e in evidence), (statuses, evidence)
 
 
+def test_plain_canaries_do_not_call_builtins_the_file_rebinds():
+    src = ("import pytest\nsorted = len = int = lambda *a: [1]\n\n\ndef test_a():\n"
+           "    with pytest.raises(KeyError):\n        {}[1]\n")
+    for seed in range(100):
+        text = plant({"t.py": src}, ["t.py::test_a"], random.Random(seed)).sources["t.py"]
+        body = text.replace(src.split("\n\n\n")[0], "")
+        assert not re.search(r"\b(sorted|len|int)\(", body), text
+
+
 def test_perturbed_values_keep_their_type_and_always_differ():
     rng = random.Random(3)
     for value in ["", "a", "hello-world", "ÀB9", b"xy", 0, -5, 10**20, 1.5, 0.0, 2j,

@@ -399,11 +399,13 @@ def _plain_body(rng: random.Random, file: "_File", i: int) -> str:
     if i % 2 == 1 and "pytest" in file.top_names:
         exc = rng.choice(file.raised or ["ValueError"])
         word = "".join(rng.choice(string.ascii_lowercase) for _ in range(rng.randint(3, 9)))
-        code = rng.choice([f"int({literal_text(str(rng.randint(0, 999)), quote)})",
-                           f"len({[rng.randint(0, 99) for _ in range(rng.randint(1, 4))]!r})",
-                           f"{literal_text(word, quote)}.upper()"])
-        return f"with pytest.raises({exc}):\n        {code}"
-    kind = rng.randrange(3)
+        codes = [f"{literal_text(word, quote)}.upper()"]
+        if "int" not in file.top_names:  # a name the file rebinds could do anything
+            codes.append(f"int({literal_text(str(rng.randint(0, 999)), quote)})")
+        if "len" not in file.top_names:
+            codes.append(f"len({[rng.randint(0, 99) for _ in range(rng.randint(1, 4))]!r})")
+        return f"with pytest.raises({exc}):\n        {rng.choice(codes)}"
+    kind = rng.randrange(2 if "sorted" in file.top_names else 3)
     if kind == 0:
         a, b = rng.randint(2, 999), rng.randint(2, 999)
         return f"assert {a} + {b} == {a + b + rng.choice((-1, 1)) * rng.randint(2, 97)}"
