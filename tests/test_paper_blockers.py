@@ -146,11 +146,14 @@ def test_paper_checkpointing_is_what_the_plan_assumes():
     assert not build_plan(cfg, 16, 80, checkpointing=False).fits
 
 
-def test_extractor_engines_serve_the_trained_weights():
+def test_extractor_engines_serve_the_trained_weights(tmp_path):
     """Silent bug: Search-and-Ask answers came from the extractor's initial weights for the whole
     run (the trained weights reached the driver's HF copy, never the engine that answers). With
     the extractor served like the actor, each update's weights go from its FSDP rank 0 into the
-    engines that answer: after an update their weights are the trained ones."""
+    engines that answer: after an update their weights are the trained ones, and after a resume
+    the checkpoint's (pushed into engines that start from the initial weights)."""
+    from types import SimpleNamespace
+
     import ray
     from _fsdp_worker import CFG, KW, batch
     from _ray_local import local_ray
@@ -174,7 +177,8 @@ def test_extractor_engines_serve_the_trained_weights():
         learner = ShardedRayLearner(2, spec, "extractor", OptimConfig(**CFG), total_steps=4,
                                     seed=1, bundle={"CPU": 0.5})
         try:
-            trainer = ShardedRoleTrainer(Models(), None, learner, "extractor", gen=gen)
+            info = SimpleNamespace(run=SimpleNamespace(path=tmp_path))
+            trainer = ShardedRoleTrainer(Models(), info, learner, "extractor", gen=gen)
             start = ray.get(gen.engines[0].weights.remote("extractor"))
             prompt = [Models.raw_backend.chat_prompt_ids([{"role": "user", "content": "Hi?"}])]
             sampling = SamplingParams(temperature=1.0, max_new_tokens=8, seed=5)
@@ -187,6 +191,14 @@ def test_extractor_engines_serve_the_trained_weights():
             assert any(not torch.equal(s, w) for s, w in zip(served, start))
             assert gen.version("extractor") == 2  # answers ask for the pushed version
             assert len(gen.generate(prompt, sampling, "extractor")) == 1
+            # the same after a resume: a checkpoint at update 2, the run goes on, then resumes
+            # with an engine holding its initial weights (as a restarted run's engines do)
+            state = trainer.state_dict()
+            trainer.update(batch(2), **KW)
+            gen.push_weights("extractor", start)
+            trainer.load_state_dict(state)
+            served = ray.get(gen.engines[0].weights.remote("extractor"))
+            assert all(torch.equal(s, t) for s, t in zip(served, trained))
         finally:
             learner.close()
             gen.close()
