@@ -129,6 +129,18 @@ def test_engine_shorter_than_an_episode_is_refused():
         engine_settings(cfg, "actor")
 
 
+def test_engine_gpus_and_tensor_parallel_must_agree():
+    """On GPUs an engine's share of the plan is its tensor-parallel group: paper16's extractor
+    engine holds 4 GPUs, so an extractor built with tensor parallel 1 is refused by name."""
+    from crl_bench.distributed.context import check_engine_gpus
+    from crl_bench.distributed.plan import PLANS
+    from crl_bench.runner.config import PRESETS, ConfigError, apply_overrides
+
+    check_engine_gpus(PLANS["paper16"], PRESETS["paper"]())
+    cfg = apply_overrides(PRESETS["paper"](), {"model.extractor_tensor_parallel": 1})
+    with pytest.raises(ConfigError, match="model.extractor_tensor_parallel=4"):
+        check_engine_gpus(PLANS["paper16"], cfg)
+
 def test_paper_checkpointing_is_what_the_plan_assumes():
     """Blocker: ``crl-bench plan`` assumed activation checkpointing (full recompute in the
     official yaml, ``recompute_granularity: full`` :86 and :290) while paper ran without it;
