@@ -334,3 +334,24 @@ def test_a_non_root_sandbox_cannot_chroot_its_way_back_to_the_host(tmp_path):
         assert "Operation not permitted" in out and "CapEff:\t0000000000000000" in out, out
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+def test_the_capped_diff_reader_does_not_stall_on_a_chatty_stderr(tmp_path):
+    """The workspace diff reads git's stdout in pieces; its stderr goes to a file. With a pipe
+    nobody read until stdout ended, a command writing over 64 KiB to stderr first stalled
+    until the deadline, and the error kept the head of stderr instead of its tail."""
+    import time
+
+    from crl_bench.envs.swe.local_sandbox import _capped_output
+    from crl_bench.envs.swe.sandbox import SandboxError
+
+    chatty = "head -c 300000 /dev/zero | tr '\\0' e >&2; printf TAIL >&2; "
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    start = time.monotonic()
+    out = _capped_output(["sh", "-c", chatty + "echo done"], cwd=tmp_path, env=env,
+                         deadline=start + 8, timeout_s=8, cap=1024, max_bytes=512)
+    assert out == "done\n" and time.monotonic() - start < 6
+    with pytest.raises(SandboxError, match="eeeTAIL$") as err:
+        _capped_output(["sh", "-c", chatty + "exit 3"], cwd=tmp_path, env=env,
+                       deadline=time.monotonic() + 8, timeout_s=8, cap=1024, max_bytes=512)
+    assert len(str(err.value)) < 700

@@ -27,7 +27,7 @@ from crl_bench.envs.swe.grading import GradeReport, grade
 from crl_bench.envs.swe.patches import patch_to_actions
 from crl_bench.envs.swe.sandbox import (MiB, PatchTooLargeError, Sandbox, SandboxError,
                                         SandboxLimits)
-from crl_bench.envs.swe.tasks import SWETask, TaskSet, make_task_set
+from crl_bench.envs.swe.tasks import SWETask, TaskSet, check_task_set_name, make_task_set
 from crl_bench.envs.swe.tools import TOOL_HELP, ToolOutput, ToolRunner, run_action_text
 from crl_bench.text_env import TextEnv, coerce_action, reset_options
 
@@ -88,12 +88,7 @@ def check_settings(**settings: Any) -> None:
             raise ValueError(f"sandbox_limits: {exc}") from None
     elif limits is not None and not isinstance(limits, SandboxLimits):
         raise ValueError("sandbox_limits must be a dict of SandboxLimits fields.")
-    task_set = settings.get("task_set", "mini")
-    if not isinstance(task_set, str) or not (task_set in ("mini", "lite-dev-local")
-                                             or task_set.endswith((".json", ".jsonl"))):
-        raise ValueError(f"Unknown SWE task set {str(task_set)[:60]!r}. Available: mini, "
-                         "lite-dev-local, or a path to a .json/.jsonl file of SWE-bench instances "
-                         "(docker backend).")
+    check_task_set_name(settings.get("task_set", "mini"))
 
 
 class SWETextEnv(TextEnv):

@@ -448,12 +448,13 @@ class LocalSandbox(Sandbox):
 def _capped_output(cmd: list[str], *, cwd: Path, env: dict[str, str], deadline: float,
                    timeout_s: float, cap: int, max_bytes: int) -> str:
     """Run ``cmd`` and return its stdout, read in pieces: over ``cap`` bytes it is killed and
-    refused, so the whole output is never held (the workspace diff's byte cap)."""
-    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
-    assert proc.stdout is not None and proc.stderr is not None
+    refused, so the whole output is never held (the workspace diff's byte cap). stderr goes
+    to a file (a pipe nobody reads while stdout is read would stop the command once full), of
+    which the tail is kept for the error."""
+    errfile = tempfile.TemporaryFile()
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=errfile)
+    assert proc.stdout is not None
     out = bytearray()
-    err = b""
     try:
         fd = proc.stdout.fileno()
         while True:
@@ -473,7 +474,6 @@ def _capped_output(cmd: list[str], *, cwd: Path, env: dict[str, str], deadline: 
                     f"Your patch is more than {cap:,} bytes, over the {max_bytes:,}-byte limit: "
                     "it was not graded (large generated or binary files? remove them and "
                     "submit again).")
-        err = proc.stderr.read(4096)
         code = proc.wait(timeout=max(1.0, deadline - time.monotonic()))
     except subprocess.TimeoutExpired:
         raise SandboxError(f"computing the patch took over {timeout_s:g} s") from None
@@ -482,8 +482,10 @@ def _capped_output(cmd: list[str], *, cwd: Path, env: dict[str, str], deadline: 
             proc.kill()
             proc.wait()
         proc.stdout.close()
-        proc.stderr.close()
+        errfile.seek(max(0, errfile.seek(0, os.SEEK_END) - 500))
+        err = errfile.read()
+        errfile.close()
     if code != 0:
         raise SandboxError("git diff-tree failed while computing the patch: "
-                           + err.decode("utf-8", "replace")[-500:])
+                           + err.decode("utf-8", "replace"))
     return out.decode("utf-8", "surrogateescape")

@@ -24,6 +24,7 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 
 WATCH_INTERVAL_S = 0.25
 MNT_DETACH = 2
@@ -39,6 +40,35 @@ class TreeUsage:
     nested_git: list[str] = field(default_factory=list)  # ``.git`` entries below the top level
 
 
+def _walk(top: Path, max_depth: int, too_deep: list[str] | None = None,
+          skip_top: str | None = None) -> Iterator[tuple[str, int, os.DirEntry[str],
+                                                         os.stat_result]]:
+    """``(folder, depth, entry, lstat)`` of every entry under ``top``, iteratively (an explicit
+    stack); links not followed, unreadable entries passed over. Folders deeper than
+    ``max_depth`` levels are not entered (their paths go to ``too_deep``); an entry of ``top``
+    named ``skip_top`` is passed over whole."""
+    stack: list[tuple[str, int]] = [(str(top), 0)]
+    while stack:
+        folder, depth = stack.pop()
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            continue
+        for entry in entries:
+            if depth == 0 and entry.name == skip_top:
+                continue
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            yield folder, depth, entry, st
+            if stat.S_ISDIR(st.st_mode):
+                if depth + 1 < max_depth:
+                    stack.append((entry.path, depth + 1))
+                elif too_deep is not None:
+                    too_deep.append(entry.path)
+
+
 def tree_usage(*tops: Path, max_depth: int = 10**9, git_top: Path | None = None) -> TreeUsage:
     """Bytes (allocated blocks) and inodes under ``tops``, iteratively; links not followed.
 
@@ -47,29 +77,13 @@ def tree_usage(*tops: Path, max_depth: int = 10**9, git_top: Path | None = None)
     """
     usage = TreeUsage()
     for top in tops:
-        stack: list[tuple[str, int]] = [(str(top), 0)]
-        while stack:
-            folder, depth = stack.pop()
-            try:
-                entries = list(os.scandir(folder))
-            except OSError:
-                continue
-            for entry in entries:
-                try:
-                    st = entry.stat(follow_symlinks=False)
-                except OSError:
-                    continue
-                usage.inodes += 1
-                usage.bytes += max(st.st_blocks * 512, st.st_size if stat.S_ISREG(st.st_mode)
-                                   else 0)
-                if entry.name == ".git" and not (git_top is not None and depth == 0
-                                                 and Path(folder) == git_top):
-                    usage.nested_git.append(entry.path)
-                if stat.S_ISDIR(st.st_mode):
-                    if depth + 1 >= max_depth:
-                        usage.too_deep.append(entry.path)
-                    else:
-                        stack.append((entry.path, depth + 1))
+        for folder, depth, entry, st in _walk(top, max_depth, usage.too_deep):
+            usage.inodes += 1
+            usage.bytes += max(st.st_blocks * 512, st.st_size if stat.S_ISREG(st.st_mode)
+                               else 0)
+            if entry.name == ".git" and not (git_top is not None and depth == 0
+                                             and Path(folder) == git_top):
+                usage.nested_git.append(entry.path)
     return usage
 
 
@@ -79,37 +93,20 @@ def changed_bytes(top: Path, template: Path, stop_at: int, max_depth: int = 10**
     ``stop_at``. A workspace is a copy of its template with times kept, so this is what a diff
     would have to read."""
     total = 0
-    stack: list[tuple[str, int]] = [(str(top), 0)]
     top_s = str(top)
-    while stack:
-        folder, depth = stack.pop()
-        try:
-            entries = list(os.scandir(folder))
-        except OSError:
+    for _folder, _depth, entry, st in _walk(top, max_depth, skip_top=".git"):
+        if not stat.S_ISREG(st.st_mode):
             continue
-        for entry in entries:
-            if depth == 0 and entry.name == ".git":
-                continue
-            try:
-                st = entry.stat(follow_symlinks=False)
-            except OSError:
-                continue
-            if stat.S_ISDIR(st.st_mode):
-                if depth + 1 < max_depth:
-                    stack.append((entry.path, depth + 1))
-                continue
-            if not stat.S_ISREG(st.st_mode):
-                continue
-            try:
-                old = os.stat(str(template) + entry.path[len(top_s):], follow_symlinks=False)
-                same = (old.st_size == st.st_size and old.st_mtime_ns == st.st_mtime_ns
-                        and stat.S_ISREG(old.st_mode))
-            except OSError:
-                same = False
-            if not same:
-                total += st.st_size
-                if total > stop_at:
-                    return total
+        try:
+            old = os.stat(str(template) + entry.path[len(top_s):], follow_symlinks=False)
+            same = (old.st_size == st.st_size and old.st_mtime_ns == st.st_mtime_ns
+                    and stat.S_ISREG(old.st_mode))
+        except OSError:
+            same = False
+        if not same:
+            total += st.st_size
+            if total > stop_at:
+                return total
     return total
 
 

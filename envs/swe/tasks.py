@@ -291,14 +291,26 @@ class LiteDevLocalTaskSet(TaskSet):
 def make_task_set(task_set: str, data_dir: str | os.PathLike[str] | None = None,
                   **kwargs: Any) -> TaskSet:
     """Build a task set by name (``mini``, ``lite-dev-local``) or from a ``.json``/``.jsonl``."""
+    check_task_set_name(task_set)
     if task_set == "mini":
         return MiniTaskSet(data_dir)
     if task_set == "lite-dev-local":
         return LiteDevLocalTaskSet(data_dir, python=kwargs.get("python"))
-    if task_set.endswith((".json", ".jsonl")):
-        return FileTaskSet(task_set)
-    raise ValueError(f"Unknown SWE task set {task_set!r}. Available: mini, lite-dev-local, or a "
-                     "path to a .json/.jsonl file of SWE-bench instances (docker backend).")
+    return FileTaskSet(task_set)
+
+
+TASK_SETS = ("mini", "lite-dev-local")
+"""The built-in task sets; any other is a ``.json``/``.jsonl`` file of SWE-bench instances."""
+
+
+def check_task_set_name(task_set: Any) -> None:
+    """Refuse a task set that is neither built in nor a ``.json``/``.jsonl`` path (before
+    anything is read)."""
+    if not isinstance(task_set, str) or not (task_set in TASK_SETS
+                                             or task_set.endswith((".json", ".jsonl"))):
+        raise ValueError(f"Unknown SWE task set {str(task_set)[:60]!r}. Available: "
+                         f"{', '.join(TASK_SETS)}, or a path to a .json/.jsonl file of SWE-bench "
+                         "instances (docker backend).")
 
 
 class FileTaskSet(TaskSet):
