@@ -197,3 +197,168 @@ def test_the_player_hands_the_observation_cap_to_the_prompt(tmp_path):
         assert ctx.player.prompt_config().max_observation_chars == 6000
     finally:
         ctx.close()
+
+
+# -- row 13c: the merge window, merged entries' usage, the prompt, the merge credit ---------------
+
+MERGED = ("<answer>\n<<<KNOWLEDGE_ITEM>>>\n<title>Stairs</title>\n<content>When the stairs are "
+          "named in the observation, step toward them; otherwise explore.</content>\n"
+          "<<<END_ITEM>>>\n{second}</answer>")
+SECOND = ("<<<KNOWLEDGE_ITEM>>>\n<title>Walls</title>\n<content>When a wall blocks the way, "
+          "go around it along the wall.</content>\n<<<END_ITEM>>>\n")
+
+
+class _Items:
+    """A merge model that returns ``n`` valid items for every window and records the windows."""
+
+    def __init__(self, n: int):
+        self.n, self.windows = n, []
+
+    def __call__(self, messages, stop=()):
+        from dataclasses import dataclass
+
+        @dataclass
+        class Gen:
+            text: str
+            finish_reason: str = "stop"
+        out = []
+        for m in messages:
+            self.windows.append(m[1]["content"].count("--- Entry "))
+            out.append(Gen(MERGED.format(second=SECOND if self.n == 2 else "")))
+        return out
+
+
+def _bank(tmp_path, n: int, times_retrieved: int = 0):
+    from crl_bench.experience.bank import ExperienceBank
+    from crl_bench.experience.embedder import load_embedder
+    from crl_bench.experience.manager import ExperienceManager, Operation, RetrievalConfig
+
+    emb = load_embedder()
+    bank = ExperienceBank(tmp_path / "bank.sqlite", dim=emb.dim, embedder_name=emb.name)
+    manager = ExperienceManager(bank, emb, RetrievalConfig(diversify=False))
+    for i in range(n):
+        manager.apply_operations([Operation("add", f"tip {i}", f"Advice number {i} about rooms.")],
+                                 family="minihack", task_id="t", provenance={}, step=0)
+    if times_retrieved:
+        for _ in range(times_retrieved):
+            manager.retrieve(["Advice about rooms"] * 1, family="minihack")
+    return manager
+
+
+@pytest.mark.parametrize("items, official, ours", [(1, [5, 6, 3], [5, 5, 4]),
+                                                   (2, [5, 7, 4], None)])
+def test_an_official_merge_window_is_five_fresh_entries_plus_all_carried(tmp_path, items,
+                                                                        official, ours):
+    """``async_memory_manager.py:2504-2506``: the scope is pre-cut into chunks of
+    ``max_merging_item_per_call`` (yaml :235, 5); every item a chunk returns is appended to the
+    next chunk (:2576-2578). 12 entries: 5, then 5 fresh + the carried, then the last 2 fresh +
+    the carried; the last chunk's items are final (:2579-2581). Ours carries at most 4 and caps
+    a window at 5."""
+    from crl_bench.extractor.merge import merge_bank
+
+    for style, want in (("official", official), ("ours", ours)):
+        if want is None:  # ours re-merges what a last window returned while it returns 2+
+            continue
+        manager = _bank(tmp_path / style, 12)
+        model = _Items(items)
+        merge_bank(manager, model, step=5, chunk=5, fmt="items", style=style)
+        assert model.windows == want, style
+        manager.bank.close()
+
+
+def test_official_merged_entries_start_with_fresh_usage(tmp_path):
+    """``async_memory_manager.py:2447-2449`` deletes the merged entries' usage and :2456 adds
+    the merged item as a new entry (never retrieved). Ours sums the parents' counts."""
+    from crl_bench.extractor.merge import merge_bank
+
+    for style in ("official", "ours"):
+        manager = _bank(tmp_path / style, 3, times_retrieved=2)
+        before = sum(e.times_retrieved for e in manager.bank.get(manager.bank.all_ids()))
+        assert before > 0
+        merge_bank(manager, _Items(1), step=5, chunk=5, fmt="items", style=style)
+        (merged,) = manager.bank.get(manager.bank.all_ids())
+        assert merged.times_retrieved == (0 if style == "official" else before)
+        assert (merged.last_retrieved is None) == (style == "official")
+        manager.bank.close()
+
+
+def test_the_official_merge_prompt_is_the_launched_one_verbatim():
+    """yaml :236-237 launch ``MERGING_PROMPT_SYS_PROMPT_251207`` / ``MERGING_PROMPT_USE_PROMPT_251201``
+    (``memory_prompts.yaml:873-922``, :698-709), filled by ``_call_merge_llm`` (:2655-2656)."""
+    from crl_bench.experience.bank_schema import ExperienceEntry
+    from crl_bench.extractor.merge import (OFFICIAL_MERGE_SYSTEM, OFFICIAL_MERGE_USER,
+                                           build_item_merge_messages)
+
+    assert OFFICIAL_MERGE_SYSTEM.startswith("You are a world-class knowledge specialist merging "
+                                            "knowledge items from agent experiences.\n")
+    assert "**Generalizability Level: 3+ (REQUIRED)**" in OFFICIAL_MERGE_SYSTEM
+    assert OFFICIAL_MERGE_SYSTEM.endswith("<answer>\n    return\n    </answer>\n")
+    assert "leave out" not in OFFICIAL_MERGE_SYSTEM and "deleted" not in OFFICIAL_MERGE_SYSTEM
+    assert OFFICIAL_MERGE_USER == (
+        "Knowledge items to merge:\n\n{entries}\n\nMerge related items and output using this "
+        "EXACT format:\n<think>[your analysis]</think>\n<answer>\n<<<KNOWLEDGE_ITEM>>>\n"
+        "[Your merged knowledge content]\n<<<END_ITEM>>>\n</answer>\n")
+    e = [ExperienceEntry(id=i, title=f"t{i}", content=f"c{i}", family="minihack", task_ids=[],
+                         run="", created_step=0, updated_step=0, source_trajectories=[],
+                         times_retrieved=0, last_retrieved=None, times_trained=0, n_used=0,
+                         mean_outcome=0.0) for i in (1, 2)]
+    system, user = build_item_merge_messages(e, official=True)
+    assert system["content"] == OFFICIAL_MERGE_SYSTEM
+    assert user["content"] == OFFICIAL_MERGE_USER.format(
+        entries="--- Entry 1 ---\n<title>t1</title><content>c1</content>\n\n"
+                "--- Entry 2 ---\n<title>t2</title><content>c2</content>")
+    assert "leave out" in build_item_merge_messages(e)[0]["content"]  # ours says so
+
+
+def test_official_merge_credit_is_one_trained_call_per_scope_and_pass(tmp_path):
+    """``async_memory_manager.py:2566``: the pass keeps the last successful call's output and
+    every new entry of the scope carries it as ``triggered_interaction`` (:2600): one trained
+    sample per scope and pass, credited by the entries the pass left."""
+    pytest.importorskip("torch")
+    from crl_bench.baselines.comp_rl import AGENT as COMP_RL
+    from crl_bench.extractor.track import ExtractorTrack
+    from crl_bench.llm.hf_backend import HFBackend
+    from crl_bench.runner.config import ExtractorConfig
+
+    backend = HFBackend("tiny-random", roles=("extractor",), seed=0)
+    items = _Items(1)
+
+    def generate(messages, stop=()):  # the items' text with the tiny model's own bookkeeping
+        from crl_bench.llm.types import Generation
+        out = []
+        for g, m in zip(items(messages, stop), messages):
+            prompt = backend.chat_prompt_ids(m)
+            ids = backend.tokenizer(g.text, add_special_tokens=False)["input_ids"]
+            out.append(Generation(prompt, ids, backend.logprobs([prompt], [ids], "extractor")[0],
+                                  g.text, "stop"))
+        return out
+    for style, want in (("official", 1), ("ours", 3)):
+        manager = _bank(tmp_path / style, 12)
+        cfg = ExtractorConfig(merge_format="items", train_merges=True, merge_style=style)
+        track = ExtractorTrack(manager, generate, None, cfg, temperature=1.0, merge_every=5,
+                               merge_chunk=5, extractor_step=COMP_RL.extractor_step,
+                               asynchronous=False, log=lambda m: None)
+        track.merge(5)
+        merges = [s for s in track.samples if s.kind == "merge"]
+        assert len(merges) == want, style
+        alive = set(manager.bank.all_ids())
+        if style == "official":
+            assert set(merges[0].entry_ids) == alive and len(alive) == 1
+        manager.bank.close()
+
+
+# -- row 13d: the extraction prompt sets no cap on the operations -------------------------------
+
+def test_the_official_extraction_prompt_caps_no_operations():
+    """The launched prompts (yaml :263-264: ``FUNCTIONAL_MEMORY_MODEL_USER_PROMPT_251223``,
+    ``memory_prompts.yaml:235``, and ``FUNCTIONAL_MEMORY_MODEL_SYS_PROMPT_VOTING_251207``, :746)
+    hold no ``{max_operations}`` field: ``memory_model_max_functional_operations: 3`` (:266) is
+    passed to ``.format`` (``async_memory_manager.py:1392-1393``, :1408-1411) but appears
+    nowhere in them. Ours (short) says at most ``max_ops`` twice."""
+    from crl_bench.extractor.extraction import build_extraction_messages
+
+    outcome = {"success": True, "score": 1.0, "n_actions": 2}
+    system, user = build_extraction_messages("g", "t", outcome, [], style="official")
+    assert "at most" not in system["content"] and "at most" not in user["content"]
+    short = build_extraction_messages("g", "t", outcome, [], style="short")
+    assert all("at most 3 operations" in m["content"] for m in short)

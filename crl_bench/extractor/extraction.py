@@ -189,6 +189,8 @@ def _system_prompt(style: str, max_ops: int) -> str:
     text = _SYSTEM.format(max_ops=max_ops)
     text = text.replace('a short "title" and a "content" of one to four sentences.',
                         'a short "title" and a detailed "content" (see below).')
+    # the launched prompts set no cap on the number of operations (FUNCTIONAL_MEMORY_MODEL_*)
+    text = text.replace(f"a JSON list of at most {max_ops} operations", "a JSON list of operations")
     head, tail = text.split("Operations you may use:", 1)
     return head + _DETAILED + "\n\nOperations you may use:" + tail
 
@@ -223,8 +225,9 @@ def build_extraction_messages(goal: str, trajectory_text: str, outcome: dict[str
             f"{int(outcome['n_actions'])} actions.\n\n"
             f"## Experience the agent was given\n{shown}\n\n"
             f"## What the agent did\n{trajectory_text.strip()}\n\n"
-            f"## Your task\nDecide how the library should change: at most {max_ops} operations "
-            f"(add / update / return) as a JSON list inside <answer></answer>.")
+            f"## Your task\nDecide how the library should change: "
+            + (f"at most {max_ops} operations " if style == "short" else "operations ")
+            + "(add / update / return) as a JSON list inside <answer></answer>.")
     return [{"role": "system", "content": _system_prompt(style, max_ops)},
             {"role": "user", "content": user}]
 

@@ -179,17 +179,105 @@ return
 """``MERGING_PROMPT_SYS_PROMPT_251207`` (``memory_prompts.yaml``), in our words."""
 
 
+OFFICIAL_MERGE_SYSTEM = (
+    'You are a world-class knowledge specialist merging knowledge items from agent '
+    'experiences.\n'
+    'Your goal is to produce fewer, stronger memories by merging overlaps, removing '
+    'low-quality items, and rewriting overfitted rules into generalizable decision logic.\n'
+    '\n'
+    '## QUALITY BAR (MUST MEET)\n'
+    '    **Generalizability Level: 3+ (REQUIRED)**\n'
+    '    - 5: Universal across domains\n'
+    '    - 4: Domain-family principles (TARGET)\n'
+    '    - 3: Task-family principles (ACCEPTABLE)\n'
+    '    - 2: Scenario-specific (REJECT)\n'
+    '    - 1: Instance-specific (REJECT)\n'
+    '\n'
+    '    Each merged item must be **accurate**, **actionable**, and **generalizable**:\n'
+    '    - Avoid coordinates/exact locations, and single-run fixes.\n'
+    '    - Prefer conditional language ("when/if/consider") over absolutes ("always/never").\n'
+    '    - Include enough detail to be directly useful (typically 3+ sentences).\n'
+    '\n'
+    '## DECISION RULES\n'
+    '    - **MERGE** when items share the same core principle and can be unified without '
+    'losing key conditions.\n'
+    '    - **REWRITE** when the core idea is useful but phrased as an overfitted rule or '
+    'missing conditions/fallbacks.\n'
+    '    - **DISCARD** when information is incorrect, contradictory, or too specific to a '
+    'single instance.\n'
+    '    - **RETURN** when items are already high-quality (3+), non-redundant, '
+    'well-structured, and merging/rewriting would not materially improve them.\n'
+    '\n'
+    '## ANTI-OVERFITTING (CRITICAL; ALL DOMAINS)\n'
+    '    Do NOT preserve hard-coded action orders or unverified priors as universal rules '
+    '(directions/UI clicks are just examples).\n'
+    '    Rewrite into robust, observation-driven logic:\n'
+    '    - Tie actions to **observable signals** (inputs, constraints, tool outputs, '
+    'environment feedback).\n'
+    '    - Use explicit **if-then** decision criteria and a clear **fallback** when '
+    'conditions are not met.\n'
+    '    - If invalid/idle actions are penalized: prefer any valid, low-risk action that '
+    'increases information or makes progress, then re-evaluate.\n'
+    '    - For search/exploration tasks: track what was tried, avoid loops, expand '
+    'systematically, and switch strategies when progress stalls.\n'
+    '\n'
+    '## REQUIRED MEMORY STRUCTURE\n'
+    '    <title>...</title><content>...</content>\n'
+    '\n'
+    '## OUTPUT FORMAT (STRICT)\n'
+    '    <think>[Your analysis of what to merge/rewrite/discard/return, and why]</think>\n'
+    '    <answer>\n'
+    '    <<<KNOWLEDGE_ITEM>>>\n'
+    '    <title>[Merged, principle-focused title]</title>\n'
+    '    <content>[Merged knowledge content]</content>\n'
+    '    <<<END_ITEM>>>\n'
+    '    <<<KNOWLEDGE_ITEM>>>\n'
+    '    <title>[Second merged title]</title>\n'
+    '    <content>[Second merged knowledge content]</content>\n'
+    '    <<<END_ITEM>>>\n'
+    '    </answer>\n'
+    '    or\n'
+    '    <answer>\n'
+    '    return\n'
+    '    </answer>\n')
+"""``MERGING_PROMPT_SYS_PROMPT_251207`` (``memory_prompts.yaml:873-922``, the launched
+``merging_system_prompt``, yaml :236), verbatim."""
+
+OFFICIAL_MERGE_USER = (
+    'Knowledge items to merge:\n'
+    '\n'
+    '{entries}\n'
+    '\n'
+    'Merge related items and output using this EXACT format:\n'
+    '<think>[your analysis]</think>\n'
+    '<answer>\n'
+    '<<<KNOWLEDGE_ITEM>>>\n'
+    '[Your merged knowledge content]\n'
+    '<<<END_ITEM>>>\n'
+    '</answer>\n')
+"""``MERGING_PROMPT_USE_PROMPT_251201`` (``memory_prompts.yaml:698-709``, the launched
+``merging_user_prompt``, yaml :237), verbatim; ``{entries}``: the ``--- Entry i ---`` blocks."""
+
+MERGE_STYLES = ("ours", "official")
+
+
 def render_item(entry: ExperienceEntry) -> str:
     """An entry as the official memory value: ``<title>...</title><content>...</content>``."""
     return f"<title>{entry.title}</title><content>{entry.content}</content>"
 
 
-def build_item_merge_messages(entries: Sequence[ExperienceEntry]) -> list[dict[str, str]]:
+def build_item_merge_messages(entries: Sequence[ExperienceEntry], official: bool = False
+                              ) -> list[dict[str, str]]:
     """``_call_merge_llm`` (``async_memory_manager.py:2644-2660``): the items as ``--- Entry i
-    ---`` blocks in ``MERGING_PROMPT_USE_PROMPT_251201`` (the model sees only their text)."""
+    ---`` blocks in ``MERGING_PROMPT_USE_PROMPT_251201`` (the model sees only their text).
+    ``official``: the launched prompts verbatim (:data:`OFFICIAL_MERGE_SYSTEM`,
+    :data:`OFFICIAL_MERGE_USER`); else our shorter system prompt."""
     if not entries:
         raise ValueError("a merge window needs at least one entry")
     listing = "\n\n".join(f"--- Entry {i + 1} ---\n{render_item(e)}" for i, e in enumerate(entries))
+    if official:
+        return [{"role": "system", "content": OFFICIAL_MERGE_SYSTEM},
+                {"role": "user", "content": OFFICIAL_MERGE_USER.format(entries=listing)}]
     user = (f"Knowledge items to merge:\n\n{listing}\n\nMerge related items and output using "
             f"this EXACT format:\n<think>[your analysis]</think>\n<answer>\n{ITEM_OPEN}\n"
             f"[your merged knowledge]\n{ITEM_CLOSE}\n</answer>")
@@ -402,7 +490,8 @@ class MergeResult:
 
 def merge_bank(manager: ExperienceManager, generate: Generate, *, step: int, chunk: int = 5,
                families: Sequence[str] | None = None, fmt: str = "ops",
-               template: ItemTemplate | None = None, scope: str = "family") -> MergeResult:
+               template: ItemTemplate | None = None, scope: str = "family",
+               style: str = "ours") -> MergeResult:
     """Walk the bank (per scope, oldest first) in windows of ``chunk`` entries and let the
     extractor merge / rewrite / discard / keep them.
 
@@ -428,7 +517,18 @@ def merge_bank(manager: ExperienceManager, generate: Generate, *, step: int, chu
             by the starts its parents were, and nothing produced under one key carries into
             another key's window. With a one-item template, "family" leaves one entry per family
             after a pass; "key" one per key.
+        style: "ours": a window carries at most ``chunk - 1`` of the entries the last window
+            produced and is filled up to ``chunk``; merged entries inherit their parents'
+            retrieval counts (so that diversification does not favour them); our shorter item
+            prompt. "official" (``_merge_single_task``, ``async_memory_manager.py:2504-2580``):
+            ``chunk`` fresh entries plus *all* the items the last window returned (appended to
+            the next pre-cut chunk, :2576-2578); merged entries start with fresh usage (added
+            as new entries, :2456, their parents' usage deleted, :2447-2449); the launched
+            prompts verbatim.
     """
+    if style not in MERGE_STYLES:
+        raise ValueError(f"merge style must be one of {MERGE_STYLES}, got {style!r}")
+    official = style == "official"
     if fmt not in MERGE_FORMATS:
         raise ValueError(f"merge format must be one of {MERGE_FORMATS}, got {fmt!r}")
     if scope not in MERGE_SCOPES:
@@ -447,13 +547,17 @@ def merge_bank(manager: ExperienceManager, generate: Generate, *, step: int, chu
         windows: list[tuple[int, list[ExperienceEntry]]] = []
         with manager.read_lock():
             for n, q in enumerate(queues):
-                ids = carry[n][-(chunk - 1):]
-                while q and len(ids) < chunk:
+                ids = list(carry[n]) if official else carry[n][-(chunk - 1):]
+                cap = len(ids) + chunk if official else chunk
+                carried = len(ids)
+                while q and len(ids) < cap:
                     i = q.popleft()
                     if i not in ids:
                         ids.append(i)
                 entries = bank.get(ids)
                 carry[n] = []
+                if official and len(ids) == carried:
+                    continue  # the last chunk's items are final (:2579-2581): no window of them
                 if len(entries) >= 2:
                     windows.append((n, entries))
                 elif q and entries:  # one survivor: let it open the next window
@@ -463,7 +567,7 @@ def merge_bank(manager: ExperienceManager, generate: Generate, *, step: int, chu
                 continue
             break
         if fmt == "items":
-            messages = [build_item_merge_messages(entries) for _, entries in windows]
+            messages = [build_item_merge_messages(entries, official) for _, entries in windows]
         else:
             messages = [build_merge_messages(entries, scopes[n][0]) for n, entries in windows]
         if template is not None:
@@ -482,7 +586,7 @@ def merge_bank(manager: ExperienceManager, generate: Generate, *, step: int, chu
             result.samples.append(sample)
             result.n_windows += 1
             carry[n] = _apply_window(manager, sample, entries, step, result, fmt, template,
-                                     key_vec)
+                                     key_vec, fresh_usage=official)
     result.size_after = len(bank)
     manager.count_merge(result.n_windows, result.n_malformed)
     return result
@@ -522,10 +626,11 @@ def _item_decisions(text: str, window_ids: list[int]) -> tuple[list[MergeDecisio
 
 def _apply_window(manager: ExperienceManager, sample: MergeSample, entries: list[ExperienceEntry],
                   step: int, result: MergeResult, fmt: str = "ops",
-                  template: ItemTemplate | None = None, key_vec: np.ndarray | None = None
-                  ) -> list[int]:
+                  template: ItemTemplate | None = None, key_vec: np.ndarray | None = None,
+                  fresh_usage: bool = False) -> list[int]:
     """Store one window's decisions (new entries stored with ``key_vec`` when given, else
-    embedded by their text); returns the ids to carry into the next window."""
+    embedded by their text; ``fresh_usage``: never retrieved, else their parents' summed
+    retrieval counts); returns the ids to carry into the next window."""
     text = generation_text(sample.generation)
     if template is not None:
         text = template.answer_for(entries, text,
@@ -555,9 +660,9 @@ def _apply_window(manager: ExperienceManager, sample: MergeSample, entries: list
             "task_ids": _union(*(p.task_ids for p in parents)),
             "run": parents[0].run, "origin": d.kind, "parent_ids": list(d.ids),
             "source_trajectories": _union(*(p.source_trajectories for p in parents)),
-            # usage carries over so that diversification does not favour merged entries
-            "times_retrieved": sum(p.times_retrieved for p in parents),
-            "last_retrieved": max(lasts) if lasts else None})
+            # ours: usage carries over so that diversification does not favour merged entries
+            "times_retrieved": 0 if fresh_usage else sum(p.times_retrieved for p in parents),
+            "last_retrieved": None if fresh_usage or not lasts else max(lasts)})
         texts.append(render_entry_text(d.title, d.content))
     if not deletes:
         return []

@@ -457,7 +457,8 @@ class ExtractorTrack:
         elif items and self.template:
             template = ItemTemplate(one_sentence=self.cfg.answer_template == "sentence")
         result = merge_bank(self.manager, self.generate, step=step, chunk=self.merge_chunk,
-                            fmt=self.cfg.merge_format, template=template, scope=self.merge_scope)
+                            fmt=self.cfg.merge_format, template=template, scope=self.merge_scope,
+                            style=self.cfg.merge_style)
         self.last_merge_step = step
         self.stats["merges"] += 1
         metrics: dict[str, Any] = {"extractor/merge_s": time.perf_counter() - t1}
@@ -477,8 +478,11 @@ class ExtractorTrack:
         they created (official: merge calls are trained). A malformed merge is a malformed
         sample; a window that changed nothing (keep / stale) creates nothing to credit."""
         train_malformed = self.cfg.train_malformed
+        samples = list(result.samples)
+        if self.cfg.merge_style == "official":
+            samples = _last_call_per_scope(samples, self.manager)
         with self._state_lock:
-            for ms in result.samples:
+            for ms in samples:
                 gen = ms.generation
                 if not hasattr(gen, "completion_ids"):
                     continue
@@ -591,6 +595,27 @@ class ExtractorTrack:
             self._uncollected = bool(state.get("update_uncollected", False))
             self.stats.update(state["stats"])
         return [(st, [trajectory_cls.from_json(t) for t in trs]) for st, trs in state.get("pending", [])]
+
+
+def _last_call_per_scope(samples: list[Any], manager: Any) -> list[Any]:
+    """Official merge credit: one trained sample per scope and pass, its last call that changed
+    the bank, credited by every entry the pass left in that scope (each new entry carries that
+    call as its ``triggered_interaction``, ``async_memory_manager.py:2566``, :2600);
+    malformed calls are never kept (they produce no ``lm_output`` to keep)."""
+    import dataclasses
+
+    by_scope: dict[tuple[str, Any], list[Any]] = {}
+    for s in samples:
+        by_scope.setdefault((s.family, s.key_group), []).append(s)
+    out = []
+    for group in by_scope.values():
+        done = [s for s in group if s.created_ids and not s.malformed]
+        if not done:
+            continue
+        created = [i for s in group for i in s.created_ids]
+        alive = {e.id for e in manager.bank.get(created)}
+        out.append(dataclasses.replace(done[-1], created_ids=[i for i in created if i in alive]))
+    return out
 
 
 def _merge_counts(result: Any) -> dict[str, float]:
