@@ -82,7 +82,8 @@ def test_plan_check_names_what_is_missing():
         check_plan(PLANS["paper16"], {"CPU": 8.0, "GPU": 2.0})
     msg = str(err.value)
     assert "paper16" in msg and "16 GPU" in msg and "14 GPU missing" in msg
-    assert "actor generation engine 4" in msg and "extractor 8" in msg
+    assert "actor generation engine 4" in msg and "extractor generation engine 4" in msg
+    assert "extractor learner rank 4" in msg
     check_plan(PLANS["cpu"], {"CPU": 2.0})  # fits: no error
     # enough GPUs in total, but no single node holds a 2-GPU generation engine
     plan = ResourcePlan(name="tp2", actor_generation_gpus=2, generation_engines=1, env_workers=1)
