@@ -22,7 +22,6 @@ from typing import Any, Sequence
 
 from crl_bench.report.runs import Run, RunSet
 from crl_bench.report.stats import mean_ci
-from crl_bench.report.suites import ABLATIONS, PAPER_AGENTS
 from crl_bench.report.suites import agent_label as _agent_label
 
 __all__ = ["Plot", "make_plots", "curve_band"]
@@ -92,13 +91,6 @@ def _eval_series(run: Run, tasks: list[str], with_experience: bool) -> dict[int,
             for s, v in by_step.items() if all(t in v for t in tasks)}
 
 
-def _agent_order(agents: list[str], rs: RunSet | None = None) -> list[str]:
-    """Rows (agents, or an agent's configurations, see ``RunSet``) in the paper's order."""
-    rank = {a: i for i, a in enumerate((*PAPER_AGENTS, *ABLATIONS))}
-    base = rs.agent_of if rs is not None else (lambda a: a)
-    return sorted(agents, key=lambda a: (rank.get(base(a), len(rank)), a))
-
-
 def _step_axis(ax: Any, last_step: int) -> None:
     """The whole run on the step axis (0 .. its last step), so that a short run's one or two
     points sit where they belong instead of on an axis matplotlib zoomed to +-0.1 around them."""
@@ -143,7 +135,8 @@ class _Painter:
         steps, mean, low, high, ns = curve_band(per_seed, self.confidence)
         color = self.colors.get(agent) if color is None else color
         ax.plot(steps, mean, linestyle=linestyle, color=color, linewidth=1.8,
-                label=f"{label} ({max(ns)} seed{'s' if max(ns) != 1 else ''})", marker=marker if len(steps) <= 12 else None,
+                label=f"{label} ({max(ns)} seed{'s' if max(ns) != 1 else ''})",
+                marker=marker if len(steps) <= 12 else None,
                 markersize=3.5)
         if shade and any(not math.isnan(x) for x in low):
             if clip is not None:
@@ -176,7 +169,7 @@ def make_plots(rs: RunSet, out_dir: str | Path, confidence: float = 0.95
     from crl_bench.report.suites import VARIANTS
 
     out = Path(out_dir)
-    all_agents = _agent_order(list({r.row: None for r in rs.runs}), rs)
+    all_agents = rs.ordered({r.row: None for r in rs.runs})
 
     def agent_label(row: str) -> str:  # a row: the agent's label, and its group
         label = _agent_label(rs.agent_of(row))
@@ -191,7 +184,7 @@ def make_plots(rs: RunSet, out_dir: str | Path, confidence: float = 0.95
         runs = [r for r in rs.runs if r.tasks == mix]
         if not runs:
             continue
-        agents = _agent_order(list({r.row: None for r in runs}), rs)
+        agents = rs.ordered({r.row: None for r in runs})
         last_step = max(int(r.config.get("steps") or 0) for r in runs)
         tasks = runs[0].task_names
         window = _smoothing_window(runs)

@@ -348,6 +348,14 @@ class RunSet:
                 return g.label
         return ""
 
+    def ordered(self, rows: Iterable[str]) -> list[str]:
+        """Rows in the paper's order of their agents (its agents, then the ablations, then the
+        rest), an agent's configurations by name."""
+        from crl_bench.agent import ABLATIONS, PAPER_AGENTS
+
+        rank = {a: i for i, a in enumerate((*PAPER_AGENTS, *ABLATIONS))}
+        return sorted(rows, key=lambda r: (rank.get(self.agent_of(r), len(rank)), r))
+
     def rows_of(self, tasks: str, agent: str) -> list[str]:
         """The rows of one agent on a mix: one per configuration (the agent's name when none)."""
         rows = [g.row for g in self.groups if g.tasks == tasks and g.agent == agent]
@@ -412,7 +420,8 @@ def load_runs(paths: Iterable[str | Path],
         paths: run directories or folders holding them.
         expected: ``(tasks, agent, seed)`` triples the report must cover (e.g. a suite's
             matrix): each is expected of every configuration (row) of that agent found. None:
-            inferred — for each mix, every seed seen with it is expected of every row seen with it.
+            inferred — for each mix, every seed seen with it is expected of every row seen
+            with it.
 
     Returns:
         A :class:`RunSet`. Runs that are unreadable, not done, or duplicates of a finished run

@@ -149,12 +149,6 @@ def _cell(column: str, values: list[float], conf: float, expected_n: int | None,
     return Cell(column, est, paper_value, expected_n or None)
 
 
-def _ordered_agents(agents: list[str], rs: RunSet | None = None) -> list[str]:
-    rank = {a: i for i, a in enumerate((*PAPER_AGENTS, *ABLATIONS))}
-    base = rs.agent_of if rs is not None else (lambda a: a)
-    return sorted(agents, key=lambda a: (rank.get(base(a), len(rank)), a))
-
-
 def _several(rs: RunSet, mix: str, agents: tuple[str, ...]) -> list[str]:
     """Notes for agents with several configurations on ``mix``: a comparison that needs one row
     per agent is not made for them."""
@@ -183,7 +177,7 @@ def _single_tables(rs: RunSet, vals: _Values, conf: float) -> list[Table]:
         if name not in column_mix:
             columns.append(name)
             column_mix[name] = m
-    agents = _ordered_agents(list({a: None for m in mixes for a in rs.agents(m)}), rs)
+    agents = rs.ordered({a: None for m in mixes for a in rs.agents(m)})
     tables = []
     for metric, name, title, unit, digits in (
             ("success_rate", "single_success", "Single-task success rate", "fraction of episodes", 2),
@@ -281,7 +275,7 @@ def _multi_tables(rs: RunSet, vals: _Values, conf: float) -> list[Table]:
         bases = {rs.agent_of(a) for a in present}
         if not bases & set(PAPER_AGENTS) and bases & set(ABLATIONS):
             continue  # an ablation-only mix: its table is the ablation table
-        others = [a for a in _ordered_agents(present, rs)
+        others = [a for a in rs.ordered(present)
                   if rs.agent_of(a) not in PAPER_AGENTS and rs.agent_of(a) not in ABLATIONS]
         paper_rows = [r for a in PAPER_AGENTS for r in rs.rows_of(mix, a)]
         # a paper row nobody ran or asked for is named in a note, not shown as a row of

@@ -169,7 +169,8 @@ def _runs_markdown(runs: list[Any], facts: list[dict[str, Any]]) -> str:
     lines = ["| mix | agent | seed | preset | steps | training episodes | eval episodes per mode "
              "| time (min) | bank entries | path |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r, f in zip(runs, facts):
-        lines.append(f"| {r.tasks} | {_md_escape(r.row)} | {r.seed} | {r.config.get('preset', '?')} | "
+        lines.append(f"| {r.tasks} | {_md_escape(r.row)} | {r.seed} | "
+                     f"{r.config.get('preset', '?')} | "
                      f"{_show(f['steps'])} | {f['train_episodes']} | {_show(f['eval_episodes'])} | "
                      f"{_show(f['time_min'], '{:.0f}')} | {_show(f['bank_size'])} | {r.path} |")
     return ("\n".join(lines) + "\n\nTime: the training steps and the timed evaluations as the "
