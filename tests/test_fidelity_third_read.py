@@ -362,3 +362,34 @@ def test_the_official_extraction_prompt_caps_no_operations():
     assert "at most" not in system["content"] and "at most" not in user["content"]
     short = build_extraction_messages("g", "t", outcome, [], style="short")
     assert all("at most 3 operations" in m["content"] for m in short)
+
+
+# -- actor log-probs on the raw logits -----------------------------------------------------------
+
+def test_paper_takes_actor_log_probs_on_raw_logits(tmp_path):
+    """``roll/distributed/strategy/megatron_strategy.py:238-263`` (``op_compute_log_probs``):
+    log-probs of the logits as the model gives them; no temperature anywhere in that strategy.
+    ``paper``: ``actor.logprob_temperature=1.0`` with the old log-probs recomputed; the CPU
+    presets keep the sampling temperature (0.99), whose log-probs the sampler recorded."""
+    from crl_bench.runner.config import PRESETS, ConfigError, build_config
+
+    paper = PRESETS["paper"]().actor
+    assert paper.logprob_temperature == 1.0 and paper.recompute_old_logprobs
+    assert PRESETS["cpu"]().actor.logprob_temperature == 0.0
+    with pytest.raises(ConfigError, match="recompute_old_logprobs"):
+        build_config(agent="grpo", preset="tiny", overrides={"actor.logprob_temperature": 1.0})
+
+    import torch
+
+    from tests.test_fidelity_launched import make_ctx
+
+    seen = []
+    for n, overrides in enumerate(({}, {"actor.logprob_temperature": 1.0,
+                                        "actor.recompute_old_logprobs": True})):
+        ctx = make_ctx(tmp_path / str(n), **overrides)
+        try:
+            ctx.actor.trainer.update = lambda samples, **kw: (seen.append(kw["temperature"]), {})[1]
+            ctx.actor.update([], torch.zeros(0))
+        finally:
+            ctx.close()
+    assert seen == [pytest.approx(PRESETS["tiny"]().rollout.temperature), 1.0]

@@ -290,6 +290,12 @@ class ActorConfig(OptimConfig):
     advantage: str = "mean"
     """A name in ``crl_bench.algorithms.ADVANTAGES``: "mean" (subtract the subgroup mean: the
     official code), "mean_std", or one a plugin registers."""
+    logprob_temperature: float = 0.0
+    """The temperature the actor update computes log-probs at; 0: the sampling temperature
+    (the recorded log-probs' own). Official (``paper``, 1.0): the trainer takes log-probs of the
+    raw logits (``roll/distributed/strategy/megatron_strategy.py:238-263``, no temperature
+    anywhere in that strategy); needs ``actor.recompute_old_logprobs`` (the sampler recorded
+    its log-probs at the sampling temperature)."""
     sample_unit: SampleUnit = "turn"
     """What one training sample is. "turn": every model call (its prompt re-encoded).
     "trajectory" (official; needs ``rollout.conversation: full``): one sequence per episode, the
@@ -645,7 +651,7 @@ PAPER = Preset("paper", "the paper's configuration for GPUs (Qwen2.5-7B-Instruct
                    # seq-mean-token-mean, old log-probs recomputed by the trainer (official ROLL)
                    "actor.lr": 1e-6, "actor.loss_args": {"clip_eps": 0.2}, "actor.micro_batch_size": 8,
                    "actor.sample_unit": "trajectory", "actor.agg": "seq-mean-token-mean",
-                   "actor.recompute_old_logprobs": True,
+                   "actor.recompute_old_logprobs": True, "actor.logprob_temperature": 1.0,
                    # memory only (same gradient): log-probs over chunks of 4,096 tokens (no
                    # full-vocabulary logits of a 32k-token sequence), one such sequence per
                    # micro-batch; `crl-bench plan --preset paper` fits 16 x 80 GB with these

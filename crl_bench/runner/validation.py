@@ -100,6 +100,7 @@ FIELD_RANGES: dict[str, Range] = {
     "rollout.max_observation_chars": Range(0, 1 << 24, note="0: never cut"),
     "rollout.top_k": Range(0, 1 << 20, note="0: off"),
     "actor.mini_batches": Range(1, 1024),
+    "actor.logprob_temperature": Range(0, 10, note="0: the sampling temperature"),
     "extractor.mini_batches": Range(1, 1024),
     "eval.every": Range(0, MAX_STEPS, note="0: only at the end"),
     "eval.episodes_per_task": Range(1, MAX_EPISODES_PER_STEP),
@@ -300,6 +301,11 @@ def validate_config(cfg: "RunConfig", *, presets: Any) -> None:
                 raise ConfigError(f"{key}={value!r}: must be "
                                   f"{rng.describe(str(f.type).strip() == 'int')}; "
                                   f"{_fix(key, default)}.")
+    if cfg.actor.logprob_temperature and not cfg.actor.recompute_old_logprobs:
+        raise ConfigError(f"actor.logprob_temperature={cfg.actor.logprob_temperature} needs "
+                          "actor.recompute_old_logprobs=true (the sampler recorded its log-probs "
+                          "at the sampling temperature): --set actor.recompute_old_logprobs=true, "
+                          "or --set actor.logprob_temperature=0.")
     r = cfg.rollout
     if r.groups * r.group_size > MAX_EPISODES_PER_STEP:
         raise ConfigError(

@@ -81,7 +81,8 @@ class ActorSide(Part):
             kwargs = {**LOSSES.entry(loss).metadata.get("defaults", {}), **(loss_args or {})}
         with timed(self.info.timings, "timing_s/actor_update"):
             m = self.trainer.update(samples, loss=name, loss_kwargs=kwargs, agg=a.agg,
-                                    temperature=self.models.actor_sampling.logprob_temperature)
+                                    temperature=(a.logprob_temperature
+                                                 or self.models.actor_sampling.logprob_temperature))
         return {f"losses/actor_{k}": v for k, v in m.items()}
 
     def state_dict(self, folder: Path) -> dict[str, Any]:
