@@ -134,6 +134,9 @@ def test_a_sandbox_larger_than_its_own_files_allow_is_refused():
     # the default leaves a quarter of the memory to commands
     lim = SandboxLimits(sandbox_memory_mb=4096)
     assert lim.disk_mb == 4096 - 1024 - lim.shm_mb
+    # a memory too small for any file is refused, not given a 1 MiB workspace
+    with pytest.raises(ValueError, match="sandbox_memory_mb=128 leaves no room for files"):
+        SandboxLimits(sandbox_memory_mb=128)
 
 
 # -- a full workspace ------------------------------------------------------------------------

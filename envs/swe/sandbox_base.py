@@ -123,8 +123,13 @@ class SandboxLimits:
                                  f"{str(value)[:80]}.")
         reserve = process_reserve_mb(int(self.sandbox_memory_mb))
         room = int(self.sandbox_memory_mb) - reserve - int(self.shm_mb)
+        if room < 1:
+            raise ValueError(
+                f"SandboxLimits.sandbox_memory_mb={self.sandbox_memory_mb} leaves no room for "
+                f"files: {reserve} MiB are kept for commands and shm_mb={self.shm_mb} for "
+                "/dev/shm. Raise sandbox_memory_mb or lower shm_mb.")
         if self.disk_mb is None:
-            object.__setattr__(self, "disk_mb", max(1, min(DEFAULT_DISK_MB, room)))
+            object.__setattr__(self, "disk_mb", min(DEFAULT_DISK_MB, room))
         elif self.disk_mb > room:
             raise ValueError(
                 f"SandboxLimits.disk_mb={self.disk_mb} with shm_mb={self.shm_mb} would let the "
