@@ -393,3 +393,32 @@ def test_paper_takes_actor_log_probs_on_raw_logits(tmp_path):
         finally:
             ctx.close()
     assert seen == [pytest.approx(PRESETS["tiny"]().rollout.temperature), 1.0]
+
+
+# -- Search-and-Ask: the tag, the answer's wording, ask before answer, the actor's stop strings --
+
+def test_paper_search_and_ask_as_the_official_tool():
+    """``tools/search_and_ask_tool.py:27``: the tool's pattern is
+    ``<knowledge_search_and_ask>(.*?)</knowledge_search_and_ask>``; :102: its observation is
+    ``f"Search results: {search_results}\\n"``; ``tool_env_wrapper.py:45-52``: every tool is tried
+    on the whole reply before the env sees it, so a reply with an ask and an answer is an ask
+    while tool uses are left (:45); yaml :101: the actor stops only at
+    ``</knowledge_search_and_ask>``."""
+    from crl_bench.llm.prompting import PromptConfig, parse_completion
+    from crl_bench.runner.config import PRESETS
+
+    cfg = PRESETS["paper"]()
+    assert cfg.experience.ask_tag == "knowledge_search_and_ask" and cfg.experience.ask_wins
+    assert not cfg.rollout.stop_at_answer
+    official = PromptConfig(ask_tag="knowledge_search_and_ask", ask_wins=True, stop_at_answer=False)
+    assert official.stop_strings() == ("</knowledge_search_and_ask>",)
+    both = ("<answer>north</answer> <knowledge_search_and_ask>which rock?"
+            "</knowledge_search_and_ask>")
+    assert parse_completion(both, official, asks_left=1).kind == "ask"
+    assert parse_completion(both, official, asks_left=0).action == "north"   # no tool use left
+    ours = PromptConfig(ask_tag="knowledge_search_and_ask")
+    assert parse_completion(both, ours, asks_left=1).action == "north"
+    assert ours.stop_strings() == ("</answer>", "</knowledge_search_and_ask>")
+    cpu = PRESETS["cpu"]()
+    assert (cpu.experience.ask_tag, cpu.experience.ask_wins, cpu.rollout.stop_at_answer) == \
+        ("ask", False, True)

@@ -158,6 +158,8 @@ class SearchAndAsk:
             guidance = answer
         if not official:
             guidance = clip_middle(guidance, MAX_GUIDANCE_CHARS)
+        else:  # the tool's observation (tools/search_and_ask_tool.py:102)
+            guidance = f"Search results: {guidance}\n"
         with self._lock:
             self.samples.append(SearchAskSample(
                 query=query, context=context, messages=messages, generation=generation[0],

@@ -83,6 +83,13 @@ class PromptConfig:
     prompt, as the official tool wrapper adds it at reset)."""
     stop_at_tags: bool = True
     """Stop generation at ``</answer>`` and ``</ask>`` (the completion keeps the closing tag)."""
+    stop_at_answer: bool = True
+    """With ``stop_at_tags``: stop at ``</answer>`` too (False: only at the ask's closing tag,
+    as the official actor, yaml :101 ``stop_strings: ["</knowledge_search_and_ask>"]``)."""
+    ask_wins: bool = False
+    """A reply holding both an ask and an answer is an ask while asks are left (official: the
+    tool wrapper tries its tools on the whole reply before the env sees it,
+    ``tool_env_wrapper.py:45-52``). False: the answer wins."""
     observation_last: bool = False
     """Put the current observation after the admissible actions and the answer format (default:
     before them), so that it is the last thing read before the answer. Measured with the
@@ -194,7 +201,10 @@ class PromptConfig:
         return family_system_prompt(family) or self.system_prompts["text"]
 
     def stop_strings(self) -> tuple[str, ...]:
-        return (f"</{self.answer_tag}>", f"</{self.ask_tag}>") if self.stop_at_tags else ()
+        if not self.stop_at_tags:
+            return ()
+        ask = (f"</{self.ask_tag}>",)
+        return ((f"</{self.answer_tag}>",) + ask) if self.stop_at_answer else ask
 
 
 @dataclass
@@ -394,6 +404,10 @@ def parse_completion(text: str, config: PromptConfig, asks_left: int = 0) -> Par
     """
     body = _THINK.sub("", text)
     a, q = config.answer_tag, config.ask_tag
+    if config.ask_wins and asks_left > 0:
+        ask = re.search(rf"<{q}>(.*?)</{q}>", body, re.DOTALL)
+        if ask is not None and ask.group(1).strip():
+            return ParsedCompletion("ask", query=ask.group(1).strip())
     answer = re.search(rf"<{a}>(.*?)</{a}>", body, re.DOTALL)
     if answer is not None:
         action = answer.group(1).strip()

@@ -221,6 +221,9 @@ class RolloutConfig(_Section):
     experience_last: bool = False
     """The experience block just before the answer format instead of after the goal
     (``PromptConfig.experience_last``)."""
+    stop_at_answer: bool = True
+    """The actor's generation stops at ``</answer>`` as well as at the ask's closing tag (False,
+    ``paper``: only at the ask's, as the official actor, yaml :101)."""
     max_observation_chars: int = 6000
     """An observation longer than this is cut in the middle (the prompt says so); 0: never cut
     (official: the env's observation goes into the turn template whole,
@@ -431,6 +434,13 @@ class ExperienceConfig(_Section):
     """No entry is retrieved (training, evaluation, gate) until this many training steps have
     ended (official ``memory_warmup_interval: 5``, yaml :198: steps 0-4 play without memory;
     ``paper``). 0: retrieval from the first step (the bank is empty then)."""
+    ask_tag: str = "ask"
+    """The Search-and-Ask tag the actor writes its query in (official, ``paper``:
+    ``knowledge_search_and_ask``, ``tools/search_and_ask_tool.py:27``)."""
+    ask_wins: bool = False
+    """A reply with both an ask and an answer is an ask while asks are left (official,
+    ``paper``: the tool wrapper parses its tool first, ``tool_env_wrapper.py:45-52``). False:
+    the answer wins."""
     ask_on_last_turn: bool = False
     """Offer Search-and-Ask on an episode's last turn too (official: the tool is offered on
     every turn and a call counts as a turn, ``traj_env_manager.py:282-291``, so an ask on the
@@ -637,7 +647,8 @@ PAPER = Preset("paper", "the paper's configuration for GPUs (Qwen2.5-7B-Instruct
                    "rollout.groups": 16, "rollout.group_size": 8, "rollout.top_k": 100,
                    "rollout.max_new_tokens": 4096, "rollout.conversation": "full",
                    "rollout.history": -1, "rollout.think": True,
-                   "rollout.max_observation_chars": 0,
+                   "rollout.max_observation_chars": 0, "rollout.stop_at_answer": False,
+                   "experience.ask_tag": "knowledge_search_and_ask", "experience.ask_wins": True,
                    # the official MiniHack observation and messages: the 9x9 crop, legend,
                    # message and action list (env.py:526-583, :383-394), the maze system prompt,
                    # env instruction and turn template, memory in the system message
