@@ -75,7 +75,10 @@ def test_any_gpu_count_is_laid_out(gpus, layout):
 def test_plan_16_gpus_estimates_each_part(capsys):
     assert main(["plan", "--gpus", "16", "--gpu-memory", "80"]) == 0
     out = capsys.readouterr().out
-    assert "extractor: 1 vLLM engine x 4 GPU + 4 learner ranks" in out  # tensor parallel 4
+    # official yaml (ComplementaryRL, examples/singletask-agentic/single_task_complementaryrl.yaml):
+    # actor_train and actor_infer on GPUs 0-7 (:87, :111), the memory model on 8-15 (:247, :291),
+    # its vLLM engine at tensor_parallel_size 4 (:261)
+    assert "extractor: 1 vLLM engine x 4 GPU + 4 learner ranks" in out
     for part in ("actor generation", "actor old log-probs", "actor update", "actor weight sync",
                  "extractor generation", "extractor update", "extractor weight sync"):
         assert f"  {part} " in out
