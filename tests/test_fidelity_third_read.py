@@ -422,3 +422,42 @@ def test_paper_search_and_ask_as_the_official_tool():
     cpu = PRESETS["cpu"]()
     assert (cpu.experience.ask_tag, cpu.experience.ask_wins, cpu.rollout.stop_at_answer) == \
         ("ask", False, True)
+
+
+# -- ALFWorld: reasoning in <think> before the <answer> ------------------------------------------
+
+OFFICIAL_ALFWORLD_PATTERN = r"<think>(.*?)</think>\s*<answer>(.*?)</answer>($|\n)"
+"""``examples/singletask-agentic/multitask_env_tool.yaml:365`` ``action_pattern``."""
+
+
+@pytest.mark.parametrize("reply, valid", [
+    ("<think>the rock north is the landmark's</think>\n<answer>north</answer>", True),
+    ("<answer>north</answer>", False),
+    ("<think>x</think><answer>north</answer> and more", False)])
+def test_a_family_action_pattern_makes_other_replies_invalid(reply, valid):
+    """``env/alfworld/env.py:384-395``: a reply the pattern does not match is "Format Invalid".
+    ``paper`` sets ALFWorld's official pattern; the engine applies a family's pattern to the
+    whole reply (here on a real MiniHack level, the pattern given for its family)."""
+    pytest.importorskip("torch")
+    pytest.importorskip("nle")
+    import gymnasium
+
+    import crl_bench  # noqa: F401
+    from _forced_backend import ForcedBackend
+    from crl_bench.llm.hf_backend import HFBackend
+    from crl_bench.llm.rollout import EpisodeSpec, PromptConfig, RolloutEngine
+    from crl_bench.llm.types import SamplingParams
+    from crl_bench.runner.config import PRESETS
+
+    assert PRESETS["paper"]().rollout.action_patterns == {"alfworld": OFFICIAL_ALFWORLD_PATTERN}
+    assert PRESETS["cpu"]().rollout.action_patterns == {}
+    backend = ForcedBackend(HFBackend("tiny-random", roles=("actor",), seed=0), lambda p: reply)
+    env = gymnasium.make("crl/MiniHack-Room-Landmark-5x5-v0", max_steps=1, view="compact")
+    engine = RolloutEngine(backend, SamplingParams(max_new_tokens=48, seed=0),
+                           PromptConfig(history=0, stop_at_tags=False), adapter="actor",
+                           action_patterns={"minihack": OFFICIAL_ALFWORLD_PATTERN})
+    (traj,) = engine.run([EpisodeSpec(env=env, seed=3, options=None, group_id=0,
+                                      task_name="landmark", with_experience=False,
+                                      experience_ids=[], experience_text="", meta={})])
+    env.close()
+    assert (traj.n_actions, traj.n_invalid_format) == ((1, 0) if valid else (0, 1))

@@ -21,13 +21,15 @@ path over 255 characters) ends *that* episode, never the run: the trajectory rec
 from __future__ import annotations
 
 import errno
+import re
 import time
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Callable
 
-from crl_bench.llm.prompting import (HistoryItem, PromptConfig, build_followup_message,
-                                     build_messages, conversation_template,
-                                     invalid_format_feedback, parse_completion)
+from crl_bench.llm.prompting import (HistoryItem, ParsedCompletion, PromptConfig,
+                                     build_followup_message, build_messages,
+                                     conversation_template, invalid_format_feedback,
+                                     parse_completion)
 from crl_bench.llm.types import SamplingParams
 
 __all__ = ["Turn", "Trajectory", "EpisodeSpec", "PromptConfig", "RolloutEngine"]
@@ -202,7 +204,8 @@ class RolloutEngine:
                  adapter: str | None = "actor", ask_callback: AskCallback | None = None,
                  progress: bool = False, *,
                  on_progress: Callable[[dict], None] | None = None,
-                 ask_requires_experience: bool = False, ask_on_last_turn: bool = True) -> None:
+                 ask_requires_experience: bool = False, ask_on_last_turn: bool = True,
+                 action_patterns: dict[str, str] | None = None) -> None:
         self.backend = backend
         self.prompt = prompt or PromptConfig()
         stops = tuple(dict.fromkeys(tuple(sampling.stop) + self.prompt.stop_strings()))
@@ -212,6 +215,9 @@ class RolloutEngine:
         self.progress = progress
         self.ask_requires_experience = ask_requires_experience
         self.ask_on_last_turn = ask_on_last_turn
+        self.action_patterns = dict(action_patterns or {})
+        """Per env family, a regular expression an action reply must also match (searched in
+        the whole reply), else the turn is invalid format (``rollout.action_patterns``)."""
         """False: no ask is offered (nor parsed) on an episode's last turn, where the answer
         could not be acted on: the ask would end the episode without an action."""
         self.reuse_kv = True
@@ -394,6 +400,11 @@ class RolloutEngine:
                 ep.prompt_tokens += len(prompt_ids)
                 parsed = parse_completion(self.prompt.response_prefix + gen.text, self.prompt,
                                           self._asks_left(ep))
+                pattern = self.action_patterns.get(ep.family)
+                if (parsed.kind == "action" and pattern is not None and re.search(
+                        pattern, self.prompt.response_prefix + gen.text, re.DOTALL) is None):
+                    parsed = ParsedCompletion("invalid", error="the reply does not have the "
+                                              "required form (think, then answer)")
                 turn = Turn(prompt_ids=list(prompt_ids), completion_ids=list(gen.completion_ids),
                             logprobs=list(gen.logprobs), completion_text=gen.text, action=None,
                             observation="", reward=0.0, format_valid=parsed.kind != "invalid",

@@ -65,6 +65,7 @@ RetrievalKey = Literal["entry", "episode_start"]
 MergeScope = Literal["family", "key"]
 AskOffer = Literal["with_experience", "all"]
 AskStyle = Literal["short", "official"]
+AskTag = Literal["ask", "knowledge_search_and_ask"]
 Query = Literal["goal_observation", "family"]
 UsagePer = Literal["pick", "batch"]
 EvalModes = Literal["both", "with_experience"]
@@ -230,6 +231,11 @@ class RolloutConfig(_Section):
     ``traj_env_manager.py:390-406``; ``paper``)."""
     env_max_steps: dict[str, int] = field(default_factory=dict)
     """Per-family env action caps overriding the env defaults, e.g. {"minihack": 10}."""
+    action_patterns: dict[str, str] = field(default_factory=dict)
+    """Per env family, a regular expression an action reply must match as well (searched in the
+    whole reply, dot matching newlines), else the turn is invalid format. ``paper``: ALFWorld's
+    official ``action_pattern`` (``multitask_env_tool.yaml:365``, read by
+    ``env/alfworld/env.py:384-395``): reasoning in ``<think>`` before the ``<answer>``."""
     env_kwargs: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Per-family ``gymnasium.make`` keyword arguments for every env of that family (training
     and evaluation), e.g. {"minihack": {"view": "compact"}}; checked against the env's
@@ -434,7 +440,7 @@ class ExperienceConfig(_Section):
     """No entry is retrieved (training, evaluation, gate) until this many training steps have
     ended (official ``memory_warmup_interval: 5``, yaml :198: steps 0-4 play without memory;
     ``paper``). 0: retrieval from the first step (the bank is empty then)."""
-    ask_tag: str = "ask"
+    ask_tag: AskTag = "ask"
     """The Search-and-Ask tag the actor writes its query in (official, ``paper``:
     ``knowledge_search_and_ask``, ``tools/search_and_ask_tool.py:27``)."""
     ask_wins: bool = False
@@ -658,6 +664,8 @@ PAPER = Preset("paper", "the paper's configuration for GPUs (Qwen2.5-7B-Instruct
                    "rollout.prompt_layout": "official", "rollout.experience_place": "system",
                    "rollout.max_episode_tokens": 32768, "rollout.sequence_length": 32768,
                    "rollout.env_max_steps": {"minihack": 30, "webshop": 15, "alfworld": 30, "swe": 50},
+                   "rollout.action_patterns": {
+                       "alfworld": r"<think>(.*?)</think>\s*<answer>(.*?)</answer>($|\n)"},
                    # one sequence per trajectory, loss on every assistant turn,
                    # seq-mean-token-mean, old log-probs recomputed by the trainer (official ROLL)
                    "actor.lr": 1e-6, "actor.loss_args": {"clip_eps": 0.2}, "actor.micro_batch_size": 8,

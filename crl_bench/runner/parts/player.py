@@ -226,7 +226,8 @@ class Player(Part):
                              ask_callback=ask, progress=False,
                              on_progress=self.info.progress.on_play_progress,
                              ask_requires_experience=x.ask_offer != "all",
-                             ask_on_last_turn=x.ask_on_last_turn)
+                             ask_on_last_turn=x.ask_on_last_turn,
+                             action_patterns=cfg.rollout.action_patterns)
 
     def prompt_config(self) -> Any:
         """The actor's :class:`~crl_bench.llm.prompting.PromptConfig` from the run's settings."""
