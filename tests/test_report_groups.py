@@ -155,3 +155,23 @@ def test_a_short_runs_plots_show_the_whole_run_on_the_step_axis(tmp_path, monkey
             if ax.get_visible():
                 lo, hi = ax.get_xlim()
                 assert lo <= 0 and hi >= 2, (name, lo, hi)  # not 1.90 - 2.10
+
+
+def test_a_field_newer_than_a_run_counts_as_its_default(tmp_path):
+    """A run written before a config field existed lacks it in config.json: it groups with the
+    runs that leave the field at its default (else every field added to the code would split a
+    sweep's seeds into rows 'x=unset' and 'x=0'), and not with one that changes it."""
+    from crl_bench.runner.config import RunConfig
+
+    default = RunConfig().experience.memory_warmup
+    dirs = [run(tmp_path, f"s{seed}", seed=seed) for seed in (0, 1, 2)]
+    for d, value in zip(dirs, (None, default, default + 5)):
+        cfg = json.loads((d / "config.json").read_text())
+        if value is not None:  # the run from before the field has no such key
+            cfg["experience"] = {"memory_warmup": value}
+        (d / "config.json").write_text(json.dumps(cfg))
+    rs = load_runs([tmp_path])
+    assert rs.notes == []
+    rows = {g.row: list(g.seeds) for g in rs.groups}
+    assert rows == {f"comp_rl (memory_warmup={default})": [0, 1],
+                    f"comp_rl (memory_warmup={default + 5})": [2]}, rows

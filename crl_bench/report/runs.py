@@ -388,18 +388,33 @@ class RunSet:
         return list(seen)
 
 
+def _default_settings() -> dict[str, Any]:
+    """The settings of a default ``RunConfig`` of this version (:func:`run_settings`)."""
+    from crl_bench.runner.config import RunConfig
+
+    return run_settings(RunConfig().to_dict())
+
+
 def _assign_groups(runs: list[Run]) -> list[RunGroup]:
-    """Set each run's ``group`` from its settings and return the groups (rows)."""
+    """Set each run's ``group`` from its settings and return the groups (rows). A setting a
+    run's ``config.json`` lacks (a field added to the code after the run) counts as its
+    default, as a resume does, so a run from before a new field groups with later runs that
+    leave it at that default."""
     by_agent: dict[tuple[str, str], list[Run]] = {}
     for r in runs:
         by_agent.setdefault((r.tasks, r.agent), []).append(r)
+    defaults = _default_settings() if runs else {}
     groups: list[RunGroup] = []
     for (tasks, agent), members in by_agent.items():
         configs: dict[str, list[Run]] = {}
+        filled: dict[str, dict[str, Any]] = {}
         for r in members:
-            configs.setdefault(json.dumps(r.settings(), sort_keys=True, default=str), []).append(r)
+            st = {**defaults, **r.settings()}
+            key = json.dumps(st, sort_keys=True, default=str)
+            configs.setdefault(key, []).append(r)
+            filled[key] = st
         keys = sorted(configs)
-        settings = [configs[k][0].settings() for k in keys]
+        settings = [filled[k] for k in keys]
         labels, differ = (_group_labels(settings) if len(keys) > 1 else ([""], []))
         for key, label, st in zip(keys, labels, settings):
             for r in configs[key]:
