@@ -42,7 +42,8 @@ def test_eval_of_the_embedded_model_is_the_runs_step0_evaluation(tiny_run, tmp_p
     assert f"crl-bench show {out / 'seed_0'} --episode 0" in printed
     seed0 = out / "seed_0"
     config = json.loads((seed0 / "config.json").read_text())
-    assert config["agent"] == "tiny-sft" and config["eval"]["source"] == "model"
+    assert config["agent"] == "tiny-sft" and config["evaluated"]["source"] == "model"
+    assert config["eval"]["episodes_per_task"] == 2  # the configuration's own eval section kept
     assert config["steps"] == 0 and json.loads((seed0 / "status.json").read_text())["state"] == "done"
     # the same episodes, actions and outcomes as the run's evaluation at step 0
     assert evals_of(seed0, 0) == evals_of(run, 0) and len(evals_of(run, 0)) == 2
@@ -64,7 +65,7 @@ def test_eval_of_a_runs_checkpoint_is_its_last_evaluation(tiny_run, tmp_path):
     assert main(["eval", str(run), "--out", str(out), "--no-progress"]) == 0
     got = out / "seed_0"
     config = json.loads((got / "config.json").read_text())
-    assert config["eval"]["source"] == "checkpoint" and config["eval"]["checkpoint_step"] == last
+    assert config["evaluated"]["source"] == "checkpoint" and config["evaluated"]["checkpoint_step"] == last
     assert config["agent"] == f"{run.name}@step{last}" and config["steps"] == last
     assert evals_of(got, last) == evals_of(run, last)
     # the trained adapters are loaded: the recorded log-probs are the run's at its last step,
@@ -97,7 +98,7 @@ def test_eval_with_a_given_bank_plays_without_and_with_experience(tiny_run, tmp_
         ids = {e.id for e in b.list_entries(limit=10_000)}
     assert ids and all(t["experience_ids"] and set(t["experience_ids"]) <= ids for t in given)
     assert bank.read_bytes() == before  # the given bank was copied, never written
-    assert json.loads((got / "config.json").read_text())["eval"]["bank"] == str(bank)
+    assert json.loads((got / "config.json").read_text())["evaluated"]["bank"] == str(bank)
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -121,7 +122,7 @@ def test_a_run_without_checkpoint_and_a_dead_endpoint_are_named(tmp_path, capsys
     (run / "status.json").write_text('{"state": "running", "step": 0}')
     assert main(["eval", str(run), "--out", str(tmp_path / "o")]) == 2
     assert "is a run without a checkpoint yet" in capsys.readouterr().err
-    (run / "config.json").write_text('{"eval": {"model": "tiny-sft"}}')  # an evaluation's folder
+    (run / "config.json").write_text('{"evaluated": {"model": "tiny-sft"}}')  # an evaluation's folder
     assert main(["eval", str(run), "--out", str(tmp_path / "o")]) == 2
     assert "is an evaluation's folder, not a run: evaluate what it evaluated (tiny-sft)" in \
         capsys.readouterr().err

@@ -138,7 +138,7 @@ def test_eval_against_the_server_writes_run_records_and_report(server, tmp_path)
         got = out / f"seed_{seed}"
         config = json.loads((got / "config.json").read_text())
         assert config["agent"] == f"endpoint:{SERVED}"
-        assert config["eval"] == {**config["eval"], "source": "endpoint", "endpoint": server}
+        assert config["evaluated"] == {**config["evaluated"], "source": "endpoint", "endpoint": server}
         evals = [json.loads(x) for x in (got / "eval.jsonl").read_text().splitlines()]
         assert [(e["task"], e["n"], e["with_experience"]) for e in evals] == [("MiniHack Room", 2, False)]
         episodes = [json.loads(x) for x in (got / "episodes.jsonl").read_text().splitlines()]

@@ -123,9 +123,9 @@ def resolve_model(model: str | None, endpoint: str | None, model_id: str | None)
             stored = json.loads((path / "config.json").read_text())
         except (OSError, ValueError):
             stored = {}
-        if isinstance(stored, dict) and stored.get("eval"):
+        if isinstance(stored, dict) and stored.get("evaluated"):
             raise ValueError(f"{path} is an evaluation's folder, not a run: evaluate what it "
-                             f"evaluated ({stored['eval'].get('model')}) instead")
+                             f"evaluated ({stored['evaluated'].get('model')}) instead")
         if last is None:
             raise ValueError(f"{path} is a run without a checkpoint yet (it writes one every "
                              "checkpoint_every steps and at its end); evaluate it once one exists, "
@@ -205,7 +205,7 @@ def evaluate_one(cfg: Any, model: EvalModel | None, out: Path, *, bank: Path | N
         data = json.loads(run.config_path.read_text())
         data["agent"] = model.label
         data["steps"] = model.checkpoint_step  # steps the evaluated model was trained here
-        data["eval"] = {"source": model.source, "model": model.name, "endpoint": model.endpoint,
+        data["evaluated"] = {"source": model.source, "model": model.name, "endpoint": model.endpoint,
                         "checkpoint": None if model.checkpoint is None else str(model.checkpoint),
                         "checkpoint_step": model.checkpoint_step,
                         "bank": None if bank is None else str(bank)}

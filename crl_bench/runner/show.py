@@ -78,7 +78,7 @@ def find_trajectory(run: Path, index: int) -> tuple[dict[str, Any], dict[str, An
 def run_decoder(run: Path) -> Callable[[list[int]], str]:
     """Token ids -> text with the run's actor tokenizer (special tokens kept)."""
     cfg = json.loads((run / "config.json").read_text())
-    if (cfg.get("eval") or {}).get("source") == "endpoint":
+    if (cfg.get("evaluated") or {}).get("source") == "endpoint":
         from crl_bench.llm.openai_backend import ChatMLByteTokenizer
 
         tok: Any = ChatMLByteTokenizer()
@@ -93,7 +93,7 @@ def format_episode(run: Path, index: int, decode: Callable[[list[int]], str] | N
                    ) -> list[str]:
     rec, traj = find_trajectory(run, index)
     decode = decode or run_decoder(run)
-    source = (json.loads((run / "config.json").read_text()).get("eval") or {}).get("source")
+    source = (json.loads((run / "config.json").read_text()).get("evaluated") or {}).get("source")
     unit = "bytes" if source == "endpoint" else "tokens"  # an endpoint's ids are UTF-8 bytes
     head = (f"episode {index}: {rec.get('phase')} step {rec.get('step')}, {traj['task_name']} "
             f"({traj['env_id']}), task {traj.get('task_id') or '-'}, seed {traj['seed']}, "
