@@ -320,8 +320,9 @@ def test_official_extraction_parser_accepts_what_the_official_parser_accepts():
                 '"updated_memory": "<title>Stairs</title><content>Walk east.</content>"}}</answer>')
     (op,), bad = parse_operations_official(official, {7})
     assert not bad and (op.kind, op.title, op.content, op.target_ids) == ("update", "Stairs", "Walk east.", [7])
-    assert parse_operations_official('<answer>[{"function_name": "upvote", "parameters": {"idx": [1]}}]'
-                                     '</answer>', set()) == ([], False)
+    (vote,), bad = parse_operations_official('<answer>[{"function_name": "upvote", "parameters": '
+                                             '{"idx": [1]}}]</answer>', set())
+    assert not bad and (vote.kind, vote.target_ids) == ("upvote", [])  # id 1 was not shown
     for bad_answer in ("no block", "<answer>not json</answer>", '<answer>[{"op": "delete"}]</answer>',
                        '<answer>[{"op": "add", "title": "x"}]</answer>'):
         assert parse_operations_official(bad_answer, set())[1], bad_answer

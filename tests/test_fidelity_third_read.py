@@ -461,3 +461,33 @@ def test_a_family_action_pattern_makes_other_replies_invalid(reply, valid):
                                       experience_ids=[], experience_text="", meta={})])
     env.close()
     assert (traj.n_actions, traj.n_invalid_format) == ((1, 0) if valid else (0, 1))
+
+
+# -- row 13d: votes ------------------------------------------------------------------------------
+
+def test_a_downvote_takes_a_vote_off_and_deletes_below_zero(tmp_path):
+    """``async_memory_manager.py:1796-1869``: ``upvote`` adds one to the entry's
+    ``votes_count``, ``downvote`` takes one off and deletes the entry when the count falls below
+    0; a new entry starts at 0 (:1876). Parsed from the official form (``function_name`` /
+    ``parameters.idx``) and ours (``op`` / ``target_ids``); ids not shown are dropped."""
+    from crl_bench.experience.manager import Operation
+    from crl_bench.extractor.extraction import parse_operations_official
+
+    manager = _bank(tmp_path, 2)
+    a, b = manager.bank.all_ids()
+    try:
+        ops, bad = parse_operations_official(
+            '<answer>[{"function_name": "upvote", "parameters": {"idx": [%d, 999]}}, '
+            '{"op": "downvote", "target_ids": [%d]}]</answer>' % (a, b), {a, b})
+        assert not bad and [(o.kind, o.target_ids) for o in ops] == [("upvote", [a]),
+                                                                     ("downvote", [b])]
+        manager.apply_operations(ops, family="minihack", task_id="t", provenance={}, step=1)
+        assert set(manager.bank.all_ids()) == {a}          # b: 0 - 1 < 0, deleted
+        assert manager.votes(a) == 1
+        for _ in range(2):
+            manager.apply_operations([Operation("downvote", target_ids=[a])], family="minihack",
+                                     task_id="t", provenance={}, step=2)
+        assert manager.votes(a) == 0 and manager.bank.all_ids() == []   # 1 -> 0 -> -1: deleted
+        assert manager.state()["votes"] == {}
+    finally:
+        manager.bank.close()

@@ -28,7 +28,7 @@ from crl_bench.experience.embedder import Embedder
 from crl_bench.experience.locks import RWLock
 
 Generate = Callable[[list[list[dict[str, str]]]], Sequence[Any]]
-OpKind = Literal["add", "update", "return"]
+OpKind = Literal["add", "update", "return", "upvote", "downvote"]
 
 
 @dataclass
@@ -250,6 +250,8 @@ class ExperienceManager:
         self._collecting = False
         self._counters = _Counters()
         self._counter_lock = threading.Lock()
+        self._votes: dict[int, int] = {}
+        """Per entry, its vote count (official ``votes_count``; upvote / downvote operations)."""
         self._query_vecs: OrderedDict[str, np.ndarray] = OrderedDict()
         self._query_lock = threading.Lock()
 
@@ -419,12 +421,15 @@ class ExperienceManager:
         trajectories = [str(t) for t in provenance.get("trajectories", [])]
         writes = [op for op in ops if op.kind in ("add", "update")]
         for op in ops:
-            if op.kind not in ("add", "update", "return"):
+            if op.kind not in ("add", "update", "return", "upvote", "downvote"):
                 raise ValueError(f"unknown operation kind {op.kind!r}")
             if op.kind in ("add", "update") and (not op.title.strip() or not op.content.strip()):
                 raise ValueError(f"{op.kind} operation needs a title and a content")
         with self._counter_lock:
             self._counters.ops_return += sum(op.kind == "return" for op in ops)
+        votes = [op for op in ops if op.kind in ("upvote", "downvote")]
+        if votes:
+            self.apply_votes(votes)
         if not writes:
             return []
         if key_text is not None:
@@ -488,6 +493,32 @@ class ExperienceManager:
         the count-aware reweighting: times_trained, last_trained_step)."""
         self.bank.mark_trained(entry_ids, step)
 
+    def apply_votes(self, votes: Sequence[Operation]) -> list[int]:
+        """``upvote`` adds one to each target's vote count, ``downvote`` takes one off and
+        deletes the entry when its count falls below 0 (official ``async_memory_manager.py:
+        1796-1869``; a new entry starts at 0, :1876). Targets no longer in the bank are skipped.
+        Returns the deleted ids."""
+        with self._lock.write():
+            alive = {e.id for e in self.bank.get({t for op in votes for t in op.target_ids})}
+            drop: list[int] = []
+            for op in votes:
+                for t in op.target_ids:
+                    if t not in alive or t in drop:
+                        continue
+                    count = self._votes.get(t, 0) + (1 if op.kind == "upvote" else -1)
+                    if count < 0:
+                        drop.append(t)
+                        self._votes.pop(t, None)
+                    else:
+                        self._votes[t] = count
+            if not drop:
+                return []
+            return self.bank.commit(deletes=drop, step=0, missing_ok=True).deleted_ids
+
+    def votes(self, entry_id: int) -> int:
+        """An entry's vote count (0 when never voted on)."""
+        return self._votes.get(int(entry_id), 0)
+
     def delete(self, ids: Sequence[int]) -> list[int]:
         """Delete entries (e.g. ones a person or a filter judged harmful); returns the ids that
         existed and were deleted."""
@@ -543,7 +574,8 @@ class ExperienceManager:
         with self._query_lock:
             texts = list(self._query_vecs)
         return {"rng": [version, list(internal), gauss], "counters": counters,
-                "evicted_total": int(self.bank.evicted_total), "query_cache": texts}
+                "evicted_total": int(self.bank.evicted_total), "query_cache": texts,
+                "votes": {str(k): int(v) for k, v in self._votes.items()}}
 
     def query_cache_vectors(self, texts: Sequence[str]) -> np.ndarray:
         """float32 [len(texts), dim]: the cached embeddings of ``texts`` (from :meth:`state`)."""
@@ -565,6 +597,7 @@ class ExperienceManager:
                 if k in _CUMULATIVE:
                     setattr(self._counters, k, int(v))
         self.bank.evicted_total = int(state.get("evicted_total", self.bank.evicted_total))
+        self._votes = {int(k): int(v) for k, v in dict(state.get("votes", {})).items()}
         texts = list(state.get("query_cache", []))
         with self._query_lock:
             self._query_vecs.clear()

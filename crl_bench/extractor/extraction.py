@@ -191,6 +191,12 @@ def _system_prompt(style: str, max_ops: int) -> str:
                         'a short "title" and a detailed "content" (see below).')
     # the launched prompts set no cap on the number of operations (FUNCTIONAL_MEMORY_MODEL_*)
     text = text.replace(f"a JSON list of at most {max_ops} operations", "a JSON list of operations")
+    text = text.replace("- return: change nothing", "- upvote / downvote: one vote for or against "
+                        'retrieved entries given by "target_ids" (helped / misled the agent); an '
+                        "entry voted below zero is deleted.\n- return: change nothing")
+    text = text.replace(
+        '<answer>[{"op": "return"}]</answer>', '<answer>[{"op": "downvote", "target_ids": [7]}]'
+        '</answer>\n<answer>[{"op": "return"}]</answer>')
     head, tail = text.split("Operations you may use:", 1)
     return head + _DETAILED + "\n\nOperations you may use:" + tail
 
@@ -472,8 +478,9 @@ def parse_operations_official(text: str, valid_target_ids: set[int]
     (``{"op": "add", "title", "content"}``, ``{"op": "update", "target_ids", ...}``,
     ``{"op": "return"}``) or in the official ones (``{"function_name": "add", "parameters":
     {"new_memory": "<title>..</title><content>..</content>"}}``, ``update`` with ``idx`` /
-    ``target_idx`` and ``new_memory`` / ``updated_memory``, ``upvote`` / ``downvote``, which
-    change nothing here); extra keys are ignored; no cap on the number of operations or on the
+    ``target_idx`` and ``new_memory`` / ``updated_memory``, ``upvote`` / ``downvote`` with
+    ``idx``; ours ``{"op": "upvote", "target_ids": [...]}``: the manager adds / takes off a vote
+    and deletes an entry voted below 0); extra keys are ignored; no cap on the number of operations or on the
     length of a text. Operations before a ``return`` apply, those after it do not. Update
     targets not among ``valid_target_ids`` are dropped (an update left without targets is
     stored as an add, as the manager does for vanished targets). Malformed: no block, not JSON,
@@ -498,7 +505,7 @@ def parse_operations_official(text: str, valid_target_ids: set[int]
             return [], True
         if op.kind == "return":
             break
-        if op.kind in ("add", "update"):
+        if op.kind in ("add", "update", "upvote", "downvote"):
             ops.append(op)
     return ops, False
 
@@ -531,7 +538,8 @@ def _parse_official_item(item: Any, valid_target_ids: set[int]) -> Operation | N
         if kind in ("upvote", "downvote"):
             idx = params.get("idx")
             ok = isinstance(idx, list) and idx and all(isinstance(i, int) for i in idx)
-            return Operation("vote") if ok else None
+            return Operation(kind, target_ids=[t for t in dict.fromkeys(idx)
+                                               if t in valid_target_ids]) if ok else None
         memory = params.get("new_memory", params.get("updated_memory"))
         if kind not in ("add", "update") or not isinstance(memory, str):
             return None
@@ -541,6 +549,12 @@ def _parse_official_item(item: Any, valid_target_ids: set[int]) -> Operation | N
         kind = item.get("op")
         if kind == "return":
             return Operation("return")
+        if kind in ("upvote", "downvote"):
+            ids = item.get("target_ids")
+            ok = (isinstance(ids, list) and ids
+                  and all(isinstance(i, int) and not isinstance(i, bool) for i in ids))
+            return Operation(kind, target_ids=[t for t in dict.fromkeys(ids)
+                                               if t in valid_target_ids]) if ok else None
         if kind not in ("add", "update"):
             return None
         title, content = item.get("title"), item.get("content")
