@@ -345,5 +345,11 @@ def show_command(args: argparse.Namespace) -> int:
         raise FileNotFoundError(f"{run}: no such run directory")
     lines = (episode_index_lines(run) if args.episode is None
              else format_episode(run, args.episode))
-    print("\n".join(lines))
+    try:
+        print("\n".join(lines), flush=True)
+    except BrokenPipeError:  # piped into `head` or a pager that was closed: nothing is wrong
+        import os
+        import sys
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0
