@@ -352,11 +352,12 @@ def test_runner_gate_prompt_under_paper(tmp_path, search_ask):
     from crl_bench.runner.records import RunDir
 
     cpu = {"model.device": "cpu", "model.backend": "hf", "model.dtype": "float32"}
-    ctx = RunContext(build_config(agent="comp_rl", tasks="minihack", preset="paper", overrides=cpu),
-                     RunDir(tmp_path / "paper"))
+    cfg = build_config(agent="comp_rl", tasks="minihack", preset="paper", overrides=cpu)
+    ctx = RunContext(cfg, RunDir(tmp_path / "paper"))
     ctx.experience.search_ask = search_ask
     env, obs, info = first_turn(2)
-    tool = TOOL + ASK_INSTRUCTION.format(q="ask", n=2) + "\n" if search_ask else ""
+    x = cfg.experience  # the run's ask tag and budget
+    tool = TOOL + ASK_INSTRUCTION.format(q=x.ask_tag, n=x.max_asks) + "\n" if search_ask else ""
     assert ctx.player.task_prompt(info["goal"], obs, info["official_prompt"]) == (
         "Environment Instruction: " + SYSTEM + "\nObservation: " + INSTRUCTION
         + TURN.format(observation=obs + tool))
