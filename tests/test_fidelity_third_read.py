@@ -491,3 +491,44 @@ def test_a_downvote_takes_a_vote_off_and_deletes_below_zero(tmp_path):
         assert manager.state()["votes"] == {}
     finally:
         manager.bank.close()
+
+
+def test_an_official_ask_answer_is_the_tools_observation_alone():
+    """``tool_env_wrapper.py:52-57``: a parsed tool call's observation is the tool's output (here
+    ``Search results: ...``, ``search_and_ask_tool.py:102``), the env's observation not repeated,
+    and the last allowed use adds "Reached the maximum number of tool use. Please do not use any
+    tools anymore."; ours (short) wraps the advice and repeats the env's observation."""
+    pytest.importorskip("torch")
+    pytest.importorskip("nle")
+    import gymnasium
+
+    import crl_bench  # noqa: F401
+    from _forced_backend import ForcedBackend
+    from crl_bench.llm.hf_backend import HFBackend
+    from crl_bench.llm.rollout import TOOL_LIMIT_LINE, EpisodeSpec, PromptConfig, RolloutEngine
+    from crl_bench.llm.types import SamplingParams
+
+    for style in ("official", "short"):
+        prompts: list[str] = []
+
+        def policy(prompt: str) -> str:
+            prompts.append(prompt)
+            return "<answer>north</answer>" if len(prompts) == 3 else "<ask>which rock?</ask>"
+        backend = ForcedBackend(HFBackend("tiny-random", roles=("actor",), seed=0), policy)
+        env = gymnasium.make("crl/MiniHack-Room-Landmark-5x5-v0", max_steps=3, view="compact")
+        engine = RolloutEngine(backend, SamplingParams(max_new_tokens=16, seed=0),
+                               PromptConfig(history=0, max_asks=2, ask_style=style),
+                               adapter="actor",
+                               ask_callback=lambda q, spec, ctx: "Search results: go north\n")
+        (traj,) = engine.run([EpisodeSpec(env=env, seed=3, options=None, group_id=0,
+                                          task_name="landmark", with_experience=True,
+                                          experience_ids=[], experience_text="", meta={})])
+        env.close()
+        assert traj.n_tool_calls == 2 and traj.n_actions == 1
+        user = [p.rsplit("<|im_start|>user", 1)[-1] for p in prompts]
+        if style == "official":
+            assert "Search results: go north" in user[1] and "rock (object)" not in user[1]
+            assert TOOL_LIMIT_LINE not in user[1] and TOOL_LIMIT_LINE in user[2]
+        else:
+            assert "Advice for your question" in user[1] and "rock (object)" in user[1]
+            assert TOOL_LIMIT_LINE not in user[2]

@@ -34,6 +34,10 @@ from crl_bench.llm.types import SamplingParams
 
 __all__ = ["Turn", "Trajectory", "EpisodeSpec", "PromptConfig", "RolloutEngine"]
 
+TOOL_LIMIT_LINE = "Reached the maximum number of tool use. Please do not use any tools anymore."
+"""What the official tool wrapper appends to the observation of the last allowed tool use
+(``tool_env_wrapper.py:54-57``)."""
+
 
 @dataclass
 class Turn:
@@ -490,6 +494,13 @@ class RolloutEngine:
         answers = [self.ask_callback(*r) for r in requests]
         for (ep, turn, query), answer in zip(asks, answers):
             turn.observation = str(answer)
+            if self.prompt.ask_style == "official":
+                # the tool's observation alone, with the wrapper's line after the last allowed
+                # use (tool_env_wrapper.py:52-57); the env's observation is not repeated
+                ep.observation = str(answer)
+                if ep.asks_used >= self.prompt.max_asks:
+                    ep.observation += f"\n\n{TOOL_LIMIT_LINE}"
+                continue
             ep.observation = (f"Advice for your question \"{query}\":\n{answer}\n\n"
                               f"{ep.env_observation}")
 
