@@ -70,3 +70,24 @@ def test_the_check_finds_data_that_carries_the_rule(data):
     table = {k: random.Random(k).choice(DIRECTIONS) for k in {e.landmark for e in data}}
     by_kind = [dataclasses.replace(e, target=table[e.landmark]) for e in data]
     assert any("the landmark predicts" in f for f in data_check_passes(data_check(by_kind)))
+
+
+def test_the_feature_check_sees_every_value_in_both_halves(data):
+    """Consecutive levels cycle through the landmark kinds; the cross-validation halves must
+    still each hold every kind (a split by position would put the even kinds in one half and
+    predict nothing, passing any data)."""
+    from crl_bench.runner.reader import data_check
+
+    check = data_check(data)
+    for name in ("landmark", "ring"):
+        # chance-level data still gets about one hit in eight, not none
+        assert check["all"]["features"][name]["hits"] >= 96 // 16
+
+
+def test_success_entries_come_with_a_failure_twin(data):
+    """Each success prompt is followed by a failure prompt on the same level naming the same
+    move, whose target is another move: only the entry's stem (and title) tells them apart."""
+    twins = [(a, b) for a, b in zip(data, data[1:]) if a.condition == "success"]
+    assert twins and all(b.condition == "failure" and b.level == a.level
+                         and b.claim.lower() == a.target and b.target != a.target
+                         for a, b in twins)

@@ -160,7 +160,7 @@ def _build_tiny_sft(out: Path) -> None:
     importlib.import_module("crl_bench.tiny_sft").build_tiny_sft(out)
 
 
-READER_VERSION = 1
+READER_VERSION = 2
 READER_SEED = 0
 
 

@@ -83,7 +83,7 @@ class ReaderRecipe:
     warmup_steps: int = 4
     lora_r: int = 16
     lora_alpha: int = 32
-    lora_layers: int = 10
+    lora_layers: int = 14
     """LoRA on the last this many decoder layers only (0: all): the backward pass then stops at the
     first adapted layer, which halves a step's cost on CPU."""
     autocast_bf16: bool = True
@@ -91,6 +91,15 @@ class ReaderRecipe:
     stay fp32): ~3x faster matmuls on this CPU (AMX), deterministic, and the targets are one to
     four tokens whose loss does not need fp32 precision."""
     seed: int = 0
+    paired: bool = True
+    """Entries come in twins: a success prompt ("take Y", target Y) and, on the same level, a
+    failure prompt naming the same Y ("do not take Y", target a move other than Y), so that the
+    entry's stem is all that tells them apart. Without twins (the first recipe) the model learnt
+    to copy the named move but not to avoid it: "do not take X" made it send X in 78% of the
+    held-out probe's episodes."""
+    none_share: float = 1 / 3
+    """Share of draws that are a prompt without experience (the rest: twins, or single entries
+    when ``paired`` is off)."""
     ask_share: float = 0.5
     """Share of prompts whose format line offers Search-and-Ask (the runs offer it to
     with-experience episodes)."""
@@ -102,7 +111,7 @@ class ReaderRecipe:
 
 
 RECIPE = ReaderRecipe()
-VERSION = 1
+VERSION = 2
 
 
 @dataclass
@@ -166,36 +175,56 @@ def examples(recipe: ReaderRecipe = RECIPE, n: int | None = None,
     rng = random.Random(f"reader-data:{recipe.seed}")
     env = gymnasium.make(ENV_ID, view="compact", max_steps=1)
     out = []
+    total = recipe.examples if n is None else n
+    level = first_level - 1
     try:
-        for i in range(recipe.examples if n is None else n):
-            level = first_level + i
+        while len(out) < total:
+            level += 1
             observation, info = env.reset(seed=level)
             kind, _, rule = landmark_layout(level)
             ring = (level // 8) % 16  # the landmark's ring square (landmark_layout's square)
+            goal = info["goal"]
+
+            def add(condition: str, claim: str | None, target: str, text: str) -> None:
+                asks = 2 if rng.random() < recipe.ask_share else 0
+                out.append(ReaderExample(level=level, condition=condition, claim=claim,
+                                         target=target, landmark=kind, ring=ring, rule=rule,
+                                         observation=observation, experience_text=text,
+                                         asks_left=asks))
+
+            def failure(named: str, claim: str) -> None:
+                add("failure", claim, rng.choice([d for d in DIRECTIONS if d != named]),
+                    render_entry_text(template.title(goal, False), f"{failure_stem} {claim}."))
+
+            if recipe.paired:
+                draw = rng.random()
+                if draw < recipe.none_share:
+                    add("none", None, rng.choice(DIRECTIONS), "")
+                elif rng.random() < recipe.non_move_share:
+                    named = rng.choice(NON_MOVES)
+                    failure(named, named)
+                else:  # twins: the same move, taken or avoided
+                    move = rng.choice(DIRECTIONS)
+                    claim = _spell(move, rng, recipe)
+                    add("success", claim, move, render_entry_text(template.title(goal, True),
+                                                                  f"{success_stem} {claim}."))
+                    failure(move, _spell(move, rng, recipe))
+                continue
             condition = rng.choice(CONDITIONS)
-            claim, text = None, ""
             if condition == "none":
-                target = rng.choice(DIRECTIONS)
+                add("none", None, rng.choice(DIRECTIONS), "")
             elif condition == "success":
                 target = rng.choice(DIRECTIONS)
                 claim = _spell(target, rng, recipe)
-                text = render_entry_text(template.title(info["goal"], True),
-                                         f"{success_stem} {claim}.")
+                add("success", claim, target, render_entry_text(template.title(goal, True),
+                                                                f"{success_stem} {claim}."))
+            elif rng.random() < recipe.non_move_share:
+                named = rng.choice(NON_MOVES)
+                failure(named, named)
             else:
-                if rng.random() < recipe.non_move_share:
-                    named = rng.choice(NON_MOVES)
-                    claim = named
-                else:
-                    named = rng.choice(DIRECTIONS)
-                    claim = _spell(named, rng, recipe)
-                target = rng.choice([d for d in DIRECTIONS if d != named])
-                text = render_entry_text(template.title(info["goal"], False),
-                                         f"{failure_stem} {claim}.")
-            asks = 2 if rng.random() < recipe.ask_share else 0
-            out.append(ReaderExample(level=level, condition=condition, claim=claim, target=target,
-                                     landmark=kind, ring=ring, rule=rule,
-                                     observation=observation, experience_text=text,
-                                     asks_left=asks))
+                named = rng.choice(DIRECTIONS)
+                failure(named, _spell(named, rng, recipe))
+        del out[total:]
     finally:
         env.close()
     return out
@@ -262,7 +291,8 @@ def data_check(data: list[ReaderExample]) -> dict[str, Any]:
       reported as measured);
     * ``features``: for each observation feature (:data:`FEATURES`), a two-fold cross-validated
       majority-vote predictor (each feature value -> its most frequent target in the other half;
-      unseen values predict nothing) and its accuracy on the held-out halves, with the exact
+      unseen values predict nothing; the halves a seeded random split) and its accuracy on the
+      held-out halves, with the exact
       one-sided binomial p against chance 1/8 (``p_above_chance``);
     * ``target_counts``: how often each move is the target.
 
@@ -282,7 +312,10 @@ def data_check(data: list[ReaderExample]) -> dict[str, Any]:
         rule = sum(e.target == e.rule for e in rows)
         feats = {}
         for name in FEATURES:
-            halves = (rows[0::2], rows[1::2])
+            # two halves drawn at random (a fixed seed), not by position: consecutive levels
+            # cycle through the landmark kinds, so even / odd positions would hold disjoint kinds
+            order = random.Random(f"data-check:{condition}").sample(range(n), n)
+            halves = ([rows[j] for j in order[0::2]], [rows[j] for j in order[1::2]])
             hits = 0
             for train, test in ((halves[0], halves[1]), (halves[1], halves[0])):
                 votes: dict[str, Counter[str]] = {}
