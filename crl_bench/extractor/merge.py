@@ -520,7 +520,8 @@ def merge_bank(manager: ExperienceManager, generate: Generate, *, step: int, chu
         style: "ours": a window carries at most ``chunk - 1`` of the entries the last window
             produced and is filled up to ``chunk``; merged entries inherit their parents'
             retrieval counts (so that diversification does not favour them); our shorter item
-            prompt. "official" (``_merge_single_task``, ``async_memory_manager.py:2504-2580``):
+            prompt. In both styles a window holds at least one fresh entry: what the last window
+            returned when none is left is final. "official" (``_merge_single_task``, ``async_memory_manager.py:2504-2580``):
             ``chunk`` fresh entries plus *all* the items the last window returned (appended to
             the next pre-cut chunk, :2576-2578); merged entries start with fresh usage (added
             as new entries, :2456, their parents' usage deleted, :2447-2449); the launched
@@ -556,8 +557,12 @@ def merge_bank(manager: ExperienceManager, generate: Generate, *, step: int, chu
                         ids.append(i)
                 entries = bank.get(ids)
                 carry[n] = []
-                if official and len(ids) == carried:
-                    continue  # the last chunk's items are final (:2579-2581): no window of them
+                if len(ids) == carried:
+                    # no fresh entry left: the last window's items are final (:2579-2581), in
+                    # every style (a window of only carried items could return as many again,
+                    # forever); so each window takes at least one fresh entry and a pass makes
+                    # at most as many model calls as its scopes hold entries
+                    continue
                 if len(entries) >= 2:
                     windows.append((n, entries))
                 elif q and entries:  # one survivor: let it open the next window
