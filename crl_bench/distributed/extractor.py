@@ -74,7 +74,12 @@ class ExtractorActorImpl:
         return out
 
     def call(self, method: str, args: tuple, kwargs: dict) -> Any:
-        return getattr(self.track, method)(*args, **kwargs)
+        attr = getattr(self.track, method)
+        if not callable(attr):
+            raise TypeError(f"ExtractorTrack.{method} is not a method: through "
+                            f"RemoteExtractorTrack it reads as a bound method (always true); "
+                            f"read it through one of the track's methods (e.g. merge_period())")
+        return attr(*args, **kwargs)
 
     def backlog(self) -> int:
         return self.track.backlog
@@ -140,7 +145,9 @@ class RemoteExtractorTrack:
     """The driver's face of the extractor actor (see the module docstring)."""
 
     # every other public method of ExtractorTrack (submit, add_ask_samples, credit,
-    # record_usage, wait_writes, wait_idle, raise_if_failed, ...) becomes an actor call
+    # record_usage, wait_writes, wait_idle, raise_if_failed, update_pending, merge_period,
+    # count, ...) becomes an actor call; a data attribute (merge_every, training) does NOT read
+    # as its value here (it is a bound method, always true): read it through a method
 
     def __init__(self, actor: Any) -> None:
         self.actor = actor

@@ -532,6 +532,17 @@ class ExtractorTrack:
         """A merge pass already ran at actor step ``step``."""
         return self.last_merge_step == step
 
+    def merge_period(self) -> int:
+        """``merge_every`` (0: this track never merges). Callers outside the track read it here,
+        not as the attribute: through the Ray track's call forwarding an attribute read is a
+        bound method, always true."""
+        return int(self.merge_every)
+
+    def count(self, key: str, n: int = 1) -> None:
+        """Add ``n`` to the run total ``stats[key]`` (logged as ``extractor/<key>``); through the
+        Ray track's forwarding ``stats`` is a copy, so callers outside the track count here."""
+        self.stats[key] = self.stats.get(key, 0) + n
+
     def _train_batch(self, step: int, ready: list[ExtractorSample], usage: list[list[float]],
                      out: dict[str, Any], *, count_aware: bool) -> dict[str, Any]:
         import torch

@@ -219,7 +219,9 @@ class ExperienceSide(Part):
             self.extractor.wait_writes()
         every = cfg.experience.merge_every
         step = self.info.step
-        if (merge and fenced and self.extractor.merge_every and every and step % every == 0
+        # merge_period() and count(): methods, so that they answer alike in one process and
+        # through the Ray track's forwarding (an attribute read there is a bound method)
+        if (merge and fenced and self.extractor.merge_period() and every and step % every == 0
                 and not self.extractor.merged_at(step)):
             with timed(timings, "timing_s/merge"):  # the merge sits inside the flush
                 self.log({"step": step, **self.extractor.merge(step)})
@@ -227,7 +229,7 @@ class ExperienceSide(Part):
     def count(self, key: str) -> None:
         """Add one to the extractor's run total ``key`` (logged as ``extractor/<key>``)."""
         if self.extractor is not None:
-            self.extractor.stats[key] = self.extractor.stats.get(key, 0) + 1
+            self.extractor.count(key)
 
     # -- checkpoints ---------------------------------------------------------------------------
     def state_dict(self, folder: Path) -> dict[str, Any]:
