@@ -253,19 +253,21 @@ class ExperienceBank:
                updates: Sequence[tuple[int, dict[str, Any], Any]] = (),
                deletes: Sequence[int] = (), step: int,
                expect_versions: dict[int, int] | None = None,
-               missing_ok: bool = False) -> BankCommit:
+               missing_ok: bool = False, allow_empty_text: bool = False) -> BankCommit:
         """The general write: adds, updates and deletes in ONE SQLite transaction, then the same
         change in the ANN index. All or nothing: an error before COMMIT changes nothing.
 
         ``updates``: (id, fields, embedding [dim] or None). ``deletes`` must exist unless
         ``missing_ok``. ``expect_versions``: id -> version the caller read; a mismatch (or a
-        missing id) raises StaleEntriesError.
+        missing id) raises StaleEntriesError. ``allow_empty_text``: titles and contents may be
+        empty (an official memory with an empty text); else an empty one is refused.
         """
         self._check_open(write=True)
         if not isinstance(step, int):
             raise TypeError(f"step must be an int (the actor training step), got {step!r}")
         adds, add_vecs, checked_updates, delete_ids = check_commit(
-            adds, add_embeddings, updates, deletes, self.dim, self.embedder_name)
+            adds, add_embeddings, updates, deletes, self.dim, self.embedder_name,
+            allow_empty_text)
 
         now = time.time()
         with self._lock.write(), self._sql_lock:

@@ -119,7 +119,11 @@ class ExperienceEntry:
 
 
 def render_entry_text(title: str, content: str) -> str:
-    """``"title: content"`` — the one text form of an entry, shown to the actor and embedded."""
+    """``"title: content"`` — the one text form of an entry, shown to the actor and embedded;
+    an entry without a title is its content alone (an official memory with an empty text:
+    ``""``)."""
+    if not title.strip():
+        return content.strip()
     return f"{title.strip()}: {content.strip()}"
 
 
@@ -258,8 +262,10 @@ def check_embeddings(embeddings: Any, n: int, dim: int, embedder_name: str,
     return np.ascontiguousarray(arr / norms, dtype=np.float32)
 
 
-def check_entry(entry: dict[str, Any], i: int) -> dict[str, Any]:
-    """A new entry dict: known keys only, non-empty title/content/family, typed lists."""
+def check_entry(entry: dict[str, Any], i: int, allow_empty_text: bool = False) -> dict[str, Any]:
+    """A new entry dict: known keys only, non-empty title/content/family, typed lists.
+    ``allow_empty_text``: the title and content may be empty strings (an official memory with
+    an empty text)."""
     if not isinstance(entry, dict):
         raise TypeError(f"entry {i} must be a dict, got {type(entry).__name__}")
     unknown = set(entry) - ENTRY_KEYS
@@ -267,12 +273,14 @@ def check_entry(entry: dict[str, Any], i: int) -> dict[str, Any]:
         raise ValueError(f"entry {i} has unknown keys {sorted(unknown)}; allowed: "
                          f"{sorted(ENTRY_KEYS)}")
     for key in ("title", "content", "family"):
-        if not isinstance(entry.get(key), str) or not entry[key].strip():
+        if not isinstance(entry.get(key), str) or (
+                not entry[key].strip() and not (allow_empty_text and key != "family")):
             raise ValueError(f"entry {i} needs a non-empty string {key!r}")
     return check_fields(entry, f"entry {i}")
 
 
-def check_update_fields(entry_id: int, fields: Any) -> dict[str, Any]:
+def check_update_fields(entry_id: int, fields: Any, allow_empty_text: bool = False
+                        ) -> dict[str, Any]:
     """The fields an update may set (UPDATE_KEYS), checked; text changes need an embedding
     (checked by the caller, which has it)."""
     if not isinstance(fields, dict):
@@ -283,23 +291,26 @@ def check_update_fields(entry_id: int, fields: Any) -> dict[str, Any]:
                          f"settable: {sorted(UPDATE_KEYS)} (usage counters have their "
                          f"own methods)")
     for key in ("title", "content", "family"):
-        if key in fields and (not isinstance(fields[key], str) or not fields[key].strip()):
+        if key in fields and (not isinstance(fields[key], str) or (
+                not fields[key].strip() and not (allow_empty_text and key != "family"))):
             raise ValueError(f"update of entry {entry_id}: {key!r} must be a non-empty "
                              f"string")
     return check_fields(fields, f"update of entry {entry_id}")
 
 
 def check_commit(adds: Any, add_embeddings: Any, updates: Any, deletes: Any, dim: int,
-                 embedder_name: str) -> tuple[list[dict[str, Any]], np.ndarray,
-                                              list[tuple[int, dict[str, Any], Any]], list[int]]:
+                 embedder_name: str, allow_empty_text: bool = False
+                 ) -> tuple[list[dict[str, Any]], np.ndarray,
+                            list[tuple[int, dict[str, Any], Any]], list[int]]:
     """Everything one commit would write, checked before the transaction starts: (adds,
-    their unit vectors, updates as (id, fields, unit vector or None), distinct delete ids)."""
-    adds = [check_entry(e, i) for i, e in enumerate(adds)]
+    their unit vectors, updates as (id, fields, unit vector or None), distinct delete ids).
+    ``allow_empty_text``: titles and contents may be empty."""
+    adds = [check_entry(e, i, allow_empty_text) for i, e in enumerate(adds)]
     add_vecs = (check_embeddings(add_embeddings, len(adds), dim, embedder_name, "add") if adds
                 else np.empty((0, dim), np.float32))
     checked_updates = []
     for entry_id, fields, emb in updates:
-        fields = check_update_fields(entry_id, fields)
+        fields = check_update_fields(entry_id, fields, allow_empty_text)
         vec = None
         if emb is not None:
             vec = check_embeddings(emb, 1, dim, embedder_name, f"update of entry {entry_id}")[0]

@@ -390,7 +390,7 @@ class ExperienceManager:
     # ------------------------------------------------------------------ extractor operations
     def apply_operations(self, ops: Sequence[Operation], *, family: str, task_id: str,
                          provenance: Mapping[str, Any], step: int, key_text: str | None = None,
-                         update_mode: str = "in_place") -> list[int]:
+                         update_mode: str = "in_place", allow_empty: bool = False) -> list[int]:
         """Apply the extractor's operations for one episode in ONE bank transaction.
 
         ``add`` stores a new entry of ``family``; ``update`` rewrites its first target in place
@@ -408,6 +408,9 @@ class ExperienceManager:
                 adds a new entry (a new id, fresh usage counts), so that only the writer of the
                 update is credited for it (official ``async_memory_manager.py``: a new uuid per
                 updated memory).
+            allow_empty: an ``add`` / ``update`` with an empty title or content is stored as it
+                is (official: an empty memory text is stored, ``async_memory_manager.py:
+                1873-1901``); else (default) it is refused.
         Returns:
             ids written (new entries, then updated ones).
         """
@@ -423,7 +426,8 @@ class ExperienceManager:
         for op in ops:
             if op.kind not in ("add", "update", "return", "upvote", "downvote"):
                 raise ValueError(f"unknown operation kind {op.kind!r}")
-            if op.kind in ("add", "update") and (not op.title.strip() or not op.content.strip()):
+            if (op.kind in ("add", "update") and not allow_empty
+                    and (not op.title.strip() or not op.content.strip())):
                 raise ValueError(f"{op.kind} operation needs a title and a content")
         with self._counter_lock:
             self._counters.ops_return += sum(op.kind == "return" for op in ops)
@@ -474,7 +478,8 @@ class ExperienceManager:
                 deletes.extend(e.id for e in folded)
             result = self.bank.commit(
                 adds=adds, add_embeddings=np.stack(add_vecs) if add_vecs else None,
-                updates=updates, deletes=deletes, step=step, missing_ok=True)
+                updates=updates, deletes=deletes, step=step, missing_ok=True,
+                allow_empty_text=allow_empty)
         with self._counter_lock:
             self._counters.ops_add += sum(op.kind == "add" for op in writes)
             self._counters.ops_update += sum(op.kind == "update" for op in writes)

@@ -485,7 +485,10 @@ def parse_operations_official(text: str, valid_target_ids: set[int]
     targets not among ``valid_target_ids`` are dropped (an update left without targets is
     stored as an add, as the manager does for vanished targets). Malformed: no block, not JSON,
     not a list or object, an item that is not an object or has an unknown operation or lacks
-    its text. An empty list is a valid answer that changes nothing.
+    its text (a text that is not a string). An empty list is a valid answer that changes
+    nothing; an empty memory text is a valid ``add`` / ``update`` of an entry with no text
+    (official: stored as it is, ``async_memory_manager.py:1873-1901``; apply it with
+    ``apply_operations(..., allow_empty=True)``).
     """
     body = extract_answer(text)
     if body is None:
@@ -566,8 +569,10 @@ def _parse_official_item(item: Any, valid_target_ids: set[int]) -> Operation | N
                              or not all(isinstance(t, int) and not isinstance(t, bool)
                                         for t in targets)):
         return None
-    if not title or not content:
-        return None
+    # an empty memory text is accepted, as officially: with the launched
+    # ``memory_format_pattern: null`` (yaml :195) the format check passes any string
+    # (``async_memory_manager.py:1153-1155``, read at :1242 / :1271) and ``add`` stores the text
+    # stripped, empty or not (:1873-1901); the manager stores it as an entry with no text
     targets = [t for t in dict.fromkeys(targets) if t in valid_target_ids]
     return Operation(kind, title=title, content=content, target_ids=targets)
 

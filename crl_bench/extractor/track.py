@@ -408,7 +408,8 @@ class ExtractorTrack:
                         provenance={"run": self.run_name,
                                     "trajectories": [f"{traj.task_name}/seed{traj.seed}/group{traj.group_id}"]},
                         step=step, key_text=key,
-                        update_mode=self.cfg.update_mode)
+                        update_mode=self.cfg.update_mode,
+                        allow_empty=self.cfg.extraction_style == "official")
                 sample = ExtractorSample(list(gen.prompt_ids), list(gen.completion_ids), list(gen.logprobs),
                                          kind="extract", created_step=step, malformed=malformed,
                                          entry_ids=[int(i) for i in written])
