@@ -98,7 +98,7 @@ def test_paper_shaped_run_on_the_tiny_model(tmp_path, gate):
     metrics = [m for m in read_jsonl(path / "metrics.jsonl") if "timing_s/rollout" in m]
     assert len(metrics) == 3
     # the freshness wait ran before every rollout but those right after an extractor update was
-    # launched (official fence, multi_agentic_pipeline.py:1603-1604: the flush is skipped then)
+    # launched (official fence, multi_agentic_pipeline.py:1237-1239 with :1603-1604: no flush then)
     skipped = metrics[-1].get("extractor/flush_skipped", 0)
     assert sum("timing_s/bank_wait" in m for m in metrics) == len(metrics) - skipped
     assert "timing_s/bank_wait" in metrics[0]
