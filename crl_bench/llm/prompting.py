@@ -147,6 +147,14 @@ class PromptConfig:
     ``memory_config.py:310``): appended to the system message after a newline, in the official
     memory header (``traj_env_manager.py:101-108, 370-371``; the env's own header when it gives
     one in ``info["official_prompt"]["memory"]``, else :data:`OFFICIAL_MEMORY_TEMPLATE`)."""
+    ask_answer_role: str = "auto"
+    """The role of the message that hands an ask's answer on in a "full" conversation. "tool"
+    (official: after a tool call the next message is ``{"role": "tool", "content":
+    observation}``, ``traj_env_manager.py:391-392``, the tool's observation ``Search results:
+    ...``, ``search_and_ask_tool.py:102``); "user": the next user turn (built as any later
+    turn). "auto" (default): "tool" with ``ask_style="official"`` (``paper``) in a "full"
+    conversation, else "user" (the CPU presets). The actor's chat template must render a tool
+    message, else the rollout engine refuses (:func:`~crl_bench.llm.rollout.tool_turn_template`)."""
 
     def __post_init__(self) -> None:
         if self.example_pick not in EXAMPLE_PICKS:
@@ -173,6 +181,12 @@ class PromptConfig:
             raise ValueError("answer_tag and ask_tag must differ.")
         if self.ask_style not in ("short", "official"):
             raise ValueError(f"ask_style must be 'short' or 'official', got {self.ask_style!r}.")
+        if self.ask_answer_role not in ("auto", "user", "tool"):
+            raise ValueError(f"ask_answer_role must be 'auto', 'user' or 'tool', got "
+                             f"{self.ask_answer_role!r}.")
+        if self.ask_answer_role == "tool" and self.conversation != "full":
+            raise ValueError("ask_answer_role='tool' needs conversation='full' (a window prompt "
+                             "is one user message); use ask_answer_role='user' or 'auto'.")
         if self.layout not in LAYOUTS:
             raise ValueError(f"layout must be 'ours' or 'official', got {self.layout!r}.")
         if self.layout == "official" and self.conversation != "full":
@@ -447,6 +461,14 @@ OFFICIAL_TOOL_TEXT = ("\nAvailable tools and their instructions:\n***Tool 1***\n
 """What the official tool wrapper appends to the first observation (``tool_env_wrapper.py:23-28``;
 one tool, ``knowledge_search_and_ask``, whose ``tool_type`` is gem's ``BaseTool`` default
 ``"base"``)."""
+
+
+def resolved_ask_answer_role(config: PromptConfig) -> str:
+    """``config.ask_answer_role`` with "auto" resolved: "tool" for the official ask style in a
+    "full" conversation, else "user"."""
+    if config.ask_answer_role != "auto":
+        return config.ask_answer_role
+    return "tool" if config.ask_style == "official" and config.conversation == "full" else "user"
 
 
 def uses_official_layout(config: PromptConfig, official: dict | None) -> bool:

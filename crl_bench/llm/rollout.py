@@ -29,7 +29,7 @@ from typing import Any, Callable
 from crl_bench.llm.prompting import (HistoryItem, ParsedCompletion, PromptConfig,
                                      build_followup_message, build_messages,
                                      conversation_template, invalid_format_feedback,
-                                     parse_completion)
+                                     parse_completion, resolved_ask_answer_role)
 from crl_bench.llm.types import SamplingParams
 
 __all__ = ["Turn", "Trajectory", "EpisodeSpec", "PromptConfig", "RolloutEngine"]
@@ -37,6 +37,44 @@ __all__ = ["Turn", "Trajectory", "EpisodeSpec", "PromptConfig", "RolloutEngine"]
 TOOL_LIMIT_LINE = "Reached the maximum number of tool use. Please do not use any tools anymore."
 """What the official tool wrapper appends to the observation of the last allowed tool use
 (``tool_env_wrapper.py:54-57``)."""
+
+_AMARK = "\u2063ASSISTANT-MARK\u2063"
+_TMARK = "\u2063TOOL-MARK\u2063"
+
+
+class ToolRoleError(ValueError):
+    """The actor's chat template renders no tool-role message."""
+
+
+def tool_turn_template(tokenizer: Any) -> tuple[str, str]:
+    """``(head, tail)``: the chat template's text around a tool-role message's content that
+    follows an assistant message (after the assistant close, up to and including the next
+    assistant header), so that a "full" conversation hands an ask's answer on as the official
+    tool message (``traj_env_manager.py:391-392``). Qwen2.5's template renders it (as a user
+    turn around ``<tool_response>``), SmolLM2's (and tiny-sft's) as ``<|im_start|>tool``.
+
+    The rule for a template without a tool role: rendering the tool message raises, or drops
+    its content, or does not render it right after the assistant's close -> :class:`ToolRoleError`
+    naming the fix; the rollout engine refuses at construction (never a silent fallback to a
+    user turn, which would change what the actor sees)."""
+    close = conversation_template(tokenizer)[0]
+    messages = [{"role": "system", "content": "S"}, {"role": "user", "content": "U"},
+                {"role": "assistant", "content": _AMARK}, {"role": "tool", "content": _TMARK}]
+    fix = ("the official Search-and-Ask hands its answer on as a tool-role message "
+           "(traj_env_manager.py:391-392): use an actor whose chat template has a tool role "
+           "(Qwen2.5's has), or PromptConfig(ask_answer_role='user') / "
+           "experience.ask_style=short to hand it on in the next user turn")
+    try:
+        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    except Exception as exc:
+        raise ToolRoleError(f"this chat template cannot render a tool message ({exc}); "
+                            f"{fix}") from exc
+    rest = text[text.rindex(_AMARK) + len(_AMARK):] if _AMARK in text else ""
+    if _TMARK not in rest or not rest.startswith(close):
+        raise ToolRoleError(f"this chat template renders no tool message after an assistant "
+                            f"turn (its content is dropped or misplaced); {fix}")
+    head, tail = rest[len(close):].split(_TMARK, 1)
+    return head, tail
 
 
 @dataclass
@@ -227,6 +265,12 @@ class RolloutEngine:
         self.reuse_kv = True
         """Keep each episode's KV across turns of a "full" conversation (HF backend)."""
         self._template: tuple[list[int], str, str] | None = None
+        self._tool_role = (self.prompt.conversation == "full" and self._can_ask
+                           and resolved_ask_answer_role(self.prompt) == "tool")
+        """An ask's answer comes back as a tool-role message (``PromptConfig.ask_answer_role``)."""
+        self._tool_template: tuple[str, str] | None = None
+        if self._tool_role and hasattr(backend, "tokenizer"):  # refuse now, not mid-run
+            self._tool_template = tool_turn_template(backend.tokenizer)
         self.on_progress = on_progress  # f({episodes_done, episodes, turns, turns_max, tokens}) per turn
         self.last_stats: dict[str, float] = {}
         self._prefix_ids: list[int] = []
@@ -286,11 +330,20 @@ class RolloutEngine:
             ids += close_ids[1:]  # the completion ended with the template's end-of-turn token
         else:
             ids += close_ids
-        content = build_followup_message(self.prompt, observation=ep.observation,
-                                         admissible_actions=ep.admissible,
-                                         asks_left=self._asks_left(ep), turn_index=len(ep.turns),
-                                         example_seed=ep.example_seed,
-                                         official=ep.info.get("official_prompt"))
+        if self._tool_role and turn.kind == "ask":
+            # official: the tool's observation alone, as a tool-role message
+            # (traj_env_manager.py:391-392), not a user turn
+            if self._tool_template is None:
+                self._tool_template = tool_turn_template(self.backend.tokenizer)
+            head, tail = self._tool_template
+            content = ep.observation
+        else:
+            content = build_followup_message(self.prompt, observation=ep.observation,
+                                             admissible_actions=ep.admissible,
+                                             asks_left=self._asks_left(ep),
+                                             turn_index=len(ep.turns),
+                                             example_seed=ep.example_seed,
+                                             official=ep.info.get("official_prompt"))
         ids += self.backend.tokenizer(head + content + tail, add_special_tokens=False)["input_ids"]
         ep.conversation_ids = ids + self._prefix_ids
 
