@@ -42,6 +42,17 @@ _AMARK = "\u2063ASSISTANT-MARK\u2063"
 _TMARK = "\u2063TOOL-MARK\u2063"
 
 
+def graded_meta(info: dict[str, Any]) -> dict[str, Any]:
+    """What an episode's grading adds to its trajectory's meta: ``{"tampered": bool}`` when the
+    env graded it (the SWE env's ``info["grading"]``, whose ``tampered`` says the grader caught
+    the submission hooking the tests); nothing for episodes that were not graded (other
+    families), so their records keep their keys."""
+    grading = info.get("grading")
+    if not isinstance(grading, dict):
+        return {}
+    return {"tampered": bool(grading.get("tampered", False))}
+
+
 class ToolRoleError(ValueError):
     """The actor's chat template renders no tool-role message."""
 
@@ -577,5 +588,6 @@ class RolloutEngine:
             n_tool_calls=sum(t.kind == "ask" for t in ep.turns), truncated=ep.truncated,
             tokens=ep.tokens, wall_s=ep.wall_s,
             meta={**spec.meta, "family": ep.family, "end_reason": ep.end_reason,
-                  "prompt_tokens": ep.prompt_tokens, "adapter": self.adapter},
+                  "prompt_tokens": ep.prompt_tokens, "adapter": self.adapter,
+                  **graded_meta(ep.info)},
             error=ep.error, first_observation=ep.first_observation)

@@ -42,6 +42,20 @@ a fault injector here (tests/_faults.py)."""
 
 
 def episode_record(traj: Any, phase: str, step: int) -> dict[str, Any]:
+    record = _episode_record(traj, phase, step)
+    if "tampered" in (traj.meta or {}):  # graded episodes only (SWE): other records unchanged
+        record["tampered"] = bool(traj.meta["tampered"])
+    return record
+
+
+def tampered_count(trajs: list[Any]) -> int | None:
+    """Graded episodes whose grading found the tests tampered with; None when none was graded
+    (the metric is then left out)."""
+    graded = [t for t in trajs if "tampered" in (t.meta or {})]
+    return sum(bool(t.meta["tampered"]) for t in graded) if graded else None
+
+
+def _episode_record(traj: Any, phase: str, step: int) -> dict[str, Any]:
     return {"phase": phase, "step": step, "task": traj.task_name, "env_id": traj.env_id,
             "seed": traj.seed, "task_id": traj.task_id, "group": traj.group_id,
             "with_experience": traj.with_experience, "success": bool(traj.success),
@@ -140,6 +154,9 @@ class Trainer:
             tag = "with_exp" if with_exp else "without_exp"
             out[f"eval/success_rate_{tag}"] = sum(t.success for t in trajs) / max(1, len(trajs))
             out[f"eval/avg_actions_{tag}"] = sum(t.n_actions for t in trajs) / max(1, len(trajs))
+            tampered = tampered_count(trajs)
+            if tampered is not None:
+                out[f"eval/swe_tampered_{tag}"] = tampered
         self.run.append("episodes.jsonl", records)
         self.run.append("eval.jsonl", summaries)
         # in episodes.jsonl's order (`crl-bench show RUN_DIR --episode N` pairs them)
@@ -221,6 +238,9 @@ class Trainer:
                                                  / max(1, sum(len(t.turns) for t in trajs)))
         metrics["charts/tokens"] = sum(t.tokens for t in trajs)
         metrics["charts/env_errors"] = sum(1 for t in trajs if t.error)  # env raised: episode ended
+        tampered = tampered_count(trajs)
+        if tampered is not None:  # graded (SWE) episodes this step that hooked the tests
+            metrics["charts/swe_tampered"] = tampered
         for flag, tag in ((True, "with_exp"), (False, "without_exp")):
             sub = [t for t in trajs if t.with_experience == flag]
             if sub:
