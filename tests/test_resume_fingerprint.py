@@ -155,3 +155,92 @@ def test_a_real_run_keeps_its_fingerprint_and_refuses_an_edited_config(tmp_path)
     res = crl("--resume", "--out", str(out), "--steps", "2", "--no-progress", "--no-report")
     assert res.returncode == 2 and 'agent: "comp_rl" -> "grpo"' in res.stderr, res.stderr[-3000:]
     assert (out / "episodes.jsonl").read_text() == episodes
+    # the checkpoint recorded the fingerprint too: with both fingerprint files deleted the
+    # edited config.json is still refused, the field named
+    (out / FINGERPRINT_FILE).unlink()
+    (out / (FINGERPRINT_FILE + ".sha256")).unlink()
+    res = crl("--resume", "--out", str(out), "--steps", "2", "--no-progress", "--no-report")
+    assert res.returncode == 2 and "recorded in the checkpoint" in res.stderr \
+        and 'agent: "comp_rl" -> "grpo"' in res.stderr, res.stderr[-3000:]
+    assert (out / "episodes.jsonl").read_text() == episodes
+
+
+# -- the fingerprint recorded in the checkpoint ---------------------------------------------------
+
+def _checkpointed_run(tmp_path, fingerprint: str = "full"):
+    """A run stopped after its last step's checkpoint (status running, a checkpoint at STEPS,
+    written the way ``Trainer.save_checkpoint`` writes its ``loop_state.json``): a resume
+    verifies the checkpoint and ends the run without building anything."""
+    import torch
+
+    from crl_bench.runner.checksums import checkpoint_fingerprint
+
+    run, data = _finished_run(tmp_path)
+    run.set_status("running", STEPS)
+    cfg = build_config(agent="comp_rl", tasks="minihack", preset="tiny", seed=0, steps=STEPS)
+    tmp = run.new_checkpoint_tmp()
+    torch.save({}, tmp / "state.pt")
+    (tmp / "adapters").mkdir()
+    state = {"step": STEPS, "bank_counters": [0, 0]}
+    if fingerprint == "full":
+        state["fingerprint"] = checkpoint_fingerprint(cfg)
+    elif fingerprint == "digest":
+        state["fingerprint"] = {"sha256": checkpoint_fingerprint(cfg)["sha256"]}
+    (tmp / "loop_state.json").write_text(json.dumps(state))
+    run.commit_checkpoint(tmp)
+    return run, data
+
+
+def _delete_fingerprint(run):
+    (run.path / FINGERPRINT_FILE).unlink()
+    (run.path / f"{FINGERPRINT_FILE}.sha256").unlink()
+
+
+def test_a_checkpoint_records_the_fingerprint_and_a_resume_checks_it_without_the_files(tmp_path):
+    """Deleting fingerprint.json and its .sha256 let a hand-edited config.json resume with a
+    warning; the checkpoint's own record (under its checksums) refuses it, naming the field."""
+    run, data = _checkpointed_run(tmp_path)
+    _delete_fingerprint(run)
+    data["seed"] = 7
+    run.config_path.write_text(json.dumps(data))
+    with pytest.raises(ConfigError, match="recorded in the checkpoint") as err:
+        _resume(run)
+    assert "seed: 0 -> 7" in str(err.value) and not (run.path / FINGERPRINT_FILE).exists()
+    data["seed"] = 0  # restored: resumes, and fingerprint.json is written again
+    run.config_path.write_text(json.dumps(data))
+    assert _resume(run) == run.path and run.status()["state"] == "done"
+    assert (run.path / FINGERPRINT_FILE).is_file()
+
+
+def test_a_checkpoint_record_without_fields_names_the_fingerprint(tmp_path):
+    run, data = _checkpointed_run(tmp_path, fingerprint="digest")
+    _delete_fingerprint(run)
+    data["actor"]["lr"] *= 10
+    run.config_path.write_text(json.dumps(data))
+    with pytest.raises(ConfigError, match=r"disagrees with the fingerprint \(sha256 "):
+        _resume(run)
+
+
+def test_an_older_checkpoint_without_a_record_keeps_the_warning(tmp_path, capsys):
+    run, data = _checkpointed_run(tmp_path, fingerprint="none")
+    _delete_fingerprint(run)
+    data["seed"] = 7
+    run.config_path.write_text(json.dumps(data))
+    assert _resume(run) == run.path
+    assert f"has no {FINGERPRINT_FILE}" in capsys.readouterr().err
+
+
+def test_the_checkpoint_record_is_under_its_checksums(tmp_path):
+    """An edit of the record itself is a changed checkpoint file (refused by its manifest)."""
+    from crl_bench.runner.records import CheckpointError
+
+    run, data = _checkpointed_run(tmp_path)
+    _delete_fingerprint(run)
+    (ckpt,) = [p for p in run.path.rglob("loop_state.json")]
+    state = json.loads(ckpt.read_text())
+    state["fingerprint"]["fields"]["seed"] = 7
+    ckpt.write_text(json.dumps(state))
+    data["seed"] = 7
+    run.config_path.write_text(json.dumps(data))
+    with pytest.raises(CheckpointError, match="loop_state.json"):
+        _resume(run)

@@ -148,23 +148,11 @@ settings)."""
 
 
 def fingerprint_fields(cfg: Any) -> dict[str, Any]:
-    """``cfg`` flattened to dotted names (``actor.lr``, ``method.merge``), without ``steps``
-    (``--steps`` may extend a run) and the settings a resume may change (``threads``, ...)."""
-    from crl_bench.runner.config import RESUMABLE_OVERRIDES
+    """See :func:`crl_bench.runner.checksums.fingerprint_fields` (kept there so that a
+    checkpoint can record it too)."""
+    from crl_bench.runner.checksums import fingerprint_fields as fields
 
-    flat: dict[str, Any] = {}
-
-    def walk(prefix: str, value: Any) -> None:
-        if isinstance(value, dict) and value:
-            for key in sorted(value, key=str):
-                walk(f"{prefix}.{key}" if prefix else str(key), value[key])
-        else:
-            flat[prefix] = value
-
-    walk("", cfg.to_dict())
-    for key in ("steps", *RESUMABLE_OVERRIDES):
-        flat.pop(key, None)
-    return json.loads(json.dumps(flat, sort_keys=True, default=str))
+    return fields(cfg)
 
 
 def record_fingerprint(run: Any, cfg: Any) -> None:
@@ -191,12 +179,14 @@ def check_fingerprint(run: Any, cfg: Any) -> None:
     with (an edit of the agent, seed, learning rate, ... would mix two configurations in one
     run's records). A run from before fingerprints were kept gets one now, with a warning."""
     from crl_bench.runner.checksums import ChecksumError, verify_file_checksum
-    from crl_bench.runner.config import ConfigError, RunConfig
+    from crl_bench.runner.config import ConfigError
 
     path = run.path / FINGERPRINT_FILE
     way_out = ("Restore config.json (the values the run started with are in "
                f"{path}), or start a new run with another --out.")
     if not path.is_file():
+        if _recorded_in_checkpoint(run.last_checkpoint()) is not None:
+            return  # compared with the checkpoint's record (check_checkpoint_fingerprint)
         print(f"[resume] warning: {run.path} has no {FINGERPRINT_FILE} (a run started before "
               "fingerprints were kept): its config.json is taken as it is now, and fingerprinted "
               "from here on.", file=sys.stderr)
@@ -213,6 +203,65 @@ def check_fingerprint(run: Any, cfg: Any) -> None:
         raise ConfigError(f"--resume: the run's fingerprint cannot be trusted ({exc}). Restore "
                           f"{path} and {path.name}.sha256, or start a new run with another "
                           "--out.") from None
+    changed = _changed_fields(started, cfg)
+    if changed:
+        more = f" (and {len(changed) - 6} more)" if len(changed) > 6 else ""
+        raise ConfigError(f"--resume: {run.config_path} was changed since the run started: "
+                          f"{'; '.join(changed[:6])}{more}. A resumed run must keep its "
+                          f"configuration. {way_out}")
+
+
+def _recorded_in_checkpoint(checkpoint: Path | None) -> dict[str, Any] | None:
+    """The fingerprint a checkpoint recorded (``loop_state.json["fingerprint"]``), or None: no
+    checkpoint, or one written before checkpoints recorded it (or unreadable: the checkpoint's
+    own verification names that)."""
+    if checkpoint is None:
+        return None
+    try:
+        state = json.loads((checkpoint / "loop_state.json").read_text())
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    recorded = state.get("fingerprint") if isinstance(state, dict) else None
+    return recorded if isinstance(recorded, dict) else None
+
+
+def check_checkpoint_fingerprint(run: Any, checkpoint: Path, cfg: Any) -> None:
+    """Refuse to resume from ``checkpoint`` (already verified against its checksums) when the
+    fingerprint it recorded disagrees with ``config.json``: the differing fields named, or the
+    fingerprint when its fields cannot be read. This holds with ``fingerprint.json`` and its
+    checksum deleted; ``fingerprint.json`` is then written again from the checkpoint's record.
+    A checkpoint without a record (older) changes nothing (:func:`check_fingerprint` warns)."""
+    from crl_bench.runner.checksums import fingerprint_digest, fingerprint_fields as fields_of
+    from crl_bench.runner.config import ConfigError
+
+    recorded = _recorded_in_checkpoint(checkpoint)
+    if recorded is None:
+        return
+    where = checkpoint / "loop_state.json"
+    way_out = (f"Restore config.json (the values the run's checkpoint was written with are in "
+               f"{where}, 'fingerprint'), or start a new run with another --out.")
+    started = recorded.get("fields")
+    if isinstance(started, dict):
+        changed = _changed_fields(started, cfg)
+        if changed:
+            more = f" (and {len(changed) - 6} more)" if len(changed) > 6 else ""
+            raise ConfigError(f"--resume: {run.config_path} disagrees with the fingerprint "
+                              f"recorded in the checkpoint {checkpoint.name}: "
+                              f"{'; '.join(changed[:6])}{more}. A resumed run must keep its "
+                              f"configuration. {way_out}")
+    elif recorded.get("sha256") != fingerprint_digest(fields_of(cfg)):
+        raise ConfigError(f"--resume: {run.config_path} disagrees with the fingerprint "
+                          f"(sha256 {str(recorded.get('sha256'))[:12]}...) recorded in the "
+                          f"checkpoint {checkpoint.name}. A resumed run must keep its "
+                          f"configuration. {way_out}")
+    if not (run.path / FINGERPRINT_FILE).is_file():
+        record_fingerprint(run, cfg)  # the checkpoint vouched for config.json
+
+
+def _changed_fields(started: dict[str, Any], cfg: Any) -> list[str]:
+    """``"field: old -> new"`` for each fingerprint field ``cfg`` changed since ``started``."""
+    from crl_bench.runner.config import RunConfig
+
     now = fingerprint_fields(cfg)
     defaults = fingerprint_fields(RunConfig())
     changed = []
@@ -224,11 +273,7 @@ def check_fingerprint(run: Any, cfg: Any) -> None:
             continue  # a field this version no longer has
         elif started[key] != now[key]:
             changed.append(f"{key}: {_shown(started[key])} -> {_shown(now[key])}")
-    if changed:
-        more = f" (and {len(changed) - 6} more)" if len(changed) > 6 else ""
-        raise ConfigError(f"--resume: {run.config_path} was changed since the run started: "
-                          f"{'; '.join(changed[:6])}{more}. A resumed run must keep its "
-                          f"configuration. {way_out}")
+    return changed
 
 
 def _run_locked(run: Any, *, agent: str | None, tasks: str | None, preset: str | None,
@@ -277,6 +322,7 @@ def _run_locked(run: Any, *, agent: str | None, tasks: str | None, preset: str |
         checkpoint = run.last_checkpoint()
         if checkpoint is not None:
             start = run.verify_checkpoint(checkpoint)
+            check_checkpoint_fingerprint(run, checkpoint, cfg)  # even without fingerprint.json
             if start > cfg.steps:
                 raise ConfigError(
                     f"the checkpoint in {checkpoint} is at step {start}, beyond the run's "

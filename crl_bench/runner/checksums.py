@@ -140,3 +140,38 @@ def verify_file_checksum(path: Path) -> bool:
         raise ChecksumError(path, f"does not match the SHA-256 in {side.name}: its content "
                                   "changed after it was written")
     return True
+
+
+# -- the run's fingerprint (its identity and training fields as it started) ---------------------
+
+def fingerprint_fields(cfg: Any) -> dict[str, Any]:
+    """``cfg`` flattened to dotted names (``actor.lr``, ``method.merge``), without ``steps``
+    (``--steps`` may extend a run) and the settings a resume may change (``threads``, ...)."""
+    from crl_bench.runner.config import RESUMABLE_OVERRIDES
+
+    flat: dict[str, Any] = {}
+
+    def walk(prefix: str, value: Any) -> None:
+        if isinstance(value, dict) and value:
+            for key in sorted(value, key=str):
+                walk(f"{prefix}.{key}" if prefix else str(key), value[key])
+        else:
+            flat[prefix] = value
+
+    walk("", cfg.to_dict())
+    for key in ("steps", *RESUMABLE_OVERRIDES):
+        flat.pop(key, None)
+    return json.loads(json.dumps(flat, sort_keys=True, default=str))
+
+
+def fingerprint_digest(fields: dict[str, Any]) -> str:
+    """The SHA-256 of the fingerprint's fields (canonical JSON)."""
+    return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
+
+
+def checkpoint_fingerprint(cfg: Any) -> dict[str, Any]:
+    """What a checkpoint records of the run's fingerprint (in its ``loop_state.json``, covered
+    by the checkpoint's ``checksums.json``): ``{"sha256", "fields"}``. A resume from the
+    checkpoint compares ``config.json`` with it even when ``fingerprint.json`` is gone."""
+    fields = fingerprint_fields(cfg)
+    return {"sha256": fingerprint_digest(fields), "fields": fields}

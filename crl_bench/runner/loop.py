@@ -299,7 +299,12 @@ class Trainer:
             states[AGENT_STATE_KEY] = self.agent.state_dict()  # the agent's own state
         torch.save(states, tmp / "state.pt")
         self.reached("checkpoint", step)
-        state = {"step": step, "bank_counters": list(self._bank_counters)}
+        from crl_bench.runner.checksums import checkpoint_fingerprint
+
+        # the run's fingerprint too: under the checkpoint's checksums, a resume compares
+        # config.json with it even when fingerprint.json is deleted
+        state = {"step": step, "bank_counters": list(self._bank_counters),
+                 "fingerprint": checkpoint_fingerprint(self.cfg)}
         (tmp / "loop_state.json").write_text(json.dumps(state))
         self.run.commit_checkpoint(tmp)
 
