@@ -101,7 +101,7 @@ def test_a_template_without_a_tool_role_is_refused_naming_the_fix(tiny, template
     backend.tokenizer = copy.deepcopy(tiny.tokenizer)
     backend.tokenizer.chat_template = template
     prompt = PromptConfig(conversation="full", history=-1, max_asks=2, ask_style="official")
-    with pytest.raises(ToolRoleError, match="ask_answer_role='user'"):
+    with pytest.raises(ToolRoleError, match="ask_answer_role=user"):
         RolloutEngine(backend, SamplingParams(max_new_tokens=16), prompt,
                       ask_callback=lambda q, s, c: ANSWER)
     # the fix named works: the answer in the next user turn
@@ -111,3 +111,20 @@ def test_a_template_without_a_tool_role_is_refused_naming_the_fix(tiny, template
                   ask_callback=lambda q, s, c: ANSWER)
     with pytest.raises(ValueError, match="needs conversation='full'"):
         PromptConfig(ask_answer_role="tool")
+
+
+def test_the_ask_answer_role_is_one_setting_away(tmp_path):
+    """``experience.ask_answer_role`` reaches the actor's prompt: "user" keeps the answer in the
+    next user turn under any preset; the default "auto" resolves per preset as above."""
+    from tests.test_fidelity_launched import make_ctx
+
+    ctx = make_ctx(tmp_path, **{"experience.ask_answer_role": "user"})
+    try:
+        assert ctx.player.prompt_config().ask_answer_role == "user"
+    finally:
+        ctx.close()
+    ctx = make_ctx(tmp_path / "b")
+    try:
+        assert ctx.player.prompt_config().ask_answer_role == "auto"
+    finally:
+        ctx.close()

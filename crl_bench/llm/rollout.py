@@ -73,7 +73,7 @@ def tool_turn_template(tokenizer: Any) -> tuple[str, str]:
                 {"role": "assistant", "content": _AMARK}, {"role": "tool", "content": _TMARK}]
     fix = ("the official Search-and-Ask hands its answer on as a tool-role message "
            "(traj_env_manager.py:391-392): use an actor whose chat template has a tool role "
-           "(Qwen2.5's has), or PromptConfig(ask_answer_role='user') / "
+           "(Qwen2.5's has), or --set experience.ask_answer_role=user / "
            "experience.ask_style=short to hand it on in the next user turn")
     try:
         text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)

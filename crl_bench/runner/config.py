@@ -65,6 +65,7 @@ RetrievalKey = Literal["entry", "episode_start"]
 MergeScope = Literal["family", "key"]
 AskOffer = Literal["with_experience", "all"]
 AskStyle = Literal["short", "official"]
+AskAnswerRole = Literal["auto", "user", "tool"]
 AskTag = Literal["ask", "knowledge_search_and_ask"]
 Query = Literal["goal_observation", "family"]
 UsagePer = Literal["pick", "batch"]
@@ -447,6 +448,10 @@ class ExperienceConfig(_Section):
     """A reply with both an ask and an answer is an ask while asks are left (official,
     ``paper``: the tool wrapper parses its tool first, ``tool_env_wrapper.py:45-52``). False:
     the answer wins."""
+    ask_answer_role: AskAnswerRole = "auto"
+    """The role an ask's answer comes back in: "tool" (official: a tool-role message
+    ``Search results: ...``, ``traj_env_manager.py:391-392``), "user" (a user turn), or "auto"
+    (tool with ``ask_style=official`` in a full conversation, i.e. ``paper``; user elsewhere)."""
     ask_on_last_turn: bool = False
     """Offer Search-and-Ask on an episode's last turn too (official: the tool is offered on
     every turn and a call counts as a turn, ``traj_env_manager.py:282-291``, so an ask on the

@@ -241,7 +241,8 @@ class Player(Part):
                       experience_last=r.experience_last, layout=r.prompt_layout,
                       experience_place=r.experience_place,
                       max_observation_chars=r.max_observation_chars or None,
-                      ask_tag=x.ask_tag, ask_wins=x.ask_wins, stop_at_answer=r.stop_at_answer)
+                      ask_tag=x.ask_tag, ask_wins=x.ask_wins, stop_at_answer=r.stop_at_answer,
+                      ask_answer_role=x.ask_answer_role)
         if r.small_model_prompt:
             kwargs.pop("think")
             prompt = PromptConfig.for_small_model(example_pick=r.example_pick, **kwargs)
