@@ -88,7 +88,14 @@ def test_reader_prompts_are_the_engines(tmp_path):
     assert prompt_config(cfg) == ctx.player.engine(None, 0).prompt
     for i, (ex, (prompt, target)) in enumerate(zip(data, ids)):
         engine = ctx.player.engine((lambda q, s, m: "") if ex.asks_left else None, 0)
-        spec = EpisodeSpec(env=env, seed=ex.level, with_experience=bool(ex.experience_text),
+        # the runs offer no ask on an episode's last turn (experience.ask_on_last_turn=false),
+        # so a one-action level's prompt never has the ask sentence; the warm start also shows
+        # it (asks_left), as the engine builds it when an ask is offered on that turn
+        engine.ask_on_last_turn = bool(ex.asks_left)
+        # a prompt offered Search-and-Ask without an entry is a with-experience episode whose
+        # retrieval returned nothing (the runs offer asks to with-experience episodes only)
+        spec = EpisodeSpec(env=env, seed=ex.level,
+                           with_experience=bool(ex.experience_text or ex.asks_left),
                            experience_text=ex.experience_text)
         assert engine.first_prompt(spec, i)[0] == prompt
         assert ctx.backend.tokenizer.decode(target).startswith(f"{ex.target}</answer>")
