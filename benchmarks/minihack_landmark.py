@@ -405,8 +405,9 @@ def follow_table(paths: list[Path]) -> str:
             return "—"
         return f"{r['k']}/{r['n']} = {r['share']:.2f} [{r['low']:.2f}, {r['high']:.2f}]"
 
-    lines = ["| actor | temperature | example | entry | success | a valid move | the entry's move "
-             "sent | the most frequent move |", "|---|---|---|---|---|---|---|---|"]
+    lines = ["| actor | temperature | example | entry | success | a valid move | the example "
+             "sent | the entry's move sent | the most frequent move |",
+             "|---|---|---|---|---|---|---|---|---|"]
     bars = []
     for path in paths:
         data = json.loads(Path(path).read_text())
@@ -415,11 +416,12 @@ def follow_table(paths: list[Path]) -> str:
                                           if data.get("checkpoint") else "")
         for r in f["rows"]:
             top = r.get("top_move")
-            top_name = r["top_moves"][0][0] if r.get("top_moves") else "—"
+            moves = {m: c for m, c in (r.get("moves") or {}).items() if m != "(other)"}
+            top_name = max(moves, key=moves.get) if moves else "no move"
             lines.append(f"| {actor} | {f['temperature']:g} | {r['example']} | "
                          f"{CLAIM_WORDS.get(r['claim'], r['claim'])} | {cell(r['success'])} | "
-                         f"{cell(r['valid_move'])} | {cell(r.get('sent_claim'))} | "
-                         f"{top_name}: {cell(top)} |")
+                         f"{cell(r['valid_move'])} | {cell(r.get('sent_example'))} | "
+                         f"{cell(r.get('sent_claim'))} | {top_name}: {cell(top)} |")
         for pick, bar in f.get("reader_bar", {}).items():
             held = {k: v for k, v in bar.items() if k != "passes"}
             bars.append(f"- {actor}, temperature {f['temperature']:g}, example {pick}: "

@@ -15,7 +15,8 @@ from minihack_landmark import claimed_move, follow_table, reader_bar, share  # n
 def _rows(take: int, avoid: int, top: int, success: int, n: int = 128):
     return [{"example": "placeholder", "claim": "take_random", "sent_claim": share(take, n),
              "success": share(20, n), "valid_move": share(n, n), "top_move": share(30, n),
-             "top_moves": [["north", 30]]},
+             "top_moves": [["north", 30]], "sent_example": share(0, n),
+             "moves": {"north": 30, "east": 98}},
             {"example": "placeholder", "claim": "avoid_random", "sent_claim": share(avoid, n),
              "success": share(18, n), "valid_move": share(n, n), "top_move": share(30, n),
              "top_moves": [["east", 30]]},
@@ -56,5 +57,6 @@ def test_follow_table_lists_each_row_and_the_bar(tmp_path):
     path.write_text(json.dumps(data))
     text = follow_table([path])
     assert "| smollm2-135m-reader | 0 | placeholder | take M (M random) | 20/128 = 0.16" in text
+    assert "0/128 = 0.00 [0.00, 0.03] | 100/128 = 0.78 [0.70, 0.84] | east: 30/128" in text
     assert "100/128 = 0.78 [0.70, 0.84]" in text
     assert "smollm2-135m-reader, temperature 0, example placeholder: **passes**" in text
