@@ -47,7 +47,8 @@ SMOKE: dict[str, list[str]] = {
     "minihack_reading_sft.py": ["--preset", "tiny", "--examples", "4", "--batch", "2",
                                 "--probe-every", "4", "--levels", "2", "--samples", "1",
                                 "--out", "{tmp}/reading_sft"],
-    "gpu_check.py": ["--small", "--tasks", "minihack", "--json", "{tmp}/gpu_check.json"],
+    # its smoke run and a planted FAIL are also tested by tests/test_gpu_check_smoke.py
+    "gpu_check.py": ["--smoke", "--device", "cpu", "--json", "{tmp}/gpu_check.json"],
     "webshop_throughput.py": ["--data-dir", "{data:webshop}", "--episodes", "3", "--queries", "5"],
     "webshop_oracle_ceiling.py": ["--data-dir", "{data:webshop}"],
     "webshop_reward_parity.py": ["--webshop-src", "{webshop_src}", "--data-dir", "{data:webshop}",

@@ -87,7 +87,7 @@ def test_progress_line_on_a_pipe_early_and_every_10s(tiny_run: dict) -> None:
 def test_run_ends_with_summary_and_report_path(tiny_run: dict) -> None:
     lines = [line for _, line in tiny_run["lines"]]
     tail = lines[next(i for i, line in enumerate(lines) if line.startswith("run directory:")):]
-    assert "success rate, evaluation at step 0 -> step 3:" in tail
+    assert "success rate over held-out episodes, evaluation at step 0 -> step 3:" in tail
     assert any(re.match(r"\s+MiniHack Room\s+\d\.\d\d -> \d\.\d\d \(2 episodes\)", line) for line in tail)
     report = [line for line in tail if line.startswith("report: ")]
     assert report, tail
@@ -98,7 +98,9 @@ def test_run_ends_with_summary_and_report_path(tiny_run: dict) -> None:
     # then what the run was and what to run next for a result
     assert any(line.startswith("This was the `tiny` preset: 3 step(s) of grpo on minihack")
                for line in tail), tail
-    assert "  crl-bench run --agent comp_rl --tasks minihack --preset cpu --seed 0 1 2" in tail
+    # the command as the user started this one (here `python -m crl_bench.cli`)
+    prog = f"{Path(sys.executable).name} -m crl_bench.cli"
+    assert f"  {prog} run --agent comp_rl --tasks minihack --preset cpu --seed 0 1 2" in tail
 
 
 @pytest.mark.skipif(not HAS_WANDB, reason="wandb is not installed (pip install 'crl-bench[wandb]')")

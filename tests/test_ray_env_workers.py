@@ -40,8 +40,18 @@ def local_play(seed: int, actions: list[str]) -> list[tuple]:
 
 
 def strip(res: tuple) -> tuple:
-    """Everything of a reset/step result (info included)."""
-    return tuple(res)
+    """Everything of a reset/step result (info included; arrays, such as MiniHack's
+    ``info["raw_obs"]``, compared by dtype, shape and bytes)."""
+    import numpy as np
+
+    def plain(v):
+        if isinstance(v, np.ndarray):
+            return ("array", str(v.dtype), v.shape, v.tobytes())
+        if isinstance(v, dict):
+            return {k: plain(x) for k, x in v.items()}
+        return v
+
+    return tuple(plain(r) for r in res)
 
 
 def test_worker_killed_mid_step_replays_its_episodes(cluster):

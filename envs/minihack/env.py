@@ -187,7 +187,8 @@ class MiniHackTextEnv(TextEnv):
         info = self._info(action_valid=True)
         # the NLE observation dict itself: the official MiniHack retrieval query prints it
         # (env/minihack/env.py:325-329, traj_env_manager.py:146-148; experience.query=family)
-        info["raw_obs"] = nle_obs
+        # (copied: NLE writes later steps into the same arrays)
+        info["raw_obs"] = {k: (v.copy() if hasattr(v, "copy") else v) for k, v in nle_obs.items()}
         return self._description, info
 
     def step(self, action: Any) -> tuple[str, float, bool, bool, dict[str, Any]]:
