@@ -97,7 +97,11 @@ def _install_recorders(mp: pytest.MonkeyPatch) -> None:
     def ask(self, query, episode_context):
         out = orig_ask(self, query, episode_context)
         ctx = episode_context if isinstance(episode_context, dict) else vars(episode_context)
-        _record("ask", {"query": query, "answer": out, "seed": int(ctx.get("task_id") or -1)})
+        # a test of the tool alone may call it while a tiny run's recorder is installed in the
+        # same worker: its task ids are not level seeds
+        task_id = ctx.get("task_id")
+        seed = int(task_id) if str(task_id).lstrip("-").isdigit() else -1
+        _record("ask", {"query": query, "answer": out, "seed": seed})
         return out
 
     orig_add = extractor_track.ExtractorTrack.add_ask_samples
