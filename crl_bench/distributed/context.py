@@ -41,6 +41,7 @@ from crl_bench.distributed import require_ray
 from crl_bench.distributed.plan import ResourcePlan, check_plan_against_ray, get_plan
 from crl_bench.runner.context import RunContext
 from crl_bench.runner.parts import ActorSide, ExperienceSide, Models, Player, RunInfo
+from crl_bench.runner.parts.models import role_sampling
 
 
 class RayCluster:
@@ -144,7 +145,6 @@ class RayModels(Models):
         import threading
 
         from crl_bench.distributed.generation import PromptBackend, RemoteGenerationBackend
-        from crl_bench.llm.types import SamplingParams
         from crl_bench.runner.parts.models import LockedBackend, engine_settings
 
         cfg, plan = self.info.cfg, self.cluster.plan
@@ -178,12 +178,7 @@ class RayModels(Models):
                 settings=engine_settings(cfg, "extractor"))
             # its own lock: the actor's rollout never waits on the extractor's engines
             self.ext_backend = LockedBackend(self.ext_gen, threading.RLock())
-        r, e = cfg.rollout, cfg.extractor
-        self.actor_sampling = SamplingParams(temperature=r.temperature, top_p=r.top_p,
-                                             top_k=r.top_k, max_new_tokens=r.max_new_tokens)
-        self.extractor_sampling = SamplingParams(temperature=e.temperature, top_p=e.top_p,
-                                                 top_k=e.top_k, max_new_tokens=e.max_new_tokens,
-                                                 stop=("</answer>",))
+        self.actor_sampling, self.extractor_sampling = role_sampling(cfg)
 
     def describe(self) -> dict[str, Any]:
         """What runs where, read back from the running engine actors (see

@@ -58,11 +58,9 @@ class PromptBackend:
         self.eos_token_ids = frozenset([int(eos)] if isinstance(eos, int) else [])
 
     def chat_prompt_ids(self, messages: list[dict]) -> list[int]:
-        out = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True,
-                                                 tokenize=True)
-        if hasattr(out, "keys"):
-            out = out["input_ids"]
-        return [int(t) for t in out]
+        from crl_bench.llm.hf_backend import chat_prompt_ids
+
+        return chat_prompt_ids(self.tokenizer, messages)
 
     def _no_weights(self, what: str) -> Any:
         raise RuntimeError(f"{what}: the driver holds no model weights in a Ray run with full "

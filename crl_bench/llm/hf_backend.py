@@ -43,6 +43,15 @@ BASE = "__base__"   # PEFT's name for "no adapter" in mixed batches
 SHARED = "shared"   # the one adapter of shared_adapter=True
 
 
+
+def chat_prompt_ids(tokenizer: Any, messages: list[dict]) -> list[int]:
+    """Token ids of ``messages`` through ``tokenizer``'s chat template, ending with the assistant
+    header (newer transformers return a mapping: its ``input_ids``)."""
+    out = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    if hasattr(out, "keys"):
+        out = out["input_ids"]
+    return [int(t) for t in out]
+
 class HFBackend:
     """transformers/PEFT backend. See the module docstring for the role layouts.
 
@@ -202,11 +211,7 @@ class HFBackend:
     # -- prompts ---------------------------------------------------------------------------------
     def chat_prompt_ids(self, messages: list[dict]) -> list[int]:
         """Token ids of ``messages`` through the chat template, ending with the assistant header."""
-        out = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True,
-                                                 tokenize=True)
-        if hasattr(out, "keys"):
-            out = out["input_ids"]
-        return [int(t) for t in out]
+        return chat_prompt_ids(self.tokenizer, messages)
 
     def _as_ids(self, prompts: Sequence[Sequence[int]] | Sequence[str]) -> list[list[int]]:
         ids = []

@@ -45,6 +45,19 @@ def engine_settings(cfg: Any, role: str) -> dict[str, Any]:
             "tensor_parallel_size": int(getattr(m, f"{role}_tensor_parallel"))}
 
 
+
+def role_sampling(cfg: Any) -> tuple[Any, Any]:
+    """The actor's and the extractor's sampling settings from the run's configuration (the
+    extractor stops at its answer's close); one source for every form of the models part."""
+    from crl_bench.llm.types import SamplingParams
+
+    r, e = cfg.rollout, cfg.extractor
+    actor = SamplingParams(temperature=r.temperature, top_p=r.top_p, top_k=r.top_k,
+                           max_new_tokens=r.max_new_tokens)
+    extractor = SamplingParams(temperature=e.temperature, top_p=e.top_p, top_k=e.top_k,
+                               max_new_tokens=e.max_new_tokens, stop=("</answer>",))
+    return actor, extractor
+
 class Models(Part):
     """The roles' backends. ``raw_backend`` / ``ext_raw``: the actor's and the extractor's
     backend (the same object when one model serves both); ``backend`` / ``ext_backend``: the
@@ -68,7 +81,7 @@ class Models(Part):
         """Load the model(s); ``extractor``: the extractor role too; ``shared_params``: one
         adapter both roles train (the shared-parameters ablation; ``model.extractor`` unused)."""
         from crl_bench.llm.backend import backend_class
-        from crl_bench.llm.types import LoraSpec, SamplingParams
+        from crl_bench.llm.types import LoraSpec
 
         cfg = self.info.cfg
         m = cfg.model
@@ -93,12 +106,7 @@ class Models(Part):
         self.backend = LockedBackend(self.raw_backend, self.lock)
         self.ext_backend = (self.backend if self.ext_raw is self.raw_backend
                             else LockedBackend(self.ext_raw, self.lock))
-        r, e = cfg.rollout, cfg.extractor
-        self.actor_sampling = SamplingParams(temperature=r.temperature, top_p=r.top_p,
-                                             top_k=r.top_k, max_new_tokens=r.max_new_tokens)
-        self.extractor_sampling = SamplingParams(temperature=e.temperature, top_p=e.top_p,
-                                                 top_k=e.top_k, max_new_tokens=e.max_new_tokens,
-                                                 stop=("</answer>",))
+        self.actor_sampling, self.extractor_sampling = role_sampling(cfg)
 
     def extractor_generate(self, message_lists: list[list[dict]], stop: tuple[str, ...] = ()
                            ) -> list[Any]:
