@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from crl_bench.agent import Agent, StepResult
-from crl_bench.runner.context import RunContext
+from crl_bench.run.context import RunContext
 
 if TYPE_CHECKING:  # pragma: no cover
     from crl_bench.extractor.track import ExtractorTrack

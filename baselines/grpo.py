@@ -8,7 +8,7 @@ does not divide by the std) -> one PPO-clip update on every turn of every episod
 from __future__ import annotations
 
 from crl_bench.agent import Agent, StepResult
-from crl_bench.runner.context import RunContext
+from crl_bench.run.context import RunContext
 
 
 class GRPO(Agent):

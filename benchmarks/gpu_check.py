@@ -126,7 +126,7 @@ def _random_samples(backend: RawModelBackend, vocab: int, n: int, prompt: int, c
     model's own (the ratio starts at 1)."""
     import torch
 
-    from crl_bench.runner.trainer import TrainSample
+    from crl_bench.training.role_trainer import TrainSample
 
     g = torch.Generator(device="cpu").manual_seed(2)
     ids = torch.randint(0, vocab, (n, prompt + completion), generator=g)
@@ -143,8 +143,8 @@ def master_update(shape: dict[str, Any], device: str, n: int, prompt: int, compl
                   ) -> dict[str, Any]:
     import torch
 
-    from crl_bench.runner.config import OptimConfig
-    from crl_bench.runner.trainer import RoleTrainer
+    from crl_bench.config.schema import OptimConfig
+    from crl_bench.training.role_trainer import RoleTrainer
 
     model = build_model(shape, device, torch.bfloat16)
     backend = RawModelBackend(model)
@@ -239,8 +239,8 @@ def learner_update(shape: dict[str, Any], device: str, seq: int, chunk: int, pea
     from crl_bench.distributed.fsdp import ShardedLearner
     from crl_bench.distributed.learner import _free_port, join_group
     from crl_bench.distributed.memory_plan import FSDP2_MIXED, learner_rank, shape_from_hf_config
-    from crl_bench.runner.config import OptimConfig
-    from crl_bench.runner.trainer import TrainSample
+    from crl_bench.config.schema import OptimConfig
+    from crl_bench.training.role_trainer import TrainSample
 
     folder = write_random_model(Path(box["tmp"]) / "model", shape)
     spec = dict(model_name=folder, seed=0, device=device,

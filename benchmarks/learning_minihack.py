@@ -75,7 +75,7 @@ def t_ci(values: list[float]) -> dict[str, Any]:
 
 
 def episodes(run: Path) -> list[dict[str, Any]]:
-    from crl_bench.runner.records import read_jsonl
+    from crl_bench.records.files import read_jsonl
 
     return [e for e in read_jsonl(run / "episodes.jsonl") if e["phase"] == "eval"]
 
@@ -83,8 +83,8 @@ def episodes(run: Path) -> list[dict[str, Any]]:
 def trained_eval_levels(run: Path) -> list[int]:
     """Evaluation level seeds the run also trained on (same task): must be empty, or the
     "held-out" success is partly memorised. Runs before the training-seed fix
-    (``crl_bench.runner.context.train_seed``) with run seed 1 have 9 of 16."""
-    from crl_bench.runner.records import read_jsonl
+    (``crl_bench.run.context.train_seed``) with run seed 1 have 9 of 16."""
+    from crl_bench.records.files import read_jsonl
 
     seen: dict[str, set[tuple[str, int]]] = {"train": set(), "eval": set()}
     for e in read_jsonl(run / "episodes.jsonl"):
@@ -132,7 +132,7 @@ def time_breakdown(run: Path) -> dict[str, Any]:
     ``extractor:`` rows (each batch's record in ``extractor.jsonl``; runs older than that file
     have only the step records, in which batches that finished between the same two steps were
     one record, so their extractor rows are a lower bound: ``extractor_records`` says which)."""
-    from crl_bench.runner.records import read_jsonl
+    from crl_bench.records.files import read_jsonl
 
     metrics = read_jsonl(run / "metrics.jsonl")
     batch_file = run / "extractor.jsonl"
@@ -502,7 +502,7 @@ def plot(out: Path, runs: dict[tuple[str, int], Path], floor: float,
         import matplotlib.pyplot as plt
     except ImportError:
         return None
-    from crl_bench.runner.records import read_jsonl
+    from crl_bench.records.files import read_jsonl
 
     stats = stats or {}
     fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(14, 3.8))
@@ -646,7 +646,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     command = "python benchmarks/learning_minihack.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
 
-    from crl_bench.cli import parse_overrides
+    from crl_bench.config.overrides import parse_overrides
     from crl_bench.runner.api import run_experiment
 
     out = Path(args.out)

@@ -457,7 +457,7 @@ def retrieval(cfg: Any, held_out: list[int], per_kind: int, view: str) -> dict[s
 
     def start(level: int) -> str:
         obs, info = env.reset(seed=level)
-        return f"{info['goal']}\n{obs}"[:2000]  # crl_bench.runner.context: the query
+        return f"{info['goal']}\n{obs}"[:2000]  # crl_bench.run.context: the query
 
     key_levels = list(range(8 * per_kind))
     embedder = load_embedder(cfg.experience.embedder)
@@ -553,11 +553,11 @@ def main(argv: list[str] | None = None) -> int:
                   f"[{r['low']:.1%}, {r['high']:.1%}]")
         print(f"baselines: {b['wall_s']:.1f} s wall, {b['cpu_s']:.1f} s CPU", flush=True)
     if args.probe or args.extractor or args.retrieval or args.follow:
-        from crl_bench.cli import parse_overrides
-        from crl_bench.runner.config import build_config
+        from crl_bench.config.overrides import parse_overrides
+        from crl_bench.config.schema import build_config
         from minihack_reading import context
 
-        from crl_bench.runner.config import ConfigError
+        from crl_bench.config.schema import ConfigError
         from minihack_reading import run_config
 
         agent = "comp_rl" if args.extractor or args.retrieval else "grpo"
@@ -583,8 +583,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['keys']} keys; {r['wall_s']:.0f} s wall, {r['cpu_s']:.0f} s CPU", flush=True)
     if args.probe or args.extractor or args.follow:
         with tempfile.TemporaryDirectory() as tmp:
-            from crl_bench.runner.context import RunContext
-            from crl_bench.runner.records import RunDir
+            from crl_bench.run.context import RunContext
+            from crl_bench.records.files import RunDir
 
             if args.extractor:  # a fresh context per part: the probe's training must not leak
                 ctx = RunContext(cfg, RunDir(Path(tmp) / "x"))

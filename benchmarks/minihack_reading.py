@@ -137,8 +137,8 @@ def run_config(run: Path, overrides: dict[str, Any], argv: list[str],
     """A run's stored configuration (``threads`` may change) and its last checkpoint: the step
     it holds, the adapters' folder and the roles saved there (``base``: no adapters, step 0)."""
     from crl_bench.runner.api import _stored_config
-    from crl_bench.runner.config import ConfigError
-    from crl_bench.runner.records import RunDir
+    from crl_bench.config.schema import ConfigError
+    from crl_bench.records.files import RunDir
 
     if any(a == "--preset" or a.startswith("--preset=") for a in argv):
         raise ConfigError("--run probes the run's own configuration; drop --preset.")
@@ -166,8 +166,8 @@ def run_config(run: Path, overrides: dict[str, Any], argv: list[str],
 def context(cfg: Any, checkpoint: dict[str, Any] | None, scratch: Path) -> Any:
     """A RunContext on ``scratch`` with the models built and, when ``checkpoint`` names
     adapters, the trained ones loaded (the extractor's too when the run saved one)."""
-    from crl_bench.runner.context import RunContext
-    from crl_bench.runner.records import RunDir
+    from crl_bench.run.context import RunContext
+    from crl_bench.records.files import RunDir
 
     ctx = RunContext(cfg, RunDir(scratch))
     ctx.seed_everything()
@@ -211,8 +211,8 @@ def main(argv: list[str] | None = None) -> int:
 
     import tempfile
 
-    from crl_bench.cli import parse_overrides
-    from crl_bench.runner.config import ConfigError, build_config
+    from crl_bench.config.overrides import parse_overrides
+    from crl_bench.config.schema import ConfigError, build_config
 
     overrides = parse_overrides(args.set)
     checkpoint = None

@@ -116,8 +116,8 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from crl_bench.cli import parse_overrides
-    from crl_bench.runner.config import build_config
+    from crl_bench.config.overrides import parse_overrides
+    from crl_bench.config.schema import build_config
 
     cfg = build_config(agent="grpo", tasks="minihack", preset=args.preset,
                        overrides=parse_overrides(args.set), seed=args.seed)

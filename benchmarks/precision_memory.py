@@ -24,8 +24,8 @@ def measure(model: str, dtype: str, lr: float) -> dict[str, float]:
 
     from crl_bench.llm.hf_backend import HFBackend
     from crl_bench.llm.types import SamplingParams
-    from crl_bench.runner.config import OptimConfig
-    from crl_bench.runner.trainer import RoleTrainer, TrainSample
+    from crl_bench.config.schema import OptimConfig
+    from crl_bench.training.role_trainer import RoleTrainer, TrainSample
 
     backend = HFBackend(model, roles=("actor",), lora=None, seed=0, dtype=dtype, device="cpu")
     prompts = [backend.chat_prompt_ids([{"role": "user", "content": q}])

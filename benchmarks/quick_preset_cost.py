@@ -96,15 +96,15 @@ def evaluation_cost(which: str, out_dir: Path) -> dict:
 
     torch.set_num_threads(1)
     from crl_bench.agent import load_agent
-    from crl_bench.runner.config import build_config
-    from crl_bench.runner.loop import Trainer
-    from crl_bench.runner.records import RunDir, read_jsonl
+    from crl_bench.config.schema import build_config
+    from crl_bench.run.loop import RunLoop
+    from crl_bench.records.files import RunDir, read_jsonl
 
     overrides = {"threads": 1, **(EARLIER if which == "earlier" else {})}
     cfg = build_config(agent="grpo", tasks="3mix", preset="quick", overrides=overrides)
     agent = load_agent(cfg.agent, cfg.method)
     t0 = time.process_time()
-    trainer = Trainer(cfg, agent, RunDir(out_dir), progress=False)
+    trainer = RunLoop(cfg, agent, RunDir(out_dir), progress=False)
     trainer.setup()
     t1, w1 = time.process_time(), time.perf_counter()
     trainer.evaluate(0)

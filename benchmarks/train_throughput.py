@@ -48,12 +48,12 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     import crl_bench  # noqa: F401  (registers the envs)
-    from crl_bench.runner.precision import load_role_weights, role_weights
+    from crl_bench.training.precision import load_role_weights, role_weights
     from crl_bench.llm.hf_backend import HFBackend
     from crl_bench.llm.rollout import EpisodeSpec, PromptConfig, RolloutEngine
     from crl_bench.llm.types import LoraSpec, SamplingParams
-    from crl_bench.runner.config import OptimConfig
-    from crl_bench.runner.trainer import RoleTrainer, TrainSample
+    from crl_bench.config.schema import OptimConfig
+    from crl_bench.training.role_trainer import RoleTrainer, TrainSample
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -16,7 +16,7 @@ __all__ = ["AGENTS", "ENVS", "MIXES", "INFO_KEYS", "EnvEntry", "Registry", "Text
 
 
 def _register_builtins() -> None:
-    from crl_bench.agent import register_builtin_agents
+    from crl_bench.baselines import register_builtin_agents
     from crl_bench.envs import register_builtin_envs
     from crl_bench.mixes import register_builtin_mixes
 
@@ -24,6 +24,10 @@ def _register_builtins() -> None:
     register_builtin_mixes()
     register_builtin_agents()
 
+
+from crl_bench.builds import register_builtin_builds  # noqa: E402
+
+register_builtin_builds()
 
 # Without gymnasium (a GPU image with torch and transformers only, for benchmarks/gpu_check.py)
 # the learner, trainer and model modules import, and the env side is absent.

@@ -2,7 +2,7 @@
 
 An agent says which parts a run must build (:meth:`Agent.build`) and what one training step does
 with them (:meth:`Agent.train_step`): plan task groups, play, compute advantages, update, hand
-trajectories to the extractor. The loop around it (:mod:`crl_bench.runner.loop`) only calls the
+trajectories to the extractor. The loop around it (:mod:`crl_bench.run.loop`) only calls the
 step, evaluates, logs and checkpoints. The built-in agents live in ``baselines/``
 (``crl_bench.baselines``): read ``grpo.py`` first, then ``comp_rl.py``.
 
@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:  # pragma: no cover
-    from crl_bench.runner.context import RunContext
+    from crl_bench.run.context import RunContext
 
 
 @dataclass
@@ -187,49 +187,14 @@ def field_docstrings(cls: type) -> dict[str, str]:
     return docs
 
 
-# The built-in agents: name -> (import string, label, description). One table, used by
-# ``crl-bench list agents``, the runner and the report.
-BUILTIN_AGENTS: dict[str, tuple[str, str, str]] = {
-    "grpo": ("crl_bench.baselines.grpo:AGENT", "Baseline",
-             "Baseline: plain GRPO actor, no experience"),
-    "static_exp": ("crl_bench.baselines.static_exp:AGENT", "Static Online Exp.",
-                   "Static Online Exp.: GRPO actor + frozen extractor writing online"),
-    "exp_only": ("crl_bench.baselines.exp_only:AGENT", "Exp. Only",
-                 "Exp. Only: frozen actor + trained extractor"),
-    "comp_rl": ("crl_bench.baselines.comp_rl:AGENT", "Comp. RL",
-                "Complementary RL: split-GRPO actor + CISPO extractor, co-evolving"),
-    "comp_rl_no_split": ("crl_bench.baselines.comp_rl:NO_SPLIT", "Comp. RL, no split advantages",
-                         "ablation: advantages over the whole group (no with/without split)"),
-    "comp_rl_no_diversify": ("crl_bench.baselines.comp_rl:NO_DIVERSIFY",
-                             "Comp. RL, no retrieval diversification", "ablation: plain top-k retrieval"),
-    "comp_rl_no_reweight": ("crl_bench.baselines.comp_rl:NO_REWEIGHT",
-                            "Comp. RL, no count-aware reweighting",
-                            "ablation: no count-aware reweighting of extractor samples"),
-    "comp_rl_no_merge": ("crl_bench.baselines.comp_rl:NO_MERGE", "Comp. RL, no periodic merge",
-                         "ablation: no periodic merge"),
-    "comp_rl_no_ask": ("crl_bench.baselines.comp_rl:NO_ASK", "Comp. RL, no Search-and-Ask",
-                       "ablation: no Search-and-Ask"),
-    "comp_rl_shared_params": ("crl_bench.baselines.comp_rl:SHARED_PARAMS",
-                              "Comp. RL, shared actor/extractor parameters",
-                              "ablation: actor and extractor share parameters"),
-}
-
-PAPER_AGENTS: tuple[str, ...] = ("grpo", "static_exp", "exp_only", "comp_rl")
-ABLATIONS: tuple[str, ...] = tuple(n for n in BUILTIN_AGENTS if n.startswith("comp_rl_"))
-
-
-def register_builtin_agents() -> None:
-    from crl_bench.registry import AGENTS
-
-    for name, (target, label, description) in BUILTIN_AGENTS.items():
-        if not AGENTS.has_builtin(name):
-            AGENTS.register(name, target, label=label, description=description)
-
-
 def agent_label(name: str) -> str:
-    """The table label of an agent (its name when it is not built in)."""
-    entry = BUILTIN_AGENTS.get(name)
-    return entry[1] if entry else name
+    """The table label of a registered agent (its name when it has none, or is not registered)."""
+    from crl_bench.registry import AGENTS, RegistryError
+
+    try:
+        return AGENTS.entry(name).metadata.get("label") or name
+    except RegistryError:
+        return name
 
 
 def load_agent(name: str, options: dict[str, Any] | None = None) -> Agent:

@@ -12,6 +12,8 @@ import importlib
 import sys
 from typing import Callable, Sequence
 
+from crl_bench.config.overrides import parse_overrides
+
 # name -> "module:configure"; configure(subparser) adds arguments and sets ``func``.
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "list": ("crl_bench.cli:_configure_list", "list registered envs, agents, task mixes or presets"),
@@ -173,7 +175,7 @@ def preset_lines() -> list[str]:
     ``RunConfig()`` (``crl-bench list presets``; docs/usage.md shows the same)."""
     import json
 
-    from crl_bench.runner.config import PRESETS, default_preset
+    from crl_bench.config.schema import PRESETS, default_preset
 
     lines = [f"the base is RunConfig(); default preset here: {default_preset()}"]
     for preset in PRESETS.values():
@@ -189,22 +191,6 @@ def _configure_check_env(p: argparse.ArgumentParser) -> None:
                    help="env constructor keyword (repeatable), e.g. --set max_steps=50")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
     p.set_defaults(func=_cmd_check_env)
-
-
-def parse_overrides(pairs: Sequence[str]) -> dict[str, object]:
-    """``["a=1", "b=x"]`` -> ``{"a": 1, "b": "x"}`` (values parsed as JSON when they can be)."""
-    import json
-
-    out: dict[str, object] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise ValueError(f"override {pair!r} must look like KEY=VALUE")
-        try:
-            out[key] = json.loads(value)
-        except json.JSONDecodeError:
-            out[key] = value
-    return out
 
 
 def _cmd_check_env(args: argparse.Namespace) -> int:
@@ -289,7 +275,7 @@ def _cmd_play(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------------------------------
 
 def _configure_plan(p: argparse.ArgumentParser) -> None:
-    from crl_bench.runner.config import PRESETS
+    from crl_bench.config.schema import PRESETS
 
     p.add_argument("--preset", default="paper", choices=list(PRESETS),
                    help="configuration preset (default paper)")
@@ -327,7 +313,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     import json
 
     from crl_bench.distributed.memory_plan import build_plan, format_plan, refusal, to_dict
-    from crl_bench.runner.config import PRESETS, apply_overrides
+    from crl_bench.config.schema import PRESETS, apply_overrides
 
     overrides = parse_overrides(args.overrides)
     if args.lora is not None:

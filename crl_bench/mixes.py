@@ -29,7 +29,7 @@ class MixTask:
             MiniHack draw a new level per seed, so disjoint seed ranges give held-out levels).
             The block ``[eval_seed_offset, eval_seed_offset + EVAL_SEED_BLOCK)`` is reserved for
             evaluation: no training episode of any run seed uses a seed in it
-            (:func:`crl_bench.runner.context.train_seed`).
+            (:func:`crl_bench.run.context.train_seed`).
     """
 
     name: str

@@ -38,7 +38,7 @@ def _messages(view: str, preset: str) -> tuple[list[dict[str, str]], list[str], 
 
     import crl_bench  # noqa: F401  (registers the crl/ envs)
     from crl_bench.llm.prompting import PromptConfig, build_messages
-    from crl_bench.runner.config import PRESETS
+    from crl_bench.config.schema import PRESETS
 
     cfg = PRESETS[preset]()
     r = cfg.rollout

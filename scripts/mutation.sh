@@ -28,7 +28,7 @@ MODULES=(
   "advantages|crl_bench/algorithms/advantages.py|tests/test_algorithms_advantages.py"
   "losses|crl_bench/algorithms/losses.py|tests/test_algorithms_losses.py"
   "credit|crl_bench/algorithms/credit.py|tests/test_algorithms_credit.py"
-  "trainer|crl_bench/runner/trainer.py|tests/test_trainer.py tests/test_runner_microbatch.py"
+  "trainer|crl_bench/training/role_trainer.py|tests/test_trainer.py tests/test_runner_microbatch.py"
   "webshop_reward|crl_bench/envs/webshop/reward.py|tests/test_webshop_reward.py tests/test_webshop_reward_parity.py"
   "swe_grading|crl_bench/envs/swe/grading.py|tests/test_swe_parts.py tests/test_swe_grading.py"
 )

@@ -2,9 +2,9 @@
 
     python tests/_faults.py <moment>[@<step>] run --agent ... --out RUN
 
-installs, in :data:`crl_bench.runner.loop.HOOKS`, a hook that kills the process the first time the
+installs, in :data:`crl_bench.run.loop.HOOKS`, a hook that kills the process the first time the
 run reaches ``moment`` (at actor step ``step`` when given): ``startup``, ``episodes`` and
-``checkpoint`` are the loop's own moments (:data:`crl_bench.runner.loop.MOMENTS`); ``rollout``
+``checkpoint`` are the loop's own moments (:data:`crl_bench.run.loop.MOMENTS`); ``rollout``
 kills after an actor generation call of the step (its retrievals already counted in the bank).
 A real SIGKILL: no handler, no cleanup, as a crash or the OOM killer would end the run.
 """
@@ -22,7 +22,7 @@ def _kill() -> None:
 
 
 def install(spec: str) -> None:
-    from crl_bench.runner import loop
+    from crl_bench.run import loop
 
     name, _, at = spec.partition("@")
     want = int(at) if at else None

@@ -26,7 +26,7 @@ def batch(i: int) -> list:
     """Update ``i``'s samples: 7 of uneven lengths (so ranks get different numbers of micro-
     batches), advantages of both signs and one zero, old log-probs near the random model's
     (about -log(vocab)) so that some ratios clip."""
-    from crl_bench.runner.trainer import TrainSample
+    from crl_bench.training.role_trainer import TrainSample
 
     rng = random.Random(100 + i)
     out = []
@@ -44,7 +44,7 @@ def main() -> None:
     import torch.distributed as dist
 
     from crl_bench.distributed.fsdp import ShardedLearner
-    from crl_bench.runner.config import OptimConfig
+    from crl_bench.config.schema import OptimConfig
 
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
@@ -87,7 +87,7 @@ def precision_check(out: str) -> None:
     import torch
 
     from crl_bench.distributed.fsdp import ShardedLearner
-    from crl_bench.runner.config import OptimConfig
+    from crl_bench.config.schema import OptimConfig
 
     cfg = OptimConfig(**dict(CFG, lr=1e-6, max_grad_norm=1e9))
     result = {}

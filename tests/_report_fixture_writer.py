@@ -2,7 +2,7 @@
 
 For the report tests until real ``tiny`` runs can be produced by ``crl_bench.runner.api``. It
 follows the run-directory format exactly (config.json, status.json, metrics.jsonl,
-episodes.jsonl, eval.jsonl; see ``crl_bench.runner.records``), and derives ``eval.jsonl`` from the
+episodes.jsonl, eval.jsonl; see ``crl_bench.records.files``), and derives ``eval.jsonl`` from the
 eval episodes it writes, the way the runner does. The numbers are random draws (seeded), not
 results: the tests recompute every expected value from the files, never from constants.
 """

@@ -8,7 +8,7 @@ import pytest
 
 from crl_bench.extractor.extraction import (ANSWER_TEMPLATES, ActionTemplate, ContentTemplate,
                                              SentenceTemplate, episode_actions, parse_operations)
-from crl_bench.runner.config import ExtractorConfig, build_config
+from crl_bench.config.schema import ExtractorConfig, build_config
 from tests.test_extractor_track import (FixedAnswers, ModelAnswers, embedder, make_track,  # noqa: F401
                                         tiny_extractor, trajectory)
 

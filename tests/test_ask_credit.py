@@ -43,9 +43,9 @@ def stairs_direction(prompt_text: str) -> str:
 def ctx(tmp_path):
     from crl_bench.agent import load_agent
     from crl_bench.experience.manager import Operation
-    from crl_bench.runner.config import build_config
-    from crl_bench.runner.context import RunContext
-    from crl_bench.runner.records import RunDir
+    from crl_bench.config.schema import build_config
+    from crl_bench.run.context import RunContext
+    from crl_bench.records.files import RunDir
 
     # 2 groups of 2 (one with experience each); 2 turns: the ask, then the one move that counts.
     # Groups of 2 are too small for split advantages (validation asks the agent); this context

@@ -24,7 +24,7 @@ from crl_bench.llm.prompting import resolved_ask_answer_role  # noqa: E402
 from crl_bench.llm.rollout import (EpisodeSpec, PromptConfig, RolloutEngine,  # noqa: E402
                                    ToolRoleError, tool_turn_template)
 from crl_bench.llm.types import SamplingParams  # noqa: E402
-from crl_bench.runner.config import PRESETS  # noqa: E402
+from crl_bench.config.schema import PRESETS  # noqa: E402
 
 ANSWER = "Search results: go north\n"
 END = "<|im_end|>\n"

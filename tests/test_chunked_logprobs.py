@@ -65,8 +65,8 @@ def test_chunked_equals_unchunked(lora, share):
 
 
 def test_trainer_update_with_chunks_equals_without():
-    from crl_bench.runner.config import OptimConfig
-    from crl_bench.runner.trainer import RoleTrainer, TrainSample
+    from crl_bench.config.schema import OptimConfig
+    from crl_bench.training.role_trainer import RoleTrainer, TrainSample
 
     torch.set_num_threads(1)
     samples = [TrainSample(list(range(100 + k, 110 + k)), list(range(300 + 3 * k, 312 + 3 * k)),

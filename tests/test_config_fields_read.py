@@ -7,7 +7,7 @@ import dataclasses
 import re
 from pathlib import Path
 
-from crl_bench.runner.config import RunConfig
+from crl_bench.config.schema import RunConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 

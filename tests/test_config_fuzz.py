@@ -13,8 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from crl_bench.runner.config import ConfigError, RunConfig, apply_overrides, build_config
-from crl_bench.runner.validation import FIELD_RANGES, MAX_EPISODES_PER_STEP
+from crl_bench.config.schema import ConfigError, RunConfig, apply_overrides, build_config
+from crl_bench.config.validation import FIELD_RANGES, MAX_EPISODES_PER_STEP
 
 BASE = dict(agent="grpo", tasks="minihack", preset="tiny")
 

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from crl_bench.cli import main
-from crl_bench.runner.config import (DEFAULT_AGENT, DEFAULT_TASKS, DEPRECATED, PRESETS, ConfigError,
+from crl_bench.config.schema import (DEFAULT_AGENT, DEFAULT_TASKS, DEPRECATED, PRESETS, ConfigError,
                                      ExperienceConfig, RunConfig, build_config, default_preset)
-from crl_bench.runner.validation import field_choices
+from crl_bench.config.validation import field_choices
 
 BASE = dict(agent="grpo", tasks="minihack", preset="tiny")
 

@@ -30,8 +30,8 @@ from crl_bench.llm.hf_backend import HFBackend  # noqa: E402
 from crl_bench.llm.prompting import build_messages, conversation_template  # noqa: E402
 from crl_bench.llm.rollout import EpisodeSpec, PromptConfig, RolloutEngine  # noqa: E402
 from crl_bench.llm.types import SamplingParams  # noqa: E402
-from crl_bench.runner.config import OptimConfig, build_config, ConfigError  # noqa: E402
-from crl_bench.runner.trainer import RoleTrainer, TrainSample  # noqa: E402
+from crl_bench.config.schema import OptimConfig, build_config, ConfigError  # noqa: E402
+from crl_bench.training.role_trainer import RoleTrainer, TrainSample  # noqa: E402
 
 ROOM = "crl/MiniHack-Room-5x5-v0"
 TEMPERATURE = 0.9
@@ -249,7 +249,7 @@ def test_top_k_one_is_greedy(backend):
 
 
 def test_paper_preset_and_config_switches():
-    from crl_bench.runner.config import PRESETS
+    from crl_bench.config.schema import PRESETS
 
     cfg = PRESETS["paper"]()
     assert cfg.rollout.conversation == "full" and cfg.rollout.max_new_tokens == 4096

@@ -15,8 +15,8 @@ pytest.importorskip("transformers")
 
 from crl_bench.llm.hf_backend import HFBackend  # noqa: E402
 from crl_bench.llm.types import SamplingParams  # noqa: E402
-from crl_bench.runner.config import OptimConfig  # noqa: E402
-from crl_bench.runner.trainer import RoleTrainer, TrainSample  # noqa: E402
+from crl_bench.config.schema import OptimConfig  # noqa: E402
+from crl_bench.training.role_trainer import RoleTrainer, TrainSample  # noqa: E402
 
 SPEC = dict(model_name="tiny-random", roles=("actor",), lora=None, seed=0, dtype="float32",
             device="cpu")
@@ -60,7 +60,7 @@ def masked(samples):
                                            ("token-mean", True)])
 def test_two_ranks_equal_one_process(cluster, batch, agg, recompute):
     from crl_bench.distributed.learner import DataParallelLearner
-    from crl_bench.runner.precision import load_role_weights, role_weights
+    from crl_bench.training.precision import load_role_weights, role_weights
 
     backend, samples = batch
     if recompute:  # old log-probs recomputed by the trainer, and a masked trajectory sample
@@ -131,7 +131,7 @@ def test_mini_batches_are_refused_before_ray_starts_anything():
     """The data-parallel learner takes one optimiser step per update: a config asking for more
     is refused by name (not silently trained with one step) — no cluster needed to see it."""
     from crl_bench.distributed.learner import DataParallelLearner
-    from crl_bench.runner.config import ConfigError
+    from crl_bench.config.schema import ConfigError
 
     with pytest.raises(ConfigError, match=r"actor\.mini_batches=4: .*--set actor\.mini_batches=1"):
         DataParallelLearner(2, SPEC, "actor", OptimConfig(mini_batches=4), total_steps=4)

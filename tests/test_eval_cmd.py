@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from crl_bench.cli import main
-from crl_bench.runner.records import read_jsonl
+from crl_bench.records.files import read_jsonl
 
 pytest.importorskip("torch")
 pytest.importorskip("nle")

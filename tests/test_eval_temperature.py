@@ -13,9 +13,9 @@ def play_eval_twice(tmp_path, name, **overrides):
     """The same evaluation plan played with two different sampling seeds; the actions of each."""
     import crl_bench  # noqa: F401  (registers the envs)
     from crl_bench.agent import load_agent
-    from crl_bench.runner.config import build_config
-    from crl_bench.runner.context import RunContext
-    from crl_bench.runner.records import RunDir
+    from crl_bench.config.schema import build_config
+    from crl_bench.run.context import RunContext
+    from crl_bench.records.files import RunDir
 
     cfg = build_config(agent="grpo", tasks="minihack", preset="tiny", overrides={
         "threads": 1, "rollout.env_max_steps": {"minihack": 3}, "eval.episodes_per_task": 6,

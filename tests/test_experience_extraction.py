@@ -232,7 +232,7 @@ def test_sentence_template_keeps_one_sentence_and_rejects_a_cut_one():
 
 
 def test_cpu_preset_uses_the_one_sentence_templates():
-    from crl_bench.runner.config import PRESETS
+    from crl_bench.config.schema import PRESETS
 
     ext = PRESETS["cpu"]().extractor
     assert ext.answer_template == "sentence" and ext.merge_format == "items"

@@ -180,7 +180,7 @@ def test_replace_if_unchanged_checks_the_given_vectors(landmark_bank):
 
 
 def test_merge_scope_key_needs_entries_keyed_by_the_episode_start():
-    from crl_bench.runner.config import ConfigError, build_config
+    from crl_bench.config.schema import ConfigError, build_config
 
     with pytest.raises(ConfigError, match="experience.key=episode_start"):
         build_config(agent="comp_rl", preset="cpu",
@@ -231,7 +231,7 @@ def test_the_track_merges_per_key_with_the_action_template(landmark_bank):
     through the extractor track, and the pass's counts are logged."""
     from crl_bench.extractor.track import ExtractorTrack
     from crl_bench.baselines.comp_rl import AGENT as COMP_RL
-    from crl_bench.runner.config import ExtractorConfig
+    from crl_bench.config.schema import ExtractorConfig
 
     manager, _ = landmark_bank
     cfg = ExtractorConfig(answer_template="action", merge_format="items")

@@ -21,7 +21,7 @@ from crl_bench.baselines.comp_rl import AGENT as COMP_RL  # noqa: E402
 from crl_bench.experience.bank import ExperienceBank  # noqa: E402
 from crl_bench.experience.manager import ExperienceManager, RetrievalConfig  # noqa: E402
 from crl_bench.extractor.track import ExtractorTrack  # noqa: E402
-from crl_bench.runner.config import PRESETS, ExtractorConfig  # noqa: E402
+from crl_bench.config.schema import PRESETS, ExtractorConfig  # noqa: E402
 from tests.test_extractor_track import FixedAnswers, embedder, trajectory  # noqa: E402,F401
 
 EMPTY = '<answer>[{"function_name": "add", "parameters": {"new_memory": "  "}}]</answer>'

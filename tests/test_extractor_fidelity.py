@@ -17,7 +17,7 @@ from crl_bench.extractor.gate import gate_messages, parse_gate
 from crl_bench.baselines.comp_rl import AGENT as COMP_RL
 from crl_bench.extractor.track import ExtractorTrack
 from crl_bench.llm.rollout import Trajectory, Turn
-from crl_bench.runner.config import ExtractorConfig
+from crl_bench.config.schema import ExtractorConfig
 
 from tests.test_extractor_track import FixedAnswers, ModelAnswers, embedder, tiny_extractor  # noqa: F401
 
@@ -136,7 +136,7 @@ def test_buffer_pops_exactly_b_credited_samples_each_once_per_new_credit(tmp_pat
     """MemoryTrainingBuffer (multi_agentic_pipeline.py:55-108): FIFO of ``buffer_size`` samples
     entered when credited, the oldest evicted (its credit lost) when full; an update pops exactly
     ``buffer_size`` and trains each once on the credit gathered since it entered."""
-    from crl_bench.runner.trainer import RoleTrainer
+    from crl_bench.training.role_trainer import RoleTrainer
 
     manager = new_manager(tmp_path, embedder)
     cfg_kw = dict(answer_template="content", buffer_size=2, micro_batch_size=2, lr=1e-2,
@@ -295,7 +295,7 @@ def test_lora_r_0_trains_every_parameter_of_two_separate_models():
     import torch
 
     from crl_bench.llm.hf_backend import HFBackend
-    from crl_bench.runner.trainer import RoleTrainer, TrainSample
+    from crl_bench.training.role_trainer import RoleTrainer, TrainSample
 
     torch.set_num_threads(1)
     actor = HFBackend("tiny-random", roles=("actor",), lora=None, seed=0)
@@ -320,7 +320,7 @@ def test_lora_r_0_trains_every_parameter_of_two_separate_models():
 
 
 def test_full_fine_tuning_with_vllm_is_refused_with_the_fix():
-    from crl_bench.runner.config import ConfigError, build_config
+    from crl_bench.config.schema import ConfigError, build_config
 
     with pytest.raises(ConfigError, match="lora_r=0 .*hf backend"):
         build_config(agent="comp_rl", tasks="minihack", preset="tiny",

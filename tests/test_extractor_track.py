@@ -18,7 +18,7 @@ from crl_bench.extractor.extraction import ContentTemplate, parse_operations
 from crl_bench.experience.manager import ExperienceManager, RetrievalConfig
 from crl_bench.llm.rollout import Trajectory, Turn
 from crl_bench.llm.types import Generation
-from crl_bench.runner.config import ExtractorConfig
+from crl_bench.config.schema import ExtractorConfig
 from crl_bench.baselines.comp_rl import AGENT as COMP_RL
 from crl_bench.extractor.track import ExtractorTrack
 
@@ -146,7 +146,7 @@ def tiny_extractor():
 
 
 def trained_track(tmp_path, embedder, backend, answers, **cfg_kw):
-    from crl_bench.runner.trainer import RoleTrainer
+    from crl_bench.training.role_trainer import RoleTrainer
 
     cfg = ExtractorConfig(answer_template="content", buffer_size=2, micro_batch_size=2, lr=1e-2,
                           **cfg_kw)

@@ -35,7 +35,7 @@ def _local():
 
 
 def _optim():
-    from crl_bench.runner.config import ExtractorConfig
+    from crl_bench.config.schema import ExtractorConfig
 
     return ExtractorConfig(lr=1e-2, micro_batch_size=2)
 
@@ -53,7 +53,7 @@ def worker():
 def test_worker_generates_what_the_main_process_generates(worker):
     """Same weights, same sampling seed: the same tokens, and log-probs within the backend
     tests' bound (tests/test_llm_hf_backend.py, atol 1e-5)."""
-    from crl_bench.runner.context import extractor_generate
+    from crl_bench.run.context import extractor_generate
 
     local = _local()
     for seed in (3, 11):
@@ -71,9 +71,9 @@ def test_worker_generates_what_the_main_process_generates(worker):
 def test_worker_update_moves_the_weights_as_an_in_process_update(worker):
     """One CISPO update in the worker and one by a RoleTrainer here, on the same samples from
     the same start: the same weights after (fp32), and they moved."""
-    from crl_bench.runner.precision import role_weights
+    from crl_bench.training.precision import role_weights
     from crl_bench.llm.types import TrainSample
-    from crl_bench.runner.trainer import RoleTrainer
+    from crl_bench.training.role_trainer import RoleTrainer
 
     local = _local()
     worker.load_weights(role_weights(local, "extractor"))
@@ -172,13 +172,13 @@ def _loop(tmp_path, name, **overrides):
     pytest.importorskip("nle")
     import crl_bench  # noqa: F401  (registers the crl/ envs)
     from crl_bench.agent import load_agent
-    from crl_bench.runner.config import build_config
-    from crl_bench.runner.loop import Trainer
-    from crl_bench.runner.records import RunDir
+    from crl_bench.config.schema import build_config
+    from crl_bench.run.loop import RunLoop
+    from crl_bench.records.files import RunDir
 
     cfg = build_config(agent="comp_rl", tasks="minihack", preset="tiny", overrides={
         "threads": 1, "extractor.runs": "process", **overrides})
-    loop = Trainer(cfg, load_agent("comp_rl"), RunDir(tmp_path / name), progress=False)
+    loop = RunLoop(cfg, load_agent("comp_rl"), RunDir(tmp_path / name), progress=False)
     loop.setup()
     return loop
 
@@ -236,11 +236,11 @@ def test_checkpoint_then_resume_continues_the_worker_exactly(tmp_path):
 def test_a_tiny_comp_rl_run_with_the_extractor_in_its_process(tmp_path):
     """The run finishes, its extractor trains in the worker, and the last checkpoint holds the
     worker's weights as they were when it was written (the main process never trains them)."""
-    from crl_bench.runner.precision import role_weights
+    from crl_bench.training.precision import role_weights
     from crl_bench.llm.hf_backend import HFBackend
-    from crl_bench.runner import loop as loop_mod
+    from crl_bench.run import loop as loop_mod
     from crl_bench.runner.api import run_experiment
-    from crl_bench.runner.records import RunDir, read_jsonl
+    from crl_bench.records.files import RunDir, read_jsonl
 
     at_checkpoint = {}
 
@@ -270,7 +270,7 @@ def test_a_tiny_comp_rl_run_with_the_extractor_in_its_process(tmp_path):
 
 
 def test_a_worker_killed_mid_run_ends_the_run_with_a_clear_error(tmp_path):
-    from crl_bench.runner import loop as loop_mod
+    from crl_bench.run import loop as loop_mod
     from crl_bench.runner.api import run_experiment
 
     def kill_worker(moment, step, trainer):
@@ -289,9 +289,9 @@ def test_a_worker_killed_mid_run_ends_the_run_with_a_clear_error(tmp_path):
 def test_process_with_shared_parameters_runs_as_thread(tmp_path, capsys):
     pytest.importorskip("nle")
     from crl_bench.agent import load_agent
-    from crl_bench.runner.config import build_config
-    from crl_bench.runner.context import RunContext
-    from crl_bench.runner.records import RunDir
+    from crl_bench.config.schema import build_config
+    from crl_bench.run.context import RunContext
+    from crl_bench.records.files import RunDir
 
     cfg = build_config(agent="comp_rl_shared_params", tasks="minihack", preset="tiny",
                        overrides={"threads": 1, "extractor.runs": "process"})
@@ -309,7 +309,7 @@ def test_process_with_shared_parameters_runs_as_thread(tmp_path, capsys):
 def test_a_resumed_run_may_change_where_its_extractor_runs():
     """Where the extractor runs sets how fast a run goes, not what it computes: --resume may
     change it (the checkpoint holds the same adapters and trainer state either way)."""
-    from crl_bench.runner.config import ConfigError, apply_resume_overrides, build_config
+    from crl_bench.config.schema import ConfigError, apply_resume_overrides, build_config
 
     cfg = build_config(agent="comp_rl", tasks="minihack", preset="tiny")
     assert apply_resume_overrides(cfg, {"extractor.runs": "process"}).extractor.runs == "process"

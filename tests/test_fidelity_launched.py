@@ -16,7 +16,7 @@ pytest.importorskip("torch")
 from crl_bench.experience.bank import ExperienceBank  # noqa: E402
 from crl_bench.experience.manager import (ExperienceManager, Operation, RetrievalConfig,  # noqa: E402
                                           retrieval_query)
-from crl_bench.runner.config import PRESETS  # noqa: E402
+from crl_bench.config.schema import PRESETS  # noqa: E402
 from tests.test_extractor_track import embedder  # noqa: E402,F401
 
 TASK = "crl/MiniHack-Room-Adjacent-3x3-Balanced-v0"
@@ -34,9 +34,9 @@ def make_ctx(tmp_path, **overrides):
     pytest.importorskip("nle")
     import crl_bench  # noqa: F401  (registers the crl/ envs)
     from crl_bench.agent import load_agent
-    from crl_bench.runner.config import build_config
-    from crl_bench.runner.context import RunContext
-    from crl_bench.runner.records import RunDir
+    from crl_bench.config.schema import build_config
+    from crl_bench.run.context import RunContext
+    from crl_bench.records.files import RunDir
 
     # groups of 2 are too small for split advantages (validation asks the agent): these contexts
     # are built for the parts, not trained with split GRPO
@@ -346,8 +346,8 @@ def test_training_flag_is_up_exactly_while_the_extractor_update_runs(tmp_path, e
     """``_has_pending_memory_train`` (``multi_agentic_pipeline.py:1237``) is what the official
     fence reads; ours is ``ExtractorTrack.training``, up during the real update only."""
     from crl_bench.llm.hf_backend import HFBackend
-    from crl_bench.runner.config import ExtractorConfig
-    from crl_bench.runner.trainer import RoleTrainer
+    from crl_bench.config.schema import ExtractorConfig
+    from crl_bench.training.role_trainer import RoleTrainer
     from tests.test_extractor_fidelity import new_manager, new_track, traj
     from tests.test_extractor_track import ModelAnswers
 

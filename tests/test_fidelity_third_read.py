@@ -62,7 +62,7 @@ def test_paper_embeds_the_whole_text():
     ``experience.embed_max_tokens=0``; the CPU presets keep 256."""
     pytest.importorskip("sentence_transformers")
     from crl_bench.experience.embedder import load_embedder
-    from crl_bench.runner.config import PRESETS
+    from crl_bench.config.schema import PRESETS
 
     assert PRESETS["paper"]().experience.embed_max_tokens == 0
     assert PRESETS["cpu"]().experience.embed_max_tokens == 256
@@ -88,8 +88,8 @@ def test_a_launched_update_stays_pending_until_the_actor_loop_collects_it(tmp_pa
     pytest.importorskip("torch")
     from crl_bench.experience.embedder import load_embedder
     from crl_bench.llm.hf_backend import HFBackend
-    from crl_bench.runner.config import ExtractorConfig
-    from crl_bench.runner.trainer import RoleTrainer
+    from crl_bench.config.schema import ExtractorConfig
+    from crl_bench.training.role_trainer import RoleTrainer
     from tests.test_extractor_fidelity import new_manager, new_track, traj
     from tests.test_extractor_track import ModelAnswers
 
@@ -146,7 +146,7 @@ def test_no_memory_before_the_warm_up_notifications(tmp_path):
     ``memory_warmup_interval`` (yaml :198, 5) times; the pipeline notifies once at the end of
     every warm-up step (``pipeline.py:1499-1502``); retrieval needs it (``mixin.py:740-747``).
     Official steps 0-4 (ours 1-5) play without memory; the evaluation after ours 5 has it."""
-    from crl_bench.runner.config import PRESETS
+    from crl_bench.config.schema import PRESETS
     from tests.test_fidelity_launched import make_ctx
 
     assert PRESETS["paper"]().experience.memory_warmup == 5
@@ -172,7 +172,7 @@ def test_paper_never_cuts_an_observation():
     gave it (no length cut anywhere on that path). ``paper``: ``rollout.max_observation_chars=0``;
     the CPU presets keep the 6,000-character cut."""
     from crl_bench.llm.prompting import PromptConfig, build_followup_message
-    from crl_bench.runner.config import PRESETS
+    from crl_bench.config.schema import PRESETS
 
     assert PRESETS["paper"]().rollout.max_observation_chars == 0
     assert PRESETS["cpu"]().rollout.max_observation_chars == 6000
@@ -316,7 +316,7 @@ def test_official_merge_credit_is_one_trained_call_per_scope_and_pass(tmp_path):
     from crl_bench.baselines.comp_rl import AGENT as COMP_RL
     from crl_bench.extractor.track import ExtractorTrack
     from crl_bench.llm.hf_backend import HFBackend
-    from crl_bench.runner.config import ExtractorConfig
+    from crl_bench.config.schema import ExtractorConfig
 
     backend = HFBackend("tiny-random", roles=("extractor",), seed=0)
     items = _Items(1)
@@ -369,7 +369,7 @@ def test_paper_takes_actor_log_probs_on_raw_logits(tmp_path):
     log-probs of the logits as the model gives them; no temperature anywhere in that strategy.
     ``paper``: ``actor.logprob_temperature=1.0`` with the old log-probs recomputed; the CPU
     presets keep the sampling temperature (0.99), whose log-probs the sampler recorded."""
-    from crl_bench.runner.config import PRESETS, ConfigError, build_config
+    from crl_bench.config.schema import PRESETS, ConfigError, build_config
 
     paper = PRESETS["paper"]().actor
     assert paper.logprob_temperature == 1.0 and paper.recompute_old_logprobs
@@ -403,7 +403,7 @@ def test_paper_search_and_ask_as_the_official_tool():
     while tool uses are left (:45); yaml :101: the actor stops only at
     ``</knowledge_search_and_ask>``."""
     from crl_bench.llm.prompting import PromptConfig, parse_completion
-    from crl_bench.runner.config import PRESETS
+    from crl_bench.config.schema import PRESETS
 
     cfg = PRESETS["paper"]()
     assert cfg.experience.ask_tag == "knowledge_search_and_ask" and cfg.experience.ask_wins
@@ -445,7 +445,7 @@ def test_a_family_action_pattern_makes_other_replies_invalid(reply, valid):
     from crl_bench.llm.hf_backend import HFBackend
     from crl_bench.llm.rollout import EpisodeSpec, PromptConfig, RolloutEngine
     from crl_bench.llm.types import SamplingParams
-    from crl_bench.runner.config import PRESETS
+    from crl_bench.config.schema import PRESETS
 
     assert PRESETS["paper"]().rollout.action_patterns == {"alfworld": OFFICIAL_ALFWORLD_PATTERN}
     assert PRESETS["cpu"]().rollout.action_patterns == {}

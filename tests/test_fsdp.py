@@ -47,8 +47,8 @@ def runs(tmp_path_factory):
 
 def test_two_sharded_ranks_equal_one_process(runs):
     from crl_bench.llm.hf_backend import HFBackend
-    from crl_bench.runner.config import OptimConfig
-    from crl_bench.runner.trainer import RoleTrainer
+    from crl_bench.config.schema import OptimConfig
+    from crl_bench.training.role_trainer import RoleTrainer
 
     import random
 
@@ -121,7 +121,7 @@ def test_lora_and_a_missing_process_group_are_refused_by_name():
     """LoRA keeps the replicated learner; outside torchrun the learner says how to launch."""
     from crl_bench.distributed.fsdp import ShardedLearner
     from crl_bench.llm.types import LoraSpec
-    from crl_bench.runner.config import ConfigError, OptimConfig
+    from crl_bench.config.schema import ConfigError, OptimConfig
 
     with pytest.raises(ConfigError, match="full fine-tuning"):
         ShardedLearner(dict(SPEC, lora=LoraSpec()), "actor", OptimConfig(), total_steps=1)

@@ -121,7 +121,7 @@ def test_gpu_check_imports_only_what_the_device_image_has():
     bad = {k: v for k, v in external.items() if k not in ALLOWED}
     assert not bad, f"gpu_check.py pulls in {bad} (the device image has only {sorted(ALLOWED)})"
     # it does run the project's learner, not a copy of it
-    assert {"crl_bench.distributed.fsdp", "crl_bench.runner.trainer"} <= seen
+    assert {"crl_bench.distributed.fsdp", "crl_bench.training.role_trainer"} <= seen
 
 
 def test_the_closure_check_catches_a_forbidden_import(tmp_path):

@@ -4,7 +4,7 @@ seeds, and a check, from the levels the runs actually played, that no training e
 evaluation level.
 
 "Played" is read from the run directory, not from the seed formula
-(``crl_bench.runner.parts.seeds.train_seed``): the level seed of every training episode in
+(``crl_bench.run.parts.seeds.train_seed``): the level seed of every training episode in
 ``episodes.jsonl`` (one record per episode, checked against the step's trajectory file), the
 first observation each training trajectory recorded (a fresh env reset with the recorded seed
 must show the same room: the recorded seed is the level that was played) and the level seeds of
@@ -106,7 +106,7 @@ def test_no_training_episode_played_an_evaluation_level(runs) -> None:
 def test_the_check_finds_training_on_evaluation_levels(tmp_path, monkeypatch) -> None:
     """The control: with the old seed formula, run seed 1's training groups 2-5 play levels
     1,000,005 - 1,000,008, which the evaluation plays too; the check above must see it."""
-    import crl_bench.runner.parts.player as player  # where the plan takes its training seeds
+    import crl_bench.run.parts.player as player  # where the plan takes its training seeds
 
     monkeypatch.setattr(player, "train_seed", lambda run_seed, index, offset: run_seed * 1_000_003 + index)
     levels = levels_played(play("grpo", 1, tmp_path / "old_formula"))

@@ -275,7 +275,7 @@ def test_reading_probe_loads_a_trained_run(tiny_run, tmp_path: Path) -> None:
     checkpoint (weights moved by training); ``--base`` with the same configuration and no adapters
     (the step-0 policy). Bad uses are refused with the way out."""
     pytest.importorskip("nle")
-    from crl_bench.runner.config import ConfigError
+    from crl_bench.config.schema import ConfigError
 
     probe = _reading_probe()
     run = tiny_run("grpo").path
@@ -325,7 +325,7 @@ def test_reading_sft_diagnostic_targets_the_greedy_answer_and_learns_it(tmp_path
         import minihack_reading_sft as sft
     finally:
         sys.path.remove(str(bench))
-    from crl_bench.runner.config import build_config
+    from crl_bench.config.schema import build_config
 
     cfg = build_config(agent="grpo", tasks="minihack", preset="tiny", overrides={"threads": 1})
     ctx = sft.context(cfg, None, tmp_path / "run")

@@ -12,8 +12,8 @@ from types import SimpleNamespace
 import pytest
 
 from crl_bench.cli import main
-from crl_bench.runner.eval_logs import BANK_COLUMNS, EPISODE_COLUMNS
-from crl_bench.runner.records import read_jsonl
+from crl_bench.run.eval_logs import BANK_COLUMNS, EPISODE_COLUMNS
+from crl_bench.records.files import read_jsonl
 
 pytest.importorskip("torch")
 pytest.importorskip("nle")
@@ -65,7 +65,7 @@ def test_wandb_offline_gets_the_tables(tiny_run, tmp_path, monkeypatch):
     wandb = pytest.importorskip("wandb")
     from crl_bench.experience.bank import ExperienceBank
     from crl_bench.llm.rollout import Trajectory
-    from crl_bench.runner.eval_logs import log_eval_tables
+    from crl_bench.run.eval_logs import log_eval_tables
 
     run = tiny_run("comp_rl").path
     step = max(r["step"] for r in read_jsonl(run / "eval.jsonl"))
@@ -85,7 +85,7 @@ def test_wandb_offline_gets_the_tables(tiny_run, tmp_path, monkeypatch):
               for p in (tmp_path / "wandb").glob("offline-run-*/files/media/table/eval/*.table.json")}
     assert set(tables) == {"episodes", "bank"}
     assert tables["episodes"]["columns"] == EPISODE_COLUMNS
-    from crl_bench.runner.eval_logs import sample_episodes
+    from crl_bench.run.eval_logs import sample_episodes
 
     assert [(r[0], r[1], r[2], r[3]) for r in tables["episodes"]["data"]] == \
         [(t.task_name, t.with_experience, t.seed, t.success) for t in sample_episodes(trajs)]

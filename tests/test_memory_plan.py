@@ -17,7 +17,7 @@ from crl_bench.distributed.memory_plan import (BF16_FP32_MASTERS, FP32, FSDP2_MI
                                                build_plan, engine, learner_rank, micro_batch_tokens,
                                                refusal, shape_from_hf_config, split_gpus)
 from crl_bench.distributed.plan import PLANS
-from crl_bench.runner.config import PRESETS, apply_overrides
+from crl_bench.config.schema import PRESETS, apply_overrides
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -90,7 +90,7 @@ def test_checkpointing_keeps_layer_inputs_and_one_layer():
 
 
 def test_micro_batch_tokens_follow_the_trainer():
-    from crl_bench.runner.trainer import TrainSample, micro_batches
+    from crl_bench.training.role_trainer import TrainSample, micro_batches
 
     assert micro_batch_tokens(8, 0, 32768) == 8 * 32768  # no budget: the sample count alone
     assert micro_batch_tokens(8, 65536, 32768) == 65536

@@ -37,7 +37,7 @@ from crl_bench.llm.prompting import (  # noqa: E402
     build_messages,
     official_task_prompt,
 )
-from crl_bench.runner.config import PRESETS, ConfigError, build_config  # noqa: E402
+from crl_bench.config.schema import PRESETS, ConfigError, build_config  # noqa: E402
 
 # --- expected text, copied from the official sources ---------------------------------------------
 # env.py:288, :390-392 with the names of env.py:954-966 in MiniHack's navigation order (N E S W
@@ -348,8 +348,8 @@ def test_runner_gate_prompt_under_paper(tmp_path, search_ask):
     """The player's gate prompt under ``paper``: the official actor-critic's initial task prompt
     (mixin :576-592), with the tool text when Search-and-Ask is on (tool_env_wrapper.py:23-28);
     under the CPU presets ``Goal: ...\\nObservation: ...``."""
-    from crl_bench.runner.context import RunContext
-    from crl_bench.runner.records import RunDir
+    from crl_bench.run.context import RunContext
+    from crl_bench.records.files import RunDir
 
     cpu = {"model.device": "cpu", "model.backend": "hf", "model.dtype": "float32"}
     cfg = build_config(agent="comp_rl", tasks="minihack", preset="paper", overrides=cpu)

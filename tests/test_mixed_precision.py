@@ -1,4 +1,4 @@
-"""Full fine-tuning of a bf16 model keeps fp32 master weights (``crl_bench.runner.precision``).
+"""Full fine-tuning of a bf16 model keeps fp32 master weights (``crl_bench.training.precision``).
 
 The paper's setting (lr 1e-6, full fine-tuning, bf16 weights) on the tiny random model in bf16
 on CPU. Stepping AdamW on the bf16 weights themselves rounds most of a 1e-6 step away (a bf16
@@ -18,8 +18,8 @@ pytest.importorskip("transformers")
 
 from crl_bench.llm.hf_backend import HFBackend  # noqa: E402
 from crl_bench.llm.types import LoraSpec, SamplingParams  # noqa: E402
-from crl_bench.runner.config import OptimConfig  # noqa: E402
-from crl_bench.runner.trainer import RoleTrainer, TrainSample  # noqa: E402
+from crl_bench.config.schema import OptimConfig  # noqa: E402
+from crl_bench.training.role_trainer import RoleTrainer, TrainSample  # noqa: E402
 
 QUESTIONS = ["Which way is north?", "Name a fruit.", "Count to three, please, slowly.",
              "What is 2+2?"]

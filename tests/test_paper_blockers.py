@@ -55,7 +55,7 @@ def test_learner_group_on_gpus_carries_cpu_collectives(nccl_device_map):
 
     from crl_bench.distributed.fsdp import ShardedLearner
     from crl_bench.distributed.learner import _free_port, join_group, sum_over_ranks
-    from crl_bench.runner.config import OptimConfig
+    from crl_bench.config.schema import OptimConfig
 
     torch.set_num_threads(1)
     join_group({"device": "cuda"}, 0, 1, ("127.0.0.1", _free_port()))
@@ -99,8 +99,8 @@ def test_paper_engine_settings_are_the_official_ones_and_the_plans():
 
     from crl_bench.distributed.memory_plan import role_specs, split_gpus
     from crl_bench.distributed.plan import PLANS, layout_plan
-    from crl_bench.runner.config import PRESETS
-    from crl_bench.runner.parts.models import engine_settings
+    from crl_bench.config.schema import PRESETS
+    from crl_bench.run.parts.models import engine_settings
 
     cfg = PRESETS["paper"]()
     specs = {s.role: s for s in role_specs(cfg, split_gpus(16))}
@@ -121,8 +121,8 @@ def test_paper_engine_settings_are_the_official_ones_and_the_plans():
 
 
 def test_engine_shorter_than_an_episode_is_refused():
-    from crl_bench.runner.config import PRESETS, ConfigError, apply_overrides
-    from crl_bench.runner.parts.models import engine_settings
+    from crl_bench.config.schema import PRESETS, ConfigError, apply_overrides
+    from crl_bench.run.parts.models import engine_settings
 
     cfg = apply_overrides(PRESETS["paper"](), {"model.actor_max_model_len": 4096})
     with pytest.raises(ConfigError, match="model.actor_max_model_len=32768"):
@@ -134,7 +134,7 @@ def test_engine_gpus_and_tensor_parallel_must_agree():
     engine holds 4 GPUs, so an extractor built with tensor parallel 1 is refused by name."""
     from crl_bench.distributed.context import check_engine_gpus
     from crl_bench.distributed.plan import PLANS
-    from crl_bench.runner.config import PRESETS, ConfigError, apply_overrides
+    from crl_bench.config.schema import PRESETS, ConfigError, apply_overrides
 
     check_engine_gpus(PLANS["paper16"], PRESETS["paper"]())
     cfg = apply_overrides(PRESETS["paper"](), {"model.extractor_tensor_parallel": 1})
@@ -148,7 +148,7 @@ def test_paper_checkpointing_is_what_the_plan_assumes():
     import inspect
 
     from crl_bench.distributed.memory_plan import build_plan
-    from crl_bench.runner.config import PRESETS
+    from crl_bench.config.schema import PRESETS
 
     cfg = PRESETS["paper"]()
     assumed = inspect.signature(build_plan).parameters["checkpointing"].default
@@ -173,7 +173,7 @@ def test_extractor_engines_serve_the_trained_weights(tmp_path):
     from crl_bench.distributed.generation import PromptBackend, RemoteGenerationBackend
     from crl_bench.distributed.sharded import ShardedRayLearner, ShardedRoleTrainer
     from crl_bench.llm.types import SamplingParams
-    from crl_bench.runner.config import OptimConfig
+    from crl_bench.config.schema import OptimConfig
 
     class Models:  # the weightless driver's models part, as RayModels has it
         holds_weights = False
@@ -261,8 +261,8 @@ def test_paper_topology_at_toy_size_on_ray(tmp_path):
 
     from crl_bench.distributed.memory_plan import role_specs, split_gpus
     from crl_bench.distributed.plan import layout_config, layout_plan
-    from crl_bench.runner.config import PRESETS, apply_overrides
-    from crl_bench.runner.parts.models import engine_settings
+    from crl_bench.config.schema import PRESETS, apply_overrides
+    from crl_bench.run.parts.models import engine_settings
 
     pytest.importorskip("ray")
     cfg = apply_overrides(PRESETS["paper"](), dict(TOY))

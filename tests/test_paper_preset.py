@@ -12,8 +12,8 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("nle")
 
-from crl_bench.runner.config import PRESETS, build_config  # noqa: E402
-from crl_bench.runner.records import read_jsonl  # noqa: E402
+from crl_bench.config.schema import PRESETS, build_config  # noqa: E402
+from crl_bench.records.files import read_jsonl  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -70,8 +70,8 @@ def test_paper_preset_extractor_and_experience_values():
 
 def test_shared_params_ablation_is_one_switch_under_paper(tmp_path):
     """comp_rl_shared_params under paper: no second override; the actor's model serves both."""
-    from crl_bench.runner.context import RunContext
-    from crl_bench.runner.records import RunDir
+    from crl_bench.run.context import RunContext
+    from crl_bench.records.files import RunDir
 
     cfg = build_config(agent="comp_rl_shared_params", tasks="minihack", preset="paper",
                        overrides={**TINY_PAPER, "model.extractor": "Qwen/Qwen3-4B-Thinking-2507"})
@@ -130,8 +130,8 @@ def test_paper_evaluates_swe_on_verified_only_where_its_data_exists(tmp_path, mo
     """SWE-bench Verified (the paper's SWE benchmark) where its data exists, `mini` otherwise."""
     from crl_bench.mixes import SWE
     from crl_bench.envs.swe.verified import SWE_VERIFIED_ENV
-    from crl_bench.runner.context import RunContext
-    from crl_bench.runner.records import RunDir
+    from crl_bench.run.context import RunContext
+    from crl_bench.records.files import RunDir
 
     paper = build_config(agent="grpo", tasks="swe", preset="paper",
                          overrides={"model.device": "cpu", "model.backend": "hf"})

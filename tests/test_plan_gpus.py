@@ -17,7 +17,7 @@ from crl_bench.cli import main
 from crl_bench.distributed.memory_plan import (QWEN25_7B, build_plan, forward_flops_per_token,
                                                lora_params, matmul_params, refusal, split_gpus,
                                                train_flops_per_token)
-from crl_bench.runner.config import PRESETS, apply_overrides
+from crl_bench.config.schema import PRESETS, apply_overrides
 
 L, H, Q, D, I, KV, V = 28, 28, 128, 3584, 18944, 4 * 128, 152064
 

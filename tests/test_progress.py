@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from crl_bench.runner.progress import ProgressReporter
+from crl_bench.run.progress import ProgressReporter
 
 FIRST_LINE_WITHIN_S = 30.0   # interpreter + torch import + config on 2 shared cores
 PERIOD_S = 10.0

@@ -29,7 +29,7 @@ def cluster():
 
 def test_engine_matches_local_and_survives_kills(cluster):
     from crl_bench.distributed.generation import RemoteGenerationBackend
-    from crl_bench.runner.precision import load_role_weights, role_weights
+    from crl_bench.training.precision import load_role_weights, role_weights
     from crl_bench.llm.hf_backend import HFBackend
     from crl_bench.llm.types import SamplingParams
 

@@ -46,12 +46,12 @@ def cluster():
 
 def test_sharded_ray_learner_trains_pushes_and_resumes(cluster, tmp_path, monkeypatch):
     from crl_bench.distributed.generation import RemoteGenerationBackend
-    from crl_bench.runner.precision import role_weights
+    from crl_bench.training.precision import role_weights
     from crl_bench.distributed.sharded import ShardedRayLearner
     from crl_bench.llm.hf_backend import HFBackend
     from crl_bench.llm.types import SamplingParams, StaleWeights
-    from crl_bench.runner.config import OptimConfig
-    from crl_bench.runner.trainer import RoleTrainer
+    from crl_bench.config.schema import OptimConfig
+    from crl_bench.training.role_trainer import RoleTrainer
 
     torch.set_num_threads(1)
     cfg = OptimConfig(**CFG)
@@ -135,7 +135,7 @@ def test_lora_and_mini_batches_are_refused_before_ray_starts_anything():
     name — no cluster needed to see it."""
     from crl_bench.distributed.sharded import ShardedRayLearner
     from crl_bench.llm.types import LoraSpec
-    from crl_bench.runner.config import ConfigError, OptimConfig
+    from crl_bench.config.schema import ConfigError, OptimConfig
 
     with pytest.raises(ConfigError, match="full fine-tuning"):
         ShardedRayLearner(2, dict(SPEC, lora=LoraSpec()), "actor", OptimConfig(), total_steps=1)

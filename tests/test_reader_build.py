@@ -16,7 +16,7 @@ pytest.importorskip("nle")
 
 def _tiny_recipe():
     from crl_bench.llm.models import resolve_model
-    from crl_bench.runner.reader import ReaderRecipe
+    from crl_bench.builds.reader import ReaderRecipe
 
     return ReaderRecipe(base=resolve_model("tiny-random"), examples=16, batch=8, lr=1e-2,
                         warmup_steps=1)
@@ -28,7 +28,7 @@ def test_build_model_command_builds_the_reader_into_the_cache(tmp_path, monkeypa
 
     from crl_bench import cli
     from crl_bench.llm.models import KNOWN_MODELS, load_causal_lm
-    from crl_bench.runner import reader
+    from crl_bench.builds import reader
 
     recipe = _tiny_recipe()
     base = load_file(f"{recipe.base}/model.safetensors")
@@ -55,7 +55,7 @@ def test_build_model_command_builds_the_reader_into_the_cache(tmp_path, monkeypa
 def test_build_is_deterministic(tmp_path):
     from safetensors.torch import load_file
 
-    from crl_bench.runner.reader import build_reader
+    from crl_bench.builds.reader import build_reader
 
     recipe = _tiny_recipe()
     for name in ("a", "b"):
@@ -72,10 +72,10 @@ def test_reader_prompts_are_the_engines(tmp_path):
 
     from crl_bench.llm.models import load_tokenizer
     from crl_bench.llm.rollout import EpisodeSpec
-    from crl_bench.runner.context import RunContext
-    from crl_bench.runner.reader import (ENV_ID, FIRST_LEVEL, RECIPE, examples, prompt_config,
+    from crl_bench.run.context import RunContext
+    from crl_bench.builds.reader import (ENV_ID, FIRST_LEVEL, RECIPE, examples, prompt_config,
                                          reader_config, tokenized)
-    from crl_bench.runner.records import RunDir
+    from crl_bench.records.files import RunDir
 
     cfg = reader_config(model="tiny-random")
     cfg.validate()

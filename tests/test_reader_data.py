@@ -1,4 +1,4 @@
-"""The reader's warm-start data (crl_bench.runner.reader) carries no information about the
+"""The reader's warm-start data (crl_bench.builds.reader) carries no information about the
 Landmark rule: its moves are drawn from the recipe's seed alone, and the data check that the
 build enforces finds no observation feature that predicts the target better than chance — and
 does find one in data that carries the rule."""
@@ -14,7 +14,7 @@ pytest.importorskip("nle")
 
 @pytest.fixture(scope="module")
 def data():
-    from crl_bench.runner.reader import RECIPE, examples
+    from crl_bench.builds.reader import RECIPE, examples
 
     return examples(RECIPE, n=96)
 
@@ -22,7 +22,7 @@ def data():
 def test_targets_do_not_depend_on_the_level(data):
     """The same recipe on other levels (other landmarks, other rings) draws the same conditions,
     claims and targets: nothing of the level enters them."""
-    from crl_bench.runner.reader import RECIPE, examples
+    from crl_bench.builds.reader import RECIPE, examples
 
     other = examples(RECIPE, n=24, first_level=3)
     assert [(e.condition, e.claim, e.target) for e in other] == \
@@ -48,7 +48,7 @@ def test_the_conditions_follow_the_recipe(data):
 
 
 def test_no_feature_predicts_the_target_better_than_chance(data):
-    from crl_bench.runner.reader import data_check, data_check_passes
+    from crl_bench.builds.reader import data_check, data_check_passes
 
     check = data_check(data)
     assert data_check_passes(check) == [], check
@@ -63,7 +63,7 @@ def test_the_check_finds_data_that_carries_the_rule(data):
     import random
 
     from crl_bench.envs.minihack.language import DIRECTIONS
-    from crl_bench.runner.reader import data_check, data_check_passes
+    from crl_bench.builds.reader import data_check, data_check_passes
 
     rule = [dataclasses.replace(e, target=e.rule) for e in data]
     assert any("the rule's move" in f for f in data_check_passes(data_check(rule)))
@@ -76,7 +76,7 @@ def test_the_feature_check_sees_every_value_in_both_halves(data):
     """Consecutive levels cycle through the landmark kinds; the cross-validation halves must
     still each hold every kind (a split by position would put the even kinds in one half and
     predict nothing, passing any data)."""
-    from crl_bench.runner.reader import data_check
+    from crl_bench.builds.reader import data_check
 
     check = data_check(data)
     for name in ("landmark", "ring"):

@@ -41,8 +41,8 @@ def test_the_other_picks_are_unchanged():
 
 
 def test_the_run_config_accepts_the_placeholder_pick():
-    from crl_bench.runner.config import build_config
-    from crl_bench.runner.reader import prompt_config
+    from crl_bench.config.schema import build_config
+    from crl_bench.builds.reader import prompt_config
 
     cfg = build_config(agent="grpo", tasks="minihack", preset="cpu",
                        overrides={"rollout.example_pick": "placeholder"})

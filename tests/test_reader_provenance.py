@@ -9,7 +9,7 @@ import json
 import subprocess
 from pathlib import Path
 
-from crl_bench.runner.records import RunDir, code_version
+from crl_bench.records.files import RunDir, code_version
 
 ROOT = Path(__file__).resolve().parents[1]
 

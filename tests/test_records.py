@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from crl_bench.runner.records import (CheckpointError, RecordError, RunDir, read_jsonl,
+from crl_bench.records.files import (CheckpointError, RecordError, RunDir, read_jsonl,
                                       scan_jsonl)
 
 HOLD = """
 import sys, time
-from crl_bench.runner.records import RunDir
+from crl_bench.records.files import RunDir
 run = RunDir(sys.argv[1]); run.acquire(); print("held", flush=True); time.sleep(600)
 """
 
@@ -208,7 +208,7 @@ def test_checkpoint_at_the_last_step_marks_the_run_done(finished_run, tmp_path):
 
 def test_checkpoint_beyond_the_run_is_refused(finished_run, tmp_path):
     from crl_bench.runner.api import run_experiment
-    from crl_bench.runner.config import ConfigError
+    from crl_bench.config.schema import ConfigError
 
     run = crashed_copy(finished_run, tmp_path / "run")
     with pytest.raises(ConfigError, match=r"checkpoint .* is at step 2, beyond the run's steps=1.*"
@@ -216,7 +216,7 @@ def test_checkpoint_beyond_the_run_is_refused(finished_run, tmp_path):
         run_experiment(None, None, None, None, run.path, steps=1, progress=False)
     state = run.checkpoint_dir / "loop_state.json"
     state.write_text(json.dumps({**json.loads(state.read_text()), "step": 99}))
-    from crl_bench.runner.checksums import write_manifest
+    from crl_bench.records.checksums import write_manifest
 
     with pytest.raises(CheckpointError, match=r"loop_state.json has \d+ bytes, not the \d+ written"):
         run_experiment(None, None, None, None, run.path, progress=False)  # edited after the fact
@@ -240,7 +240,7 @@ def test_checkpoint_beyond_the_run_is_refused(finished_run, tmp_path):
 ])
 def test_damaged_run_files_are_named_on_resume(finished_run, tmp_path, what, damage, error, match):
     from crl_bench.runner.api import run_experiment
-    from crl_bench.runner.config import ConfigError
+    from crl_bench.config.schema import ConfigError
 
     error = ConfigError if error == "ConfigError" else error
     run = crashed_copy(finished_run, tmp_path / "run")
@@ -251,7 +251,7 @@ def test_damaged_run_files_are_named_on_resume(finished_run, tmp_path, what, dam
 
 def test_resume_with_other_agent_or_tasks_is_refused(finished_run, tmp_path):
     from crl_bench.runner.api import run_experiment
-    from crl_bench.runner.config import ConfigError
+    from crl_bench.config.schema import ConfigError
 
     run = crashed_copy(finished_run, tmp_path / "run")
     with pytest.raises(ConfigError, match=r"--agent comp_rl \(stored: grpo\); --tasks webshop "
@@ -263,7 +263,7 @@ def test_resume_with_other_agent_or_tasks_is_refused(finished_run, tmp_path):
 
 def test_resume_of_a_finished_run_checks_identity_then_leaves_it(finished_run, tmp_path):
     from crl_bench.runner.api import run_experiment
-    from crl_bench.runner.config import ConfigError
+    from crl_bench.config.schema import ConfigError
 
     run = RunDir(tmp_path / "run")
     shutil.copytree(finished_run, run.path, dirs_exist_ok=True)
@@ -279,7 +279,7 @@ def test_a_finished_run_is_extended_by_a_larger_steps(finished_run, tmp_path):
     steps 1-2 stay as they were (their end evaluation included), step 3 is trained and evaluated,
     the stored configuration says 3 steps; --steps at or below its own leaves it as it is."""
     from crl_bench.runner.api import run_experiment
-    from crl_bench.runner.records import read_jsonl
+    from crl_bench.records.files import read_jsonl
 
     run = RunDir(tmp_path / "run")
     shutil.copytree(finished_run, run.path, dirs_exist_ok=True)

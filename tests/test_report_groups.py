@@ -161,7 +161,7 @@ def test_a_field_newer_than_a_run_counts_as_its_default(tmp_path):
     """A run written before a config field existed lacks it in config.json: it groups with the
     runs that leave the field at its default (else every field added to the code would split a
     sweep's seeds into rows 'x=unset' and 'x=0'), and not with one that changes it."""
-    from crl_bench.runner.config import RunConfig
+    from crl_bench.config.schema import RunConfig
 
     default = RunConfig().experience.memory_warmup
     dirs = [run(tmp_path, f"s{seed}", seed=seed) for seed in (0, 1, 2)]

@@ -66,7 +66,7 @@ def test_did_you_mean_for_settings_tasks_env_ids_and_agents(args, hint, capsys):
 
 
 def test_a_sections_field_set_from_python_gets_a_hint():
-    from crl_bench.runner.config import ConfigError, RunConfig
+    from crl_bench.config.schema import ConfigError, RunConfig
 
     with pytest.raises(ConfigError, match="Did you mean 'lr'"):
         RunConfig().actor.lrr = 1e-6

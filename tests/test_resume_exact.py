@@ -31,7 +31,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("nle")
 
-from crl_bench.runner.records import RunDir, read_jsonl  # noqa: E402
+from crl_bench.records.files import RunDir, read_jsonl  # noqa: E402
 
 BIN = Path(sys.executable).parent
 FAULTS = Path(__file__).with_name("_faults.py")

@@ -10,8 +10,8 @@ import json
 import pytest
 
 from crl_bench.runner.api import FINGERPRINT_FILE, record_fingerprint, run_experiment
-from crl_bench.runner.config import ConfigError, build_config
-from crl_bench.runner.records import RunDir
+from crl_bench.config.schema import ConfigError, build_config
+from crl_bench.records.files import RunDir
 
 STEPS = 2
 
@@ -88,7 +88,7 @@ def test_a_run_from_before_fingerprints_gets_one_with_a_warning(tmp_path, capsys
 def test_a_checkpoint_without_its_manifest_is_refused_unless_allowed(tmp_path, monkeypatch):
     """A deleted checksums.json turned every check off (the checkpoint loaded with a warning):
     refused now, naming the switch that loads it anyway."""
-    from crl_bench.runner.checksums import ChecksumError, verify_manifest, write_manifest
+    from crl_bench.records.checksums import ChecksumError, verify_manifest, write_manifest
 
     folder = tmp_path / "ckpt"
     folder.mkdir()
@@ -169,11 +169,11 @@ def test_a_real_run_keeps_its_fingerprint_and_refuses_an_edited_config(tmp_path)
 
 def _checkpointed_run(tmp_path, fingerprint: str = "full"):
     """A run stopped after its last step's checkpoint (status running, a checkpoint at STEPS,
-    written the way ``Trainer.save_checkpoint`` writes its ``loop_state.json``): a resume
+    written the way ``RunLoop.save_checkpoint`` writes its ``loop_state.json``): a resume
     verifies the checkpoint and ends the run without building anything."""
     import torch
 
-    from crl_bench.runner.checksums import checkpoint_fingerprint
+    from crl_bench.records.checksums import checkpoint_fingerprint
 
     run, data = _finished_run(tmp_path)
     run.set_status("running", STEPS)
@@ -232,7 +232,7 @@ def test_an_older_checkpoint_without_a_record_keeps_the_warning(tmp_path, capsys
 
 def test_the_checkpoint_record_is_under_its_checksums(tmp_path):
     """An edit of the record itself is a changed checkpoint file (refused by its manifest)."""
-    from crl_bench.runner.records import CheckpointError
+    from crl_bench.records.files import CheckpointError
 
     run, data = _checkpointed_run(tmp_path)
     _delete_fingerprint(run)

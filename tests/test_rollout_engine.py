@@ -346,7 +346,7 @@ def test_tiny_run_goes_on_when_the_env_raises_and_counts_the_errors(tmp_path, ra
     fail at reset: the run ends `done`, each failed episode is recorded with its error, and the
     step's metrics count them in charts/env_errors."""
     from crl_bench.runner.api import run_experiment
-    from crl_bench.runner.records import read_jsonl
+    from crl_bench.records.files import read_jsonl
 
     raising_kwargs = {"raise_every_step": True, "raise_on_odd_reset": True}
     from crl_bench.registry import ENVS

@@ -15,13 +15,13 @@ import pytest
 from crl_bench.runner.reproduce import reproduce
 from crl_bench.report.suites import run_dir_name
 from crl_bench.runner.api import run_experiment
-from crl_bench.runner.records import RunDir, RunInUseError, run_holder
+from crl_bench.records.files import RunDir, RunInUseError, run_holder
 
 from test_report import fixture_runner
 
 HOLD = """
 import sys, time
-from crl_bench.runner.records import RunDir
+from crl_bench.records.files import RunDir
 run = RunDir(sys.argv[1]); run.acquire(); print("held", flush=True); time.sleep(600)
 """
 

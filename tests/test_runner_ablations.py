@@ -13,7 +13,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("nle")
 
-from crl_bench.runner.records import read_jsonl  # noqa: E402
+from crl_bench.records.files import read_jsonl  # noqa: E402
 
 ABLATIONS = ("comp_rl_no_split", "comp_rl_no_diversify", "comp_rl_no_reweight", "comp_rl_no_merge",
              "comp_rl_no_ask", "comp_rl_shared_params")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from crl_bench.registry import RegistryError
-from crl_bench.runner.config import ConfigError, apply_overrides, build_config
+from crl_bench.config.schema import ConfigError, apply_overrides, build_config
 
 
 def test_odd_group_size_with_split_names_the_fix():
@@ -43,7 +43,7 @@ def test_paper_preset_without_gpu_fails_early_with_the_fix():
 
 
 def test_paper_preset_is_the_papers_configuration():
-    from crl_bench.runner.config import PRESETS
+    from crl_bench.config.schema import PRESETS
 
     cfg = PRESETS["paper"]()
     assert (cfg.rollout.groups, cfg.rollout.group_size, cfg.steps) == (16, 8, 512)
@@ -72,7 +72,7 @@ def test_overrides_are_typed_and_unknown_keys_rejected():
 
 
 def test_resume_accepts_only_speed_overrides():
-    from crl_bench.runner.config import apply_resume_overrides
+    from crl_bench.config.schema import apply_resume_overrides
 
     cfg = build_config(agent="grpo", tasks="minihack", preset="tiny")
     assert apply_resume_overrides(cfg, {"threads": 2}).threads == 2
@@ -196,8 +196,8 @@ def test_an_empty_out_is_refused(capsys, tmp_path, monkeypatch):
 
 def test_resume_with_a_different_agent_is_refused_with_the_way_out(capsys, tmp_path):
     from crl_bench.agent import load_agent
-    from crl_bench.runner.loop import write_config
-    from crl_bench.runner.records import RunDir
+    from crl_bench.run.loop import write_config
+    from crl_bench.records.files import RunDir
 
     cfg = build_config(agent="comp_rl", tasks="minihack", preset="tiny")
     run = RunDir(tmp_path / "run")
@@ -274,7 +274,7 @@ def test_vllm_with_truncated_sampling_needs_recomputed_logprobs():
 def test_eval_sampling_seed_differs_by_run_seed_and_from_training():
     """Evaluations of different run seeds sample independently (seed 0 keeps the value the golden
     records were made with); no evaluation reuses a training step's sampling seed."""
-    from crl_bench.runner.context import sampling_seed
+    from crl_bench.run.context import sampling_seed
 
     def eval_sampling_seed(run_seed: int, step: int) -> int:
         return sampling_seed(run_seed, step, "eval")
@@ -288,8 +288,8 @@ def test_eval_sampling_seed_differs_by_run_seed_and_from_training():
 def test_env_kwargs_reach_every_env_of_the_family_and_bad_ones_fail_before_models_load(tmp_path):
     pytest.importorskip("nle")
     from crl_bench.mixes import resolve_tasks
-    from crl_bench.runner.context import RunContext
-    from crl_bench.runner.records import RunDir
+    from crl_bench.run.context import RunContext
+    from crl_bench.records.files import RunDir
 
     cfg = build_config(agent="grpo", tasks="minihack", preset="tiny",
                        overrides={"rollout.env_kwargs": {"minihack": {"view": "compact"}}})
@@ -311,8 +311,8 @@ def test_env_kwargs_reach_every_env_of_the_family_and_bad_ones_fail_before_model
 def test_model_max_batch_size_reaches_the_hf_backend(tmp_path):
     """``--set model.max_batch_size=N``: the backend generates in chunks of N rows (memory)."""
     pytest.importorskip("torch")
-    from crl_bench.runner.context import RunContext
-    from crl_bench.runner.records import RunDir
+    from crl_bench.run.context import RunContext
+    from crl_bench.records.files import RunDir
 
     cfg = build_config(agent="grpo", tasks="minihack", preset="tiny",
                        overrides={"model.max_batch_size": 3})
@@ -331,7 +331,7 @@ def test_extractor_batches_finished_in_one_step_add_up():
     step record. Their durations add up (before, the later batch's overwrote the earlier's, so a
     run's extraction time read from its records was short); other values are the last batch's;
     the count says how many were combined."""
-    from crl_bench.runner.loop import combine_extractor_batches
+    from crl_bench.run.loop import combine_extractor_batches
 
     first = {"step": 3, "extractor/extract_s": 2.0, "losses/extractor_time_forward_s": 0.5,
              "losses/extractor_loss": 0.5, "bank/merge_windows": 4.0}

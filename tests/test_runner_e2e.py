@@ -16,7 +16,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("nle")
 
-from crl_bench.runner.records import read_jsonl  # noqa: E402
+from crl_bench.records.files import read_jsonl  # noqa: E402
 
 AGENTS = ("grpo", "static_exp", "exp_only", "comp_rl")
 STEPS = 3

@@ -35,7 +35,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("nle")
 
-from crl_bench.runner.records import read_jsonl  # noqa: E402
+from crl_bench.records.files import read_jsonl  # noqa: E402
 
 GOLDEN = Path(__file__).parent / "golden" / "tiny_records.json"
 AGENTS = ("grpo", "static_exp", "exp_only", "comp_rl", "comp_rl_no_split", "comp_rl_no_diversify",

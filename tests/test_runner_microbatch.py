@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from crl_bench.runner.trainer import TrainSample, micro_batches, timed
+from crl_bench.training.role_trainer import TrainSample, micro_batches, timed
 
 
 def sample(prompt: int, completion: int = 4) -> TrainSample:

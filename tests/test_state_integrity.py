@@ -22,7 +22,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("nle")
 
-from crl_bench.runner.records import RunDir  # noqa: E402
+from crl_bench.records.files import RunDir  # noqa: E402
 
 RUN_ARGS = ["--agent", "comp_rl", "--tasks", "minihack", "--preset", "tiny", "--seed", "0",
             "--no-progress", "--no-report", "--set", "threads=1", "--set", "eval.at_start=false",
@@ -138,7 +138,7 @@ def test_a_checkpoint_without_checksums_is_refused_unless_allowed(one_step_run, 
     """A deleted checksums.json would turn every check off: refused, naming the switch; with
     CRL_ALLOW_UNCHECKED_CHECKPOINT=1 (an older checkpoint, on the user's word) its files are
     checked for format only, and the user is told so."""
-    from crl_bench.runner.records import CheckpointError
+    from crl_bench.records.files import CheckpointError
 
     run = RunDir(copy_of(one_step_run, tmp_path / "run"))
     ckpt = run.last_checkpoint()
@@ -158,7 +158,7 @@ def test_a_file_added_to_a_checkpoint_is_refused(one_step_run, tmp_path):
     ckpt = run.last_checkpoint()
     extra = ckpt / "adapters/actor/extra.safetensors"
     shutil.copyfile(ckpt / "adapters/actor/adapter_model.safetensors", extra)
-    from crl_bench.runner.records import CheckpointError
+    from crl_bench.records.files import CheckpointError
 
     with pytest.raises(CheckpointError, match=f"{extra} was not part of the checkpoint"):
         run.verify_checkpoint(ckpt)

@@ -276,7 +276,7 @@ def _wheel_install_check(tmp_path: Path, work: Path) -> None:
 ])
 def test_swe_settings_are_refused_before_the_run_folder_is_written(tmp_path, kwargs, named):
     from crl_bench.runner.api import run_experiment
-    from crl_bench.runner.config import ConfigError, build_config
+    from crl_bench.config.schema import ConfigError, build_config
 
     overrides = {"rollout.env_kwargs": {"swe": kwargs}}
     with pytest.raises(ConfigError, match=named.replace("(", r"\(")):

@@ -23,7 +23,7 @@ from _forced_backend import ForcedBackend  # noqa: E402
 from _swe_generic_hacks import HACKS  # noqa: E402
 from crl_bench.llm.rollout import EpisodeSpec, PromptConfig, RolloutEngine  # noqa: E402
 from crl_bench.llm.types import SamplingParams  # noqa: E402
-from crl_bench.runner.loop import episode_record, tampered_count  # noqa: E402
+from crl_bench.run.loop import episode_record, tampered_count  # noqa: E402
 
 TASK = "handykit__handykit-101"
 

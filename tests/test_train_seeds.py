@@ -6,8 +6,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from crl_bench.mixes import BUILTIN_MIXES, EVAL_SEED_BLOCK
-from crl_bench.runner.context import train_seed
-from crl_bench.runner.validation import MAX_EPISODES_PER_STEP
+from crl_bench.run.context import train_seed
+from crl_bench.config.validation import MAX_EPISODES_PER_STEP
 
 OFFSET = 1_000_000  # every built-in task's eval_seed_offset
 

@@ -27,8 +27,8 @@ pytest.importorskip("transformers")
 
 from crl_bench.llm.hf_backend import HFBackend  # noqa: E402
 from crl_bench.llm.types import SamplingParams  # noqa: E402
-from crl_bench.runner.config import OptimConfig  # noqa: E402
-from crl_bench.runner.trainer import RoleTrainer, TrainSample, _schedule_factor  # noqa: E402
+from crl_bench.config.schema import OptimConfig  # noqa: E402
+from crl_bench.training.role_trainer import RoleTrainer, TrainSample, _schedule_factor  # noqa: E402
 
 QUESTIONS = ["Which way is north?", "Name a fruit.", "Count to three, please, slowly.",
              "What is 2+2?", "Say hi.", "Describe a room with a door and a staircase."]

@@ -1,6 +1,6 @@
-"""The Ray implementations of a run's parts (:mod:`crl_bench.runner.parts`): any agent's
+"""The Ray implementations of a run's parts (:mod:`crl_bench.run.parts`): any agent's
 ``train_step`` runs unchanged, its parts spread over a Ray cluster. :func:`ray_context` is the
-context factory that builds them (``Trainer(..., context=ray_context(...))``).
+context factory that builds them (``RunLoop(..., context=ray_context(...))``).
 
 What moves (per the :class:`~crl_bench.distributed.plan.ResourcePlan`, checked against the
 cluster at start):
@@ -39,9 +39,9 @@ from typing import Any, Callable
 
 from crl_bench.distributed import require_ray
 from crl_bench.distributed.plan import ResourcePlan, check_plan_against_ray, get_plan
-from crl_bench.runner.context import RunContext
-from crl_bench.runner.parts import ActorSide, ExperienceSide, Models, Player, RunInfo
-from crl_bench.runner.parts.models import role_sampling
+from crl_bench.run.context import RunContext
+from crl_bench.run.parts import ActorSide, ExperienceSide, Models, Player, RunInfo
+from crl_bench.run.parts.models import role_sampling
 
 
 class RayCluster:
@@ -120,7 +120,7 @@ class RayModels(Models):
 
     def build(self, *, extractor: bool, shared_params: bool = False) -> None:
         from crl_bench.distributed.generation import RemoteGenerationBackend
-        from crl_bench.runner.parts.models import LockedBackend
+        from crl_bench.run.parts.models import LockedBackend
 
         if self.info.cfg.model.lora_r == 0 and not shared_params:
             self._build_weightless(extractor)
@@ -145,7 +145,7 @@ class RayModels(Models):
         import threading
 
         from crl_bench.distributed.generation import PromptBackend, RemoteGenerationBackend
-        from crl_bench.runner.parts.models import LockedBackend, engine_settings
+        from crl_bench.run.parts.models import LockedBackend, engine_settings
 
         cfg, plan = self.info.cfg, self.cluster.plan
         m = cfg.model
@@ -217,7 +217,7 @@ class RayModels(Models):
         """Push the driver's trainable weights to the engines when ``versions`` (the roles'
         update counts) changed since the last push; ``direct``: roles whose learner pushes its
         weights into the engines itself (full fine-tuning), skipped unless ``force``."""
-        from crl_bench.runner.precision import role_weights
+        from crl_bench.training.precision import role_weights
 
         if self.gen is None or (not force and versions == self._pushed):
             return
@@ -237,7 +237,7 @@ class RayModels(Models):
 def check_engine_gpus(plan: ResourcePlan, cfg: Any) -> None:
     """On GPUs each engine's share of the plan is its tensor-parallel size
     (``model.<role>_tensor_parallel``); refuse a plan and a config that disagree."""
-    from crl_bench.runner.config import ConfigError
+    from crl_bench.config.schema import ConfigError
 
     pairs = [("actor", plan.gpus_per_engine, "generation_engines")]
     if plan.sharded_extractor:
@@ -268,7 +268,7 @@ class _LearnerTrainer:
         return self.local.updates
 
     def update(self, samples: Any, **kwargs: Any) -> dict[str, float]:
-        from crl_bench.runner.precision import load_role_weights
+        from crl_bench.training.precision import load_role_weights
 
         metrics = self.learner.update(samples, **kwargs)
         if not metrics.get("skipped"):
@@ -281,7 +281,7 @@ class _LearnerTrainer:
         return {"ray_learner": self.learner.state_dict(), "updates": self.local.updates}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        from crl_bench.runner.precision import role_weights
+        from crl_bench.training.precision import role_weights
 
         self.learner.load_state_dict(state["ray_learner"])
         self.local.updates = int(state["updates"])
@@ -304,7 +304,7 @@ class RayActorSide(ActorSide):
         :mod:`crl_bench.distributed.sharded`), replicated data parallelism for LoRA (the
         driver's adapters loaded into every rank)."""
         from crl_bench.distributed.learner import DataParallelLearner
-        from crl_bench.runner.precision import role_weights
+        from crl_bench.training.precision import role_weights
 
         cfg, plan = self.info.cfg, self.cluster.plan
         options = dict(total_steps=cfg.steps, seed=cfg.seed, bundle=plan.rank_bundle(),
@@ -351,7 +351,7 @@ class _RemoteExtractorTrainer:
         return require_ray().get(self.track.actor.trainer_state.remote())
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        from crl_bench.runner.precision import role_weights
+        from crl_bench.training.precision import role_weights
 
         ray = require_ray()
         ray.get(self.track.actor.load_trainer_state.remote(state))
@@ -395,7 +395,7 @@ class RayExperienceSide(ExperienceSide):
 
     def new_track(self, settings: dict[str, Any], *, train: bool) -> Any:
         from crl_bench.distributed.extractor import RemoteExtractorTrack
-        from crl_bench.runner.precision import role_weights
+        from crl_bench.training.precision import role_weights
 
         ext_raw = self.models.ext_raw
         if getattr(self.models, "ext_gen", None) is not None:
@@ -443,7 +443,7 @@ class RayExperienceSide(ExperienceSide):
     def pull_extractor(self) -> None:
         """The extractor actor's newest weights into the driver's model (Search-and-Ask answers
         are generated here; checkpoints save the driver's adapters)."""
-        from crl_bench.runner.precision import load_role_weights
+        from crl_bench.training.precision import load_role_weights
 
         if not isinstance(self.trainer, _RemoteExtractorTrainer):
             return
@@ -585,7 +585,7 @@ class RayRunContext(RunContext):
 def ray_context(*, address: str | None = None, plan: str | ResourcePlan = "cpu",
                 plan_overrides: dict[str, Any] | None = None, num_cpus: float | None = None
                 ) -> Callable[[Any, Any], RayRunContext]:
-    """The context factory of a run on Ray, for ``Trainer(..., context=ray_context(...))``:
+    """The context factory of a run on Ray, for ``RunLoop(..., context=ray_context(...))``:
     ``factory(cfg, run_dir)`` joins or starts the cluster with these settings and builds a
     :class:`RayRunContext` on it."""
     def factory(cfg: Any, run_dir: Any) -> RayRunContext:

@@ -39,7 +39,7 @@ class ExtractorActorImpl:
         from crl_bench.distributed.experience import RemoteManager
         from crl_bench.distributed.generation import make_backend
         from crl_bench.extractor.track import ExtractorTrack
-        from crl_bench.runner.trainer import RoleTrainer
+        from crl_bench.training.role_trainer import RoleTrainer
 
         torch.set_num_threads(threads)
         self.backend = make_backend(backend_kind, spec)
@@ -59,7 +59,7 @@ class ExtractorActorImpl:
 
     def generate(self, message_lists: list[list[dict]], stop: tuple[str, ...] = ()) -> list[Any]:
         """The extractor role on this actor's model."""
-        from crl_bench.runner.context import extractor_generate
+        from crl_bench.run.context import extractor_generate
 
         with self.lock:
             return extractor_generate(self.backend, self.sampling, message_lists, stop)
@@ -91,13 +91,13 @@ class ExtractorActorImpl:
         return self.trainer.updates if self.trainer is not None else 0
 
     def weights(self) -> list[Any]:
-        from crl_bench.runner.precision import role_weights
+        from crl_bench.training.precision import role_weights
 
         with self.lock:
             return role_weights(self.backend, "extractor")
 
     def load_weights(self, weights: list[Any]) -> None:
-        from crl_bench.runner.precision import load_role_weights
+        from crl_bench.training.precision import load_role_weights
 
         with self.lock:
             load_role_weights(self.backend, "extractor", weights)

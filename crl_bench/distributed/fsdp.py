@@ -20,7 +20,7 @@ weights at a time for its forward and backward.
   AdamW step on the shards. Every rank runs the same number of micro-batches (the short ones
   pad with a zero-advantage sample): each forward and backward gathers weights from all ranks.
 * Long trajectories: ``micro_batch_tokens`` bounds a micro-batch's padded tokens, and
-  ``activation_checkpointing`` (both :class:`~crl_bench.runner.config.OptimConfig` fields)
+  ``activation_checkpointing`` (both :class:`~crl_bench.config.schema.OptimConfig` fields)
   recomputes each decoder layer's activations in the backward
   instead of keeping them (transformers' gradient checkpointing, non-reentrant).
 * Checkpoints: :meth:`ShardedLearner.save` writes a sharded checkpoint with
@@ -57,7 +57,7 @@ def decoder_layers(model: Any) -> list[Any]:
 def check_sharded_config(backend_spec: dict[str, Any], role: str, optim: Any) -> None:
     """Refuse, by name, what the sharded learner does not train: LoRA, several optimiser steps
     per update."""
-    from crl_bench.runner.config import ConfigError
+    from crl_bench.config.schema import ConfigError
 
     if backend_spec.get("lora") is not None:
         raise ConfigError("the sharded learner is for full fine-tuning (lora_r=0); LoRA "
@@ -78,7 +78,7 @@ class ShardedLearner:
             in fp32 (the shards are the masters) and a 16-bit ``dtype`` becomes FSDP2's
             ``param_dtype``, with gradients reduced in fp32.
         role: the role to train.
-        optim: its :class:`~crl_bench.runner.config.OptimConfig` (``mini_batches`` must be 1;
+        optim: its :class:`~crl_bench.config.schema.OptimConfig` (``mini_batches`` must be 1;
             ``activation_checkpointing`` and ``micro_batch_tokens`` for long trajectories).
         total_steps, seed: as for ``RoleTrainer``.
     """
@@ -91,7 +91,7 @@ class ShardedLearner:
 
         from crl_bench.llm.hf_backend import HFBackend
         from crl_bench.llm.models import pick_device, pick_dtype
-        from crl_bench.runner.trainer import RoleTrainer, enable_checkpointing
+        from crl_bench.training.role_trainer import RoleTrainer, enable_checkpointing
 
         check_sharded_config(backend_spec, role, optim)
         if not dist.is_initialized():
@@ -131,7 +131,7 @@ class ShardedLearner:
         """One optimiser step on ``samples`` (the same on every rank); ``RoleTrainer.update``'s
         metrics, summed over the ranks."""
         from crl_bench.distributed.learner import plan_update, run_micro_batches, sum_over_ranks
-        from crl_bench.runner.trainer import _schedule_factor
+        from crl_bench.training.role_trainer import _schedule_factor
 
         tr = self.trainer
         per_rank, totals, metrics = plan_update(samples, self.cfg, self._rng, by_prompt=False,

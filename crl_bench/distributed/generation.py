@@ -109,7 +109,7 @@ class GenerationEngineImpl:
         import torch
 
         torch.set_num_threads(threads)
-        # settings: the role's engine settings (crl_bench.runner.parts.models.engine_settings);
+        # settings: the role's engine settings (crl_bench.run.parts.models.engine_settings);
         # a vllm engine is built with them, an hf engine (CPU) keeps them as its description
         self.kind, self.spec, self.settings = kind, dict(spec), dict(settings or {})
         self.backend = make_backend(kind, dict(spec, **self.settings) if kind == "vllm" else spec)
@@ -152,7 +152,7 @@ class GenerationEngineImpl:
         return out
 
     def load_weights(self, role: str, weights: Sequence[Any], version: int | None = None) -> None:
-        from crl_bench.runner.precision import load_role_weights
+        from crl_bench.training.precision import load_role_weights
 
         load_role_weights(self.backend, role, weights)
         if hasattr(self.backend, "weight_versions"):  # vllm: the HF copy's weights into vLLM
@@ -185,7 +185,7 @@ class GenerationEngineImpl:
         self.versions[role] = int(version)
 
     def weights(self, role: str) -> list[Any]:
-        from crl_bench.runner.precision import role_weights
+        from crl_bench.training.precision import role_weights
 
         return role_weights(self.backend, role)
 

@@ -2,15 +2,15 @@
 
 Each rank holds a full copy of the role's model (built from the same backend spec, then
 broadcast from rank 0, so every rank starts from the same weights) and a
-:class:`~crl_bench.runner.trainer.RoleTrainer` for its optimiser, LR schedule and collation.
+:class:`~crl_bench.training.role_trainer.RoleTrainer` for its optimiser, LR schedule and collation.
 One update (:meth:`DataParallelLearner.update`) does what ``RoleTrainer.update`` does on one
 process, split over ranks:
 
 1. the driver filters and samples the batch exactly as ``RoleTrainer.update`` does (samples with
    trained tokens, ``max_samples_per_update`` with the same seeded RNG, active = non-zero
    advantage and weight), computes the trained-token / sequence totals over the *whole* batch,
-   orders and cuts the same micro-batches (:func:`~crl_bench.runner.trainer.
-   order_for_micro_batches`, :func:`~crl_bench.runner.trainer.micro_batches`); with ``recompute_old_logprobs`` each rank
+   orders and cuts the same micro-batches (:func:`~crl_bench.training.role_trainer.
+   order_for_micro_batches`, :func:`~crl_bench.training.role_trainer.micro_batches`); with ``recompute_old_logprobs`` each rank
    recomputes the old log-probs on its own micro-batches before its first backward;
 2. micro-batches are dealt to ranks (balanced by padded tokens); each rank runs forward and
    backward on its own, each micro-batch's loss scaled by its share of the whole batch's tokens
@@ -118,7 +118,7 @@ class LearnerRankImpl:
         backend_spec: keyword arguments of :class:`~crl_bench.llm.hf_backend.HFBackend`
             (``model_name``, ``roles``, ``lora``, ``dtype``, ``device``, ``seed``...).
         role: the role this learner trains ("actor" / "extractor").
-        optim: the role's :class:`~crl_bench.runner.config.OptimConfig`.
+        optim: the role's :class:`~crl_bench.config.schema.OptimConfig`.
         total_steps, seed: as for ``RoleTrainer``.
         threads: torch threads of this rank.
     """
@@ -153,7 +153,7 @@ class LearnerRankImpl:
         import torch.distributed as dist
 
         from crl_bench.llm.hf_backend import HFBackend
-        from crl_bench.runner.trainer import RoleTrainer
+        from crl_bench.training.role_trainer import RoleTrainer
 
         join_group(self.backend_spec, self.rank, self.world_size, master)
         self.backend = HFBackend(**self.backend_spec)
@@ -188,7 +188,7 @@ class LearnerRankImpl:
         import torch
         import torch.distributed as dist
 
-        from crl_bench.runner.trainer import _schedule_factor
+        from crl_bench.training.role_trainer import _schedule_factor
 
         tr = self.trainer
         total_loss, sums = run_micro_batches(tr, self.backend, self.role, chunks, totals, loss=loss,
@@ -239,7 +239,7 @@ def run_micro_batches(trainer: Any, backend: Any, role: str, chunks: list[list[A
     """
     import torch
 
-    from crl_bench.runner.trainer import token_counts
+    from crl_bench.training.role_trainer import token_counts
 
     loss_fn = trainer._loss_fn(loss)
     sums: dict[str, float] = {}
@@ -303,7 +303,7 @@ def sum_over_ranks(total_loss: float, sums: dict[str, float]) -> dict[str, float
 
 def idle_sample() -> Any:
     """A two-token sample with advantage 0 (no gradient): a rank's padding micro-batch."""
-    from crl_bench.runner.trainer import TrainSample
+    from crl_bench.training.role_trainer import TrainSample
 
     return TrainSample([0], [0], [0.0], 0.0)
 
@@ -313,7 +313,7 @@ def plan_update(samples: Sequence[Any], cfg: Any, rng: random.Random, *, by_prom
     """(micro-batches per rank, whole-batch totals, metrics so far): the first half of
     ``RoleTrainer.update`` (the same filter, ``max_samples_per_update`` draw from ``rng``, order
     and cut), the micro-batches dealt to ``n_ranks`` ranks. No active sample: ``[]``."""
-    from crl_bench.runner.trainer import micro_batches, order_for_micro_batches
+    from crl_bench.training.role_trainer import micro_batches, order_for_micro_batches
 
     samples = [s for s in samples if s.n_tokens > 0]
     if cfg.max_samples_per_update and len(samples) > cfg.max_samples_per_update:
@@ -363,7 +363,7 @@ class DataParallelLearner:
                  total_steps: int, seed: int = 0, bundle: dict[str, float] | None = None,
                  strategy: str = "PACK", threads: int = 1) -> None:
         if getattr(optim, "mini_batches", 1) != 1:
-            from crl_bench.runner.config import ConfigError
+            from crl_bench.config.schema import ConfigError
 
             raise ConfigError(f"{role}.mini_batches={optim.mini_batches}: the Ray data-parallel "
                               f"learner takes one optimiser step per update; use --set "

@@ -193,7 +193,7 @@ class ShardedRoleTrainer:
     Args:
         models: the run's :class:`~crl_bench.distributed.context.RayModels` (``gen``,
             ``raw_backend``, ``lock``).
-        info: the run's :class:`~crl_bench.runner.parts.base.RunInfo` (``run``).
+        info: the run's :class:`~crl_bench.run.parts.base.RunInfo` (``run``).
         learner: the :class:`ShardedRayLearner`.
         role: the trained role.
         gen: the role's generation engines (default ``models.gen``, the actor's; the sharded
@@ -228,7 +228,7 @@ class ShardedRoleTrainer:
 
     def pull(self) -> None:
         """The ranks' weights into the driver's copy of the model."""
-        from crl_bench.runner.precision import load_role_weights
+        from crl_bench.training.precision import load_role_weights
 
         backend = self.models.raw_backend
         params = backend.trainable_parameters(self.adapter)

@@ -176,8 +176,8 @@ class ExtractorTrack:
         manager: the ExperienceManager (bank writes go through it).
         generate: ``generate(list of chat message lists) -> list[Generation]`` with the extractor role.
         trainer: the extractor's trainer (``update(samples, ...)``, a
-            :class:`~crl_bench.runner.trainer.RoleTrainer`), or None when the extractor is frozen.
-        cfg: :class:`crl_bench.runner.config.ExtractorConfig`.
+            :class:`~crl_bench.training.role_trainer.RoleTrainer`), or None when the extractor is frozen.
+        cfg: :class:`crl_bench.config.schema.ExtractorConfig`.
         extractor_step: what one submitted batch goes through (see :data:`ExtractorStep`).
         merge_every: merge the bank every this many actor steps (0: never).
         merge_scope: what one merge window may mix (``experience.merge_scope``).

@@ -11,7 +11,7 @@ serves, one call at a time:
 * ``generate(message_lists, stop)``: :func:`crl_bench.llm.roles.extractor_generate` on the
   child's model (the same tokens and log-probs as in the main process for the same weights and
   sampling seed; without a seed the child's own torch RNG draws, seeded with the run seed);
-* ``update(samples, **kwargs)``: a :class:`~crl_bench.runner.trainer.RoleTrainer` step on the
+* ``update(samples, **kwargs)``: a :class:`~crl_bench.training.role_trainer.RoleTrainer` step on the
   child's model, ``updates``, ``state_dict`` / ``load_state_dict`` (with the child's RNG);
 * ``weights`` / ``load_weights``: the extractor role's trainable weights
   (:func:`~crl_bench.distributed.learner.role_weights`), for checkpoints;
@@ -86,7 +86,7 @@ class ExtractorWorker:
         backend_kind: the backend registry name ("hf", ...).
         spec: the backend's keyword arguments (:func:`worker_spec`).
         sampling: the extractor's :class:`~crl_bench.llm.types.SamplingParams`.
-        optim: the extractor's :class:`~crl_bench.runner.config.ExtractorConfig` (None: frozen,
+        optim: the extractor's :class:`~crl_bench.config.schema.ExtractorConfig` (None: frozen,
             no trainer in the child).
         total_steps, trainer_seed: as for ``RoleTrainer``.
         rng_seed: the child's torch / python RNG seed.
@@ -289,7 +289,7 @@ class WorkerTrainer:
         return held if held is not None else self.worker.state_dict()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        from crl_bench.runner.precision import role_weights
+        from crl_bench.training.precision import role_weights
 
         # the loop loaded the checkpoint's adapters into the main model first
         self.worker.load_weights(role_weights(self.local, "extractor"))
@@ -307,7 +307,7 @@ class _Server:
         import torch
 
         from crl_bench.llm.backend import backend_class
-        from crl_bench.runner.trainer import RoleTrainer
+        from crl_bench.training.role_trainer import RoleTrainer
 
         torch.set_num_threads(max(1, int(threads)))
         random.seed(rng_seed)
@@ -366,13 +366,13 @@ class _Server:
             random.setstate(rng["python"])
 
     def weights(self) -> list[Any]:
-        from crl_bench.runner.precision import role_weights
+        from crl_bench.training.precision import role_weights
 
         with self.weights_lock:
             return role_weights(self.backend, "extractor")
 
     def load_weights(self, weights: list[Any]) -> None:
-        from crl_bench.runner.precision import load_role_weights
+        from crl_bench.training.precision import load_role_weights
 
         with self.weights_lock:
             if self.trainer is not None:  # the masters too, where there are

@@ -9,7 +9,7 @@ Known short names (:data:`KNOWN_MODELS`) are built once into crl-bench's cache
   makes ``save_pretrained`` refuse and vLLM misread the checkpoint) and save it as bf16
   safetensors, the format upstream publishes. Conversion takes ~20 s once; loads take ~1 s.
 * ``smollm2-135m-reader``: ``smollm2-135m`` after a supervised warm start that teaches it to act on
-  its prompt's experience block and nothing about any task's rule (``crl_bench.runner.reader``).
+  its prompt's experience block and nothing about any task's rule (``crl_bench.builds.reader``).
 * ``tiny-random``: the same architecture shrunk to 2 layers of width 64, SmolLM2's real tokenizer
   and chat template, weights drawn from seed 0. Built in seconds; for tests.
 
@@ -151,25 +151,25 @@ TINY_SFT_STEPS = 300
 TINY_SFT_VERSION = 4
 
 
-def _build_tiny_sft(out: Path) -> None:
-    """Built by :mod:`crl_bench.tiny_sft` (its training data speaks every prompt format of the
-    actor and the extractor, so it lives above them; named here by import path, as the
-    registries name their built-ins)."""
-    import importlib
-
-    importlib.import_module("crl_bench.tiny_sft").build_tiny_sft(out)
+BUILDERS: dict[str, Callable[[Path], None]] = {}
+"""Builders of the named models that are trained by code above this layer (the tiny SFT model and
+the reader: their data are prompts of the rollout engine, the bank and the envs).
+:mod:`crl_bench.builds` registers them when ``crl_bench`` is imported, so this module names no
+module above it."""
 
 
-READER_VERSION = 2
+def _registered(name: str) -> Callable[[Path], None]:
+    def build(out: Path) -> None:
+        if name not in BUILDERS:
+            raise RuntimeError(f"no builder is registered for the model {name!r}: import crl_bench "
+                               "(crl_bench.builds registers the built-in ones) or register one in "
+                               "crl_bench.llm.models.BUILDERS")
+        BUILDERS[name](out)
+    return build
+
+
+READER_VERSION = 3
 READER_SEED = 0
-
-
-def _build_reader(out: Path) -> None:
-    """Built by :mod:`crl_bench.runner.reader` (its data are prompts of the rollout engine, the bank
-    and an env, all above this layer; named by import path, as tiny-sft)."""
-    import importlib
-
-    importlib.import_module("crl_bench.runner.reader").build_known_reader(out)
 
 
 KNOWN_MODELS: dict[str, KnownModel] = {
@@ -184,13 +184,14 @@ KNOWN_MODELS: dict[str, KnownModel] = {
         f"tiny-random after {TINY_SFT_STEPS} supervised steps (seed {TINY_SFT_SEED}) on answers in the "
         "formats the prompts ask for (MiniHack actions, asks, extractor operations, advice, merges); "
         "for tests whose updates must be real",
-        f"tiny-sft-llama-v{TINY_SFT_VERSION}-s{TINY_SFT_SEED}", _build_tiny_sft),
+        f"tiny-sft-llama-v{TINY_SFT_VERSION}-s{TINY_SFT_SEED}", _registered("tiny-sft")),
     "smollm2-135m-reader": KnownModel(
         "smollm2-135m after a supervised 'reader' warm start (LoRA merged, fp32): it acts on the "
         "experience block of its prompt (takes a success entry's move, avoids a failure entry's), "
         "trained on Landmark prompts whose entries and targets name random moves, so it knows no "
-        "task's rule (crl_bench.runner.reader; seed "
-        f"{READER_SEED})", f"smollm2-135m-reader-v{READER_VERSION}-s{READER_SEED}", _build_reader),
+        "task's rule (crl_bench.builds.reader; seed "
+        f"{READER_SEED})", f"smollm2-135m-reader-v{READER_VERSION}-s{READER_SEED}",
+        _registered("smollm2-135m-reader")),
 }
 
 _DONE_MARKER = "crl_bench_model.json"

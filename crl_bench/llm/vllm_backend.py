@@ -22,7 +22,7 @@ temperature 1, as in HF); with them the values are renormalised over the kept to
 by ``-log(kept probability mass)``: at most ``-log(top_p)`` for top-p alone, possibly more with
 top-k. vLLM returns no pre-truncation tempered log-prob, so config validation refuses this backend
 with truncated sampling unless the role recomputes its old log-probs (``recompute_old_logprobs``:
-the trainer's own log-probs; ``crl_bench.runner.validation``).
+the trainer's own log-probs; ``crl_bench.config.validation``).
 vLLM samples in bf16, so its log-probs differ from the fp32 HF recomputation by ~0.01-0.05 nats
 on average (tested: mean <= 0.05, max <= 0.5), and its greedy tokens follow HF's except where
 bf16 flips a near-tie (tested: HF's margin <= 0.3 nats at the first differing token; measured
@@ -84,7 +84,7 @@ class VLLMBackend:
         vllm_dtype: dtype of the vLLM engine (bf16 by default).
         device: where the HF training copy lives.
         max_model_len: longest prompt + completion vLLM must hold (a run passes
-            ``model.<role>_max_model_len``, :func:`crl_bench.runner.parts.models.engine_settings`).
+            ``model.<role>_max_model_len``, :func:`crl_bench.run.parts.models.engine_settings`).
         gpu_memory_utilization: fraction of GPU memory vLLM may take (the HF copy needs the rest;
             a run passes ``model.<role>_gpu_memory_utilization``).
         tensor_parallel_size: GPUs of the engine (``model.<role>_tensor_parallel``).

@@ -1,6 +1,6 @@
 """Reading run directories, and accounting for the runs that are missing or unfinished.
 
-A run directory (written by the runner, see ``crl_bench.runner.records``) holds ``config.json``,
+A run directory (written by the runner, see ``crl_bench.records.files``) holds ``config.json``,
 ``status.json``, ``metrics.jsonl``, ``episodes.jsonl`` and ``eval.jsonl``. Only finished runs
 (``state == "done"``) contribute numbers; every other run, and every run the suite expected but
 did not find, is listed as a :class:`MissingRun` so that no table silently loses a seed.
@@ -23,7 +23,7 @@ __all__ = ["Run", "MissingRun", "RunSet", "RunGroup", "load_run", "find_run_dirs
 
 
 # one reader for the run directory's JSONL files: the runner's (torn last lines skipped)
-from crl_bench.runner.records import read_jsonl  # noqa: E402
+from crl_bench.records.files import read_jsonl  # noqa: E402
 
 
 @dataclass
@@ -351,7 +351,7 @@ class RunSet:
     def ordered(self, rows: Iterable[str]) -> list[str]:
         """Rows in the paper's order of their agents (its agents, then the ablations, then the
         rest), an agent's configurations by name."""
-        from crl_bench.agent import ABLATIONS, PAPER_AGENTS
+        from crl_bench.baselines import ABLATIONS, PAPER_AGENTS
 
         rank = {a: i for i, a in enumerate((*PAPER_AGENTS, *ABLATIONS))}
         return sorted(rows, key=lambda r: (rank.get(self.agent_of(r), len(rank)), r))
@@ -390,7 +390,7 @@ class RunSet:
 
 def _default_settings() -> dict[str, Any]:
     """The settings of a default ``RunConfig`` of this version (:func:`run_settings`)."""
-    from crl_bench.runner.config import RunConfig
+    from crl_bench.config.schema import RunConfig
 
     return run_settings(RunConfig().to_dict())
 

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 __all__ = ["PlannedRun", "SUITES", "PAPER_AGENTS", "ABLATIONS", "VARIANTS",
            "plan_suite", "run_dir_name", "agent_label"]
 
-from crl_bench.agent import ABLATIONS, PAPER_AGENTS, agent_label  # the one table of agents
+from crl_bench.agent import agent_label
+from crl_bench.baselines import ABLATIONS, PAPER_AGENTS  # the one table of agents
 
 # Which evaluation variants (with_experience flag) make a table row for each agent. The baseline
 # never sees experience; Exp. Only is a frozen actor, so its row is the one with experience.

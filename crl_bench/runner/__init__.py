@@ -1,1 +1,1 @@
-"""crl_bench.runner"""
+"""The entry points: the Python API (:mod:`.api`), the commands that train and evaluate."""

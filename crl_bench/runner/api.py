@@ -44,7 +44,7 @@ def run_experiment(agent: str | None, tasks: str | None, preset: str | None, see
 
     ``None`` for ``agent`` / ``tasks`` / ``seed`` of a new run means comp_rl / 3mix / 0.
     """
-    from crl_bench.runner.records import RunDir
+    from crl_bench.records.files import RunDir
 
     if repair and not resume:
         raise ValueError("--repair only applies to --resume (it repairs the records of the run "
@@ -68,7 +68,7 @@ def _new_run_config(agent: str | None, tasks: str | None, preset: str | None, se
                     steps: int | None, overrides: dict[str, Any] | None) -> tuple[Any, Any]:
     """A new run's configuration and agent, every check done (the device included); nothing
     is built or written."""
-    from crl_bench.runner.config import build_config
+    from crl_bench.config.schema import build_config
 
     cfg = build_config(agent=agent, tasks=tasks, preset=preset,
                        seed=0 if seed is None else seed, steps=steps, overrides=overrides)
@@ -79,8 +79,8 @@ def _checked_agent(cfg: Any) -> Any:
     """The run's agent (a plugin is imported now, with its --set method.* options) and the check
     of this machine's devices, before anything is built (``cfg`` is validated already)."""
     from crl_bench.agent import load_agent
-    from crl_bench.runner.config import ConfigError
-    from crl_bench.runner.validation import check_device_usable
+    from crl_bench.config.schema import ConfigError
+    from crl_bench.config.validation import check_device_usable
 
     try:
         agent_obj = load_agent(cfg.agent, cfg.method)
@@ -94,7 +94,7 @@ def require_stored_run(out_dir: str | Path, given: dict[str, Any]) -> None:
     """``--resume`` continues a run that exists: a folder without ``config.json`` (never
     started, or stopped before it wrote its configuration) is refused, never silently started
     as some other experiment. ``given``: the options the command had, for the fix it names."""
-    from crl_bench.runner.config import ConfigError
+    from crl_bench.config.schema import ConfigError
 
     path = Path(out_dir)
     if (path / "config.json").is_file():
@@ -111,7 +111,7 @@ def require_stored_run(out_dir: str | Path, given: dict[str, Any]) -> None:
 
 def _stored_config(run: Any, validate: bool = True) -> Any:
     """The run's ``config.json`` as a RunConfig; a damaged file is named, with the way out."""
-    from crl_bench.runner.config import ConfigError, config_from_dict
+    from crl_bench.config.schema import ConfigError, config_from_dict
 
     path = run.config_path
     try:
@@ -130,7 +130,7 @@ def _stored_config(run: Any, validate: bool = True) -> Any:
 
 def _check_identity(cfg: Any, run: Any, **given: Any) -> None:
     """A resumed run keeps its agent, tasks, seed and preset; a different one given is refused."""
-    from crl_bench.runner.config import ConfigError
+    from crl_bench.config.schema import ConfigError
 
     option = {"agent": "--agent", "tasks": "--tasks", "seed": "--seed", "preset": "--preset"}
     differ = [f"{option[k]} {v} (stored: {getattr(cfg, k)})" for k, v in given.items()
@@ -148,16 +148,16 @@ settings)."""
 
 
 def fingerprint_fields(cfg: Any) -> dict[str, Any]:
-    """See :func:`crl_bench.runner.checksums.fingerprint_fields` (kept there so that a
+    """See :func:`crl_bench.records.checksums.fingerprint_fields` (kept there so that a
     checkpoint can record it too)."""
-    from crl_bench.runner.checksums import fingerprint_fields as fields
+    from crl_bench.records.checksums import fingerprint_fields as fields
 
     return fields(cfg)
 
 
 def record_fingerprint(run: Any, cfg: Any) -> None:
     """Write ``fingerprint.json`` (and its checksum) for a run that starts now."""
-    from crl_bench.runner.checksums import write_file_checksum
+    from crl_bench.records.checksums import write_file_checksum
 
     fields = fingerprint_fields(cfg)
     digest = hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
@@ -178,8 +178,8 @@ def check_fingerprint(run: Any, cfg: Any) -> None:
     """Refuse to resume when ``config.json`` no longer matches the fingerprint the run started
     with (an edit of the agent, seed, learning rate, ... would mix two configurations in one
     run's records). A run from before fingerprints were kept gets one now, with a warning."""
-    from crl_bench.runner.checksums import ChecksumError, verify_file_checksum
-    from crl_bench.runner.config import ConfigError
+    from crl_bench.records.checksums import ChecksumError, verify_file_checksum
+    from crl_bench.config.schema import ConfigError
 
     path = run.path / FINGERPRINT_FILE
     way_out = ("Restore config.json (the values the run started with are in "
@@ -231,8 +231,8 @@ def check_checkpoint_fingerprint(run: Any, checkpoint: Path, cfg: Any) -> None:
     fingerprint when its fields cannot be read. This holds with ``fingerprint.json`` and its
     checksum deleted; ``fingerprint.json`` is then written again from the checkpoint's record.
     A checkpoint without a record (older) changes nothing (:func:`check_fingerprint` warns)."""
-    from crl_bench.runner.checksums import fingerprint_digest, fingerprint_fields as fields_of
-    from crl_bench.runner.config import ConfigError
+    from crl_bench.records.checksums import fingerprint_digest, fingerprint_fields as fields_of
+    from crl_bench.config.schema import ConfigError
 
     recorded = _recorded_in_checkpoint(checkpoint)
     if recorded is None:
@@ -260,7 +260,7 @@ def check_checkpoint_fingerprint(run: Any, checkpoint: Path, cfg: Any) -> None:
 
 def _changed_fields(started: dict[str, Any], cfg: Any) -> list[str]:
     """``"field: old -> new"`` for each fingerprint field ``cfg`` changed since ``started``."""
-    from crl_bench.runner.config import RunConfig
+    from crl_bench.config.schema import RunConfig
 
     now = fingerprint_fields(cfg)
     defaults = fingerprint_fields(RunConfig())
@@ -280,9 +280,9 @@ def _run_locked(run: Any, *, agent: str | None, tasks: str | None, preset: str |
                 seed: int | None, steps: int | None, overrides: dict[str, Any] | None,
                 resume: bool, progress: bool, repair: bool,
                 ray: dict[str, Any] | None = None, new: tuple[Any, Any] | None = None) -> Path:
-    from crl_bench.runner.config import ConfigError, apply_resume_overrides
-    from crl_bench.runner.context import RunContext
-    from crl_bench.runner.loop import Trainer, write_config
+    from crl_bench.config.schema import ConfigError, apply_resume_overrides
+    from crl_bench.run.context import RunContext
+    from crl_bench.run.loop import RunLoop, write_config
 
     status = run.status()
     checkpoint, start = None, 0
@@ -339,7 +339,7 @@ def _run_locked(run: Any, *, agent: str | None, tasks: str | None, preset: str |
         from crl_bench.distributed.context import ray_context
 
         context = ray_context(**ray)
-    trainer = Trainer(cfg, agent_obj, run, progress=progress, context=context)
+    trainer = RunLoop(cfg, agent_obj, run, progress=progress, context=context)
     write_config(run, cfg, agent_obj, trainer.tasks)
     if not resuming:
         record_fingerprint(run, cfg)  # what config.json says now is what a resume must find
@@ -388,7 +388,7 @@ def _keep_start_bank(run: Any) -> None:
         return
     run.start_bank_path.parent.mkdir(parents=True, exist_ok=True)
     if run.bank_path.is_file():
-        from crl_bench.runner.checksums import write_file_checksum
+        from crl_bench.records.checksums import write_file_checksum
 
         snapshot_bank(run.bank_path, run.start_bank_path)
         write_file_checksum(run.start_bank_path)
@@ -414,8 +414,8 @@ def _restore_start_bank(run: Any) -> None:
 def check_start_bank(run: Any) -> None:
     """The run's copy of its bank at start, against its checksum and as a database."""
     from crl_bench.experience.bank_files import bank_file_problem
-    from crl_bench.runner.checksums import ChecksumError, verify_file_checksum
-    from crl_bench.runner.records import CheckpointError
+    from crl_bench.records.checksums import ChecksumError, verify_file_checksum
+    from crl_bench.records.files import CheckpointError
 
     path = run.start_bank_path
     way_out = ("Restore it, or start a new run with another --out (the run has no checkpoint "

@@ -6,7 +6,7 @@ import argparse
 
 
 def configure(p: argparse.ArgumentParser) -> None:
-    from crl_bench.runner.config import DEFAULT_AGENT, DEFAULT_TASKS, PRESETS
+    from crl_bench.config.schema import DEFAULT_AGENT, DEFAULT_TASKS, PRESETS
 
     p.add_argument("--agent", default=None,
                    help=f"agent name (`crl-bench list agents`); default {DEFAULT_AGENT} (with "
@@ -52,9 +52,9 @@ def configure(p: argparse.ArgumentParser) -> None:
 def run_command(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from crl_bench.cli import parse_overrides
+    from crl_bench.config.overrides import parse_overrides
     from crl_bench.runner.api import default_run_dir, run_experiment
-    from crl_bench.runner.config import DEFAULT_AGENT, DEFAULT_TASKS
+    from crl_bench.config.schema import DEFAULT_AGENT, DEFAULT_TASKS
 
     overrides = parse_overrides(args.overrides)
     if getattr(args, "wandb", False):
@@ -143,7 +143,7 @@ def summary_lines(evals: list[dict]) -> list[str]:
 
 
 def _print_summary(path) -> None:
-    from crl_bench.runner.records import read_jsonl
+    from crl_bench.records.files import read_jsonl
 
     evals = read_jsonl(path / "eval.jsonl")
     print(f"\nrun directory: {path}")
@@ -238,7 +238,7 @@ def closing_lines(path, sample: int = 3) -> list[str]:
 # ---------------------------------------------------------------------------------------------
 
 def configure_eval(p: argparse.ArgumentParser) -> None:
-    from crl_bench.runner.config import DEFAULT_TASKS, PRESETS
+    from crl_bench.config.schema import DEFAULT_TASKS, PRESETS
 
     p.add_argument("model", nargs="?", default=None, metavar="MODEL",
                    help="what to evaluate: a Hugging Face id (owner/name), a model folder, a "
@@ -286,7 +286,7 @@ def eval_command(args: argparse.Namespace) -> int:
     import os
     from pathlib import Path
 
-    from crl_bench.cli import parse_overrides
+    from crl_bench.config.overrides import parse_overrides
     from crl_bench.runner.eval_api import resolve_model, run_eval
 
     if args.wandb:
@@ -299,7 +299,7 @@ def eval_command(args: argparse.Namespace) -> int:
         out=Path(args.out) if args.out else None, bank=Path(args.bank) if args.bank else None,
         episodes=args.episodes, overrides=parse_overrides(args.overrides),
         progress=not args.no_progress, report=not args.no_report, concurrency=args.concurrency)
-    from crl_bench.runner.records import read_jsonl
+    from crl_bench.records.files import read_jsonl
 
     evals = [e for d in dirs for e in read_jsonl(d / "eval.jsonl")]
     print(f"\nevaluation: {out} ({len(dirs)} seed(s): {', '.join(d.name for d in dirs)})")

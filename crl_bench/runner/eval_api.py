@@ -13,7 +13,7 @@ on any task set, with or without a given experience bank (copied first: retrieva
 the bank, and the given file must stay as it was), over seeds. Each seed is one folder laid out as
 a run's (``config.json``, ``status.json``, ``eval.jsonl``, ``episodes.jsonl``, ``metrics.jsonl``,
 ``trajectories/``, ``tensorboard/``), written by the runner's own evaluation
-(:meth:`crl_bench.runner.loop.Trainer.evaluate`: the same held-out plan, prompts, sampling and
+(:meth:`crl_bench.run.loop.RunLoop.evaluate`: the same held-out plan, prompts, sampling and
 records as a run's evaluation); the report over the seeds (success, steps, intervals over seeds)
 is :func:`crl_bench.report.writer.write_report`'s.
 """
@@ -93,7 +93,7 @@ class EvalAgent(Agent):
 
 def _read_only_run(path: Path) -> Any:
     """A :class:`RunDir` view of an existing run for reading (no lock taken, nothing created)."""
-    from crl_bench.runner.records import RunDir
+    from crl_bench.records.files import RunDir
 
     run = RunDir.__new__(RunDir)
     run.path, run._lock_fh = path, None
@@ -142,7 +142,7 @@ def eval_config(model: EvalModel | None, *, tasks: str | None, preset: str | Non
                 episodes: int | None, overrides: dict[str, Any]) -> Any:
     """The evaluation's :class:`RunConfig`: a run's stored one for a checkpoint, else the
     preset's, with the model, tasks, seed, episodes and ``--set`` overrides applied."""
-    from crl_bench.runner.config import ConfigError, apply_overrides, build_config
+    from crl_bench.config.schema import ConfigError, apply_overrides, build_config
 
     overrides = dict(overrides)
     if episodes is not None:
@@ -185,9 +185,9 @@ def default_eval_dir(label: str, tasks: str, root: str | Path = "evals") -> Path
 def evaluate_one(cfg: Any, model: EvalModel | None, out: Path, *, bank: Path | None = None,
                  progress: bool = True, concurrency: int = 8) -> Path:
     """One seed's evaluation into the run-like folder ``out``; returns it."""
-    from crl_bench.runner.context import RunContext
-    from crl_bench.runner.loop import Trainer, write_config
-    from crl_bench.runner.records import RunDir, write_json_atomic
+    from crl_bench.run.context import RunContext
+    from crl_bench.run.loop import RunLoop, write_config
+    from crl_bench.records.files import RunDir, write_json_atomic
 
     model = model or EvalModel("model", cfg.model.actor)
     if out.exists() and (out / "config.json").exists():
@@ -200,7 +200,7 @@ def evaluate_one(cfg: Any, model: EvalModel | None, out: Path, *, bank: Path | N
 
             snapshot_bank(bank, run.bank_path)
         agent = EvalAgent(model, bank is not None, concurrency=concurrency)
-        trainer = Trainer(cfg, agent, run, progress=progress, context=RunContext)
+        trainer = RunLoop(cfg, agent, run, progress=progress, context=RunContext)
         write_config(run, cfg, agent, trainer.tasks)
         data = json.loads(run.config_path.read_text())
         data["agent"] = model.label

@@ -24,7 +24,7 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="single: Baseline vs Comp. RL per env family; multi: the 4 paper agents "
                         "on 3mix + Baseline/Comp. RL on 6mix; ablation: Comp. RL variants on "
                         "3mix; all: everything")
-    from crl_bench.runner.config import PRESETS
+    from crl_bench.config.schema import PRESETS
 
     p.add_argument("--preset", default="cpu", choices=list(PRESETS),
                    help="run preset (`crl-bench list presets`; default cpu)")
@@ -75,7 +75,7 @@ def reproduce(suite: str, preset: str, seeds: int, out_dir: str | Path, *,
     """
     from crl_bench.report.runs import load_run
     from crl_bench.report.writer import write_report
-    from crl_bench.runner.records import RunInUseError, run_holder
+    from crl_bench.records.files import RunInUseError, run_holder
 
     plan: list[PlannedRun] = plan_suite(suite, seeds, tasks)
     if run_fn is None:
@@ -159,7 +159,7 @@ def reproduce(suite: str, preset: str, seeds: int, out_dir: str | Path, *,
 
 
 def _cmd_reproduce(args: argparse.Namespace) -> int:
-    from crl_bench.cli import parse_overrides
+    from crl_bench.config.overrides import parse_overrides
 
     tasks = split_csv(args.tasks)
     plan = plan_suite(args.suite, args.seeds, tasks)

@@ -22,7 +22,7 @@ class ShowError(ValueError):
 
 
 def _records(run: Path) -> list[dict[str, Any]]:
-    from crl_bench.runner.records import read_jsonl
+    from crl_bench.records.files import read_jsonl
 
     if not (run / "episodes.jsonl").is_file():
         raise ShowError(f"{run} holds no episodes.jsonl: give a run directory (or one seed's "

@@ -21,9 +21,9 @@ A preset is a short list of changes to that base (:data:`PRESETS`, the one table
 
 ``--set section.field=value`` overrides any field (``--set actor.lr=2e-5``); values are parsed as
 JSON where possible. :meth:`RunConfig.validate` checks every field's type and range (see
-:data:`crl_bench.runner.validation.FIELD_RANGES`) and every name against its registry *before anything is built*; a bad value
+:data:`crl_bench.config.validation.FIELD_RANGES`) and every name against its registry *before anything is built*; a bad value
 raises :class:`ConfigError` naming the field and the fix. Documented limits: at most
-:data:`~crl_bench.runner.validation.MAX_GROUP_SIZE` rollouts per group and :data:`~crl_bench.runner.validation.MAX_EPISODES_PER_STEP` episodes per step
+:data:`~crl_bench.config.validation.MAX_GROUP_SIZE` rollouts per group and :data:`~crl_bench.config.validation.MAX_EPISODES_PER_STEP` episodes per step
 (``rollout.groups * rollout.group_size``) or per evaluated task (``eval.episodes_per_task``): every
 episode holds a live env and its prompts, so larger values exhaust memory before they do anything
 useful. ``eval.episodes_per_task`` must be >= 1 (there is no "no evaluation" setting: use
@@ -40,7 +40,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Callable, ClassVar, Literal
 
 from crl_bench.algorithms import Aggregation
-from crl_bench.runner.errors import ConfigError  # raised by the config and its validation
+from crl_bench.config.errors import ConfigError  # raised by the config and its validation
 
 DEFAULT_AGENT = "comp_rl"
 """The agent of a run that names none (``RunConfig()``, ``crl-bench run``, ``run_experiment``)."""
@@ -529,12 +529,12 @@ class RunConfig(_Section):
         where the configuration is final (:func:`build_config`; a resumed run's stored one after
         its resume overrides).
 
-        Checks every field's type and range (:data:`crl_bench.runner.validation.FIELD_RANGES`),
+        Checks every field's type and range (:data:`crl_bench.config.validation.FIELD_RANGES`),
         the choices of the ``Literal``-typed fields, names against the registries (agents and
         their ``method.*`` options, task mixes, losses and their argument ranges, advantages,
         backends), old names (:data:`DEPRECATED`) and the model names, without building
         anything."""
-        from crl_bench.runner.validation import validate_config
+        from crl_bench.config.validation import validate_config
 
         for key in self.method:
             refuse_deprecated(f"method.{key}")

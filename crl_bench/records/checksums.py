@@ -147,7 +147,7 @@ def verify_file_checksum(path: Path) -> bool:
 def fingerprint_fields(cfg: Any) -> dict[str, Any]:
     """``cfg`` flattened to dotted names (``actor.lr``, ``method.merge``), without ``steps``
     (``--steps`` may extend a run) and the settings a resume may change (``threads``, ...)."""
-    from crl_bench.runner.config import RESUMABLE_OVERRIDES
+    from crl_bench.config.schema import RESUMABLE_OVERRIDES
 
     flat: dict[str, Any] = {}
 

@@ -1,6 +1,6 @@
-"""Validation of a :class:`~crl_bench.runner.config.RunConfig`: every field's type and range, every
+"""Validation of a :class:`~crl_bench.config.schema.RunConfig`: every field's type and range, every
 name against its registry, model names — before anything is built. A bad value raises
-:class:`~crl_bench.runner.config.ConfigError` naming the field and the fix.
+:class:`~crl_bench.config.schema.ConfigError` naming the field and the fix.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from dataclasses import fields
 from typing import TYPE_CHECKING, Any, Literal
 
 from crl_bench.algorithms.ranges import Range
-from crl_bench.runner.errors import ConfigError
+from crl_bench.config.errors import ConfigError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from crl_bench.runner.config import RunConfig
+    from crl_bench.config.schema import RunConfig
 
 
 MAX_GROUP_SIZE = 1024

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
     from crl_bench.mixes import MixTask
-    from crl_bench.runner.config import RunConfig
-    from crl_bench.runner.records import RunDir
+    from crl_bench.config.schema import RunConfig
+    from crl_bench.records.files import RunDir
 
 
 @dataclass

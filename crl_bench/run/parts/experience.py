@@ -13,15 +13,15 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from crl_bench.runner.parts.base import Part, RunInfo
-from crl_bench.runner.parts.models import Models
+from crl_bench.run.parts.base import Part, RunInfo
+from crl_bench.run.parts.models import Models
 
 
 class ExperienceSide(Part):
     """``manager``: the :class:`~crl_bench.experience.manager.ExperienceManager` over
     ``RUN_DIR/bank.sqlite`` (None: no bank); ``extractor``: the
     :class:`~crl_bench.extractor.track.ExtractorTrack` (None: no extractor); ``trainer``: the
-    extractor's :class:`~crl_bench.runner.trainer.RoleTrainer` (None: frozen). ``search_ask`` /
+    extractor's :class:`~crl_bench.training.role_trainer.RoleTrainer` (None: frozen). ``search_ask`` /
     ``gate``: the with-experience episodes may query the bank mid-episode / the actor judges
     each retrieved entry first.
 
@@ -86,7 +86,7 @@ class ExperienceSide(Part):
         on each step's episodes. ``train``: give the extractor its own optimiser (on the shared
         adapter when the parameters are shared). ``merge``: the bank is merged every
         ``experience.merge_every`` steps (False: never)."""
-        from crl_bench.runner.trainer import RoleTrainer
+        from crl_bench.training.role_trainer import RoleTrainer
 
         if self.manager is None:
             raise RuntimeError("build_experience() must come before build_extractor()")
@@ -136,7 +136,7 @@ class ExperienceSide(Part):
         """The extractor's model (and trainer) in a worker process built like the main
         backend's extractor role, starting from its weights; :attr:`trainer` becomes the
         worker's (:class:`~crl_bench.extractor.worker.WorkerTrainer`)."""
-        from crl_bench.runner.precision import role_weights
+        from crl_bench.training.precision import role_weights
         from crl_bench.extractor.worker import ExtractorWorker, WorkerTrainer, worker_spec
 
         cfg, ext_raw = self.info.cfg, self.models.ext_raw
@@ -162,7 +162,7 @@ class ExperienceSide(Part):
     def before_checkpoint(self) -> None:
         """The worker's extractor weights into the main model (whose adapters the checkpoint
         saves), its trainer state taken in the same call for the same checkpoint."""
-        from crl_bench.runner.precision import load_role_weights
+        from crl_bench.training.precision import load_role_weights
 
         if self.worker is None:
             return
@@ -201,7 +201,7 @@ class ExperienceSide(Part):
         cfg = self.info.cfg
         if self.extractor is None or not cfg.extractor.wait_before_rollout:
             return
-        from crl_bench.runner.trainer import timed
+        from crl_bench.training.role_trainer import timed
 
         fenced = cfg.extractor.fence == "official"
         if fenced and merge:  # the step's flush decision (official: once, before its rollouts)

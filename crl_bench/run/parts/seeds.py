@@ -6,7 +6,7 @@ import random
 from pathlib import Path
 from typing import Any
 
-from crl_bench.runner.parts.base import Part, RunInfo
+from crl_bench.run.parts.base import Part, RunInfo
 
 
 def train_seed(run_seed: int, index: int, eval_seed_offset: int) -> int:

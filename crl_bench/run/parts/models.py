@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from crl_bench.llm.roles import LockedBackend, WaitTimingLock, extractor_generate
-from crl_bench.runner.parts.base import Part, RunInfo
+from crl_bench.run.parts.base import Part, RunInfo
 
 __all__ = ["LockedBackend", "Models", "WaitTimingLock", "engine_settings", "extractor_generate"]
 
@@ -28,7 +28,7 @@ def engine_settings(cfg: Any, role: str) -> dict[str, Any]:
     built with them (in one process and on Ray's engine actors); an engine shorter than the
     role's longest sequence is refused here, before anything loads (vLLM would refuse the first
     long prompt mid-run)."""
-    from crl_bench.runner.config import ConfigError
+    from crl_bench.config.schema import ConfigError
 
     if role not in ("actor", "extractor"):
         raise ValueError(f"role must be 'actor' or 'extractor', got {role!r}")

@@ -5,13 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from crl_bench.runner.parts.base import Part, RunInfo
-from crl_bench.runner.parts.models import Models
+from crl_bench.run.parts.base import Part, RunInfo
+from crl_bench.run.parts.models import Models
 
 
 class ActorSide(Part):
     """Returns, advantages and the actor's update; :attr:`trainer` is the actor's
-    :class:`~crl_bench.runner.trainer.RoleTrainer` (None: a frozen actor). Its checkpoint state
+    :class:`~crl_bench.training.role_trainer.RoleTrainer` (None: a frozen actor). Its checkpoint state
     is the trainer's (optimiser, schedule, counters)."""
 
     name = "actor"
@@ -22,7 +22,7 @@ class ActorSide(Part):
         self.trainer: Any = None
 
     def build_trainer(self) -> None:
-        from crl_bench.runner.trainer import RoleTrainer
+        from crl_bench.training.role_trainer import RoleTrainer
 
         cfg = self.info.cfg
         self.trainer = RoleTrainer(self.models.raw_backend, "actor", cfg.actor,
@@ -60,7 +60,7 @@ class ActorSide(Part):
         one its plugin registers) instead of the run's ``actor.loss``; its settings are its
         registered defaults updated by ``loss_args`` (None: the run's ``actor.loss_args`` when
         the loss is the run's own)."""
-        from crl_bench.runner.trainer import TrainSample, timed
+        from crl_bench.training.role_trainer import TrainSample, timed
 
         if self.trainer is None:
             raise RuntimeError("update_actor() needs build_actor_trainer() in the agent's build()")

@@ -9,11 +9,11 @@ from pathlib import Path
 from typing import Any
 
 from crl_bench.mixes import MixTask
-from crl_bench.runner.parts.base import Part, RunInfo
-from crl_bench.runner.parts.experience import ExperienceSide
-from crl_bench.runner.parts.models import Models
-from crl_bench.runner.parts.seeds import sampling_seed as phase_sampling_seed
-from crl_bench.runner.parts.seeds import train_seed
+from crl_bench.run.parts.base import Part, RunInfo
+from crl_bench.run.parts.experience import ExperienceSide
+from crl_bench.run.parts.models import Models
+from crl_bench.run.parts.seeds import sampling_seed as phase_sampling_seed
+from crl_bench.run.parts.seeds import train_seed
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,7 @@ def check_family_available(task: MixTask, make_kwargs: dict[str, Any]) -> None:
     import gymnasium
 
     from crl_bench.registry import ENVS
-    from crl_bench.runner.config import ConfigError
+    from crl_bench.config.schema import ConfigError
 
     if task.env_id not in ENVS:
         raise ConfigError(
@@ -188,7 +188,7 @@ class Player(Part):
         episode is shown (``experience_text``) and, through ``meta["gate"]``, the credit it gives
         (:func:`~crl_bench.algorithms.credit.gate_credit`). Unparseable: nothing shown, no credit."""
         from crl_bench.extractor.gate import gate_messages, parse_gate
-        from crl_bench.runner.trainer import timed
+        from crl_bench.training.role_trainer import timed
 
         backend = self.models.backend
         prompts = []
@@ -253,13 +253,13 @@ class Player(Part):
     def play(self, phase: str, step: int, plan: list[GroupPlan], *,
              sampling_seed: int | None = None) -> list[Any]:
         """Play every episode of ``plan`` concurrently (one batched model call per turn), with
-        the phase's sampling seed (:func:`~crl_bench.runner.parts.seeds.sampling_seed`) unless
+        the phase's sampling seed (:func:`~crl_bench.run.parts.seeds.sampling_seed`) unless
         ``sampling_seed`` is given.
 
         With Search-and-Ask on the with-experience episodes may query the bank; on training
         episodes of a trained extractor the asks become extractor samples credited with the
         asking episode's score."""
-        from crl_bench.runner.trainer import timed
+        from crl_bench.training.role_trainer import timed
 
         info, exp = self.info, self.experience
         exp.wait_for_bank(merge=phase == "train")  # evaluation never merges (at most once a step)
@@ -292,7 +292,7 @@ class Player(Part):
             return None, {}
         from crl_bench.extractor.search_ask import SearchAndAsk
         from crl_bench.extractor.track import ExtractorSample
-        from crl_bench.runner.trainer import timed
+        from crl_bench.training.role_trainer import timed
 
         x = self.info.cfg.experience
         saa = SearchAndAsk(exp.manager, exp.generate, k=x.ask_k, style=x.ask_style)

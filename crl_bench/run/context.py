@@ -1,4 +1,4 @@
-"""The run context: the parts of a run (:mod:`crl_bench.runner.parts`), built once, and the
+"""The run context: the parts of a run (:mod:`crl_bench.run.parts`), built once, and the
 verbs an agent's step is written in.
 
 An agent's :meth:`~crl_bench.agent.Agent.build` asks for parts (``build_models``,
@@ -6,7 +6,7 @@ An agent's :meth:`~crl_bench.agent.Agent.build` asks for parts (``build_models``
 :meth:`~crl_bench.agent.Agent.train_step` uses the verbs: :meth:`RunContext.plan` task groups,
 :meth:`RunContext.play` them, :meth:`RunContext.returns` / :meth:`RunContext.advantages`,
 :meth:`RunContext.update_actor`, and hands the episodes to ``ctx.extractor``. The loop
-(:mod:`crl_bench.runner.loop`) owns evaluation, records and checkpoints (a loop over
+(:mod:`crl_bench.run.loop`) owns evaluation, records and checkpoints (a loop over
 :attr:`RunContext.parts`).
 
 Which implementation of each part a run gets is the context's: this one builds every part in
@@ -19,13 +19,13 @@ from __future__ import annotations
 from typing import Any
 
 from crl_bench.mixes import resolve_tasks
-from crl_bench.runner.config import RunConfig
-from crl_bench.runner.parts import (ActorSide, ExperienceSide, GroupPlan, LockedBackend, Models,
+from crl_bench.config.schema import RunConfig
+from crl_bench.run.parts import (ActorSide, ExperienceSide, GroupPlan, LockedBackend, Models,
                                     Part, Player, RunInfo, Seeds, WaitTimingLock)
-from crl_bench.runner.parts.models import extractor_generate
-from crl_bench.runner.parts.player import check_family_available
-from crl_bench.runner.parts.seeds import sampling_seed, train_seed
-from crl_bench.runner.records import RunDir
+from crl_bench.run.parts.models import extractor_generate
+from crl_bench.run.parts.player import check_family_available
+from crl_bench.run.parts.seeds import sampling_seed, train_seed
+from crl_bench.records.files import RunDir
 
 __all__ = ["GroupPlan", "LockedBackend", "RunContext", "WaitTimingLock", "check_family_available",
            "extractor_generate", "sampling_seed", "train_seed"]
@@ -43,7 +43,7 @@ class RunContext:
 
     Attributes:
         cfg: the run's :class:`RunConfig`; run: the :class:`RunDir`; tasks: the mix's tasks.
-        seeds, models, actor, experience, player: the parts (:mod:`crl_bench.runner.parts`).
+        seeds, models, actor, experience, player: the parts (:mod:`crl_bench.run.parts`).
         step: the actor step being played (0 during the first evaluation).
     """
 
@@ -51,7 +51,7 @@ class RunContext:
         self.cfg = cfg
         self.run = run_dir
         self.tasks = resolve_tasks(cfg.tasks)
-        from crl_bench.runner.progress import NullProgress
+        from crl_bench.run.progress import NullProgress
 
         self.info = RunInfo(cfg, run_dir, tuple(self.tasks), progress=NullProgress())
         self.seeds = Seeds(self.info)
@@ -86,7 +86,7 @@ class RunContext:
 
     @property
     def progress(self) -> Any:
-        """The run's :class:`~crl_bench.runner.progress.ProgressReporter` (the loop sets it)."""
+        """The run's :class:`~crl_bench.run.progress.ProgressReporter` (the loop sets it)."""
         return self.info.progress
 
     @progress.setter
@@ -117,7 +117,7 @@ class RunContext:
         self.player.check_tasks()
 
     def build_models(self, *, extractor: bool, shared_params: bool = False) -> None:
-        """See :meth:`Models.build <crl_bench.runner.parts.models.Models.build>`."""
+        """See :meth:`Models.build <crl_bench.run.parts.models.Models.build>`."""
         self.models.build(extractor=extractor, shared_params=shared_params)
 
     def build_actor_trainer(self) -> None:
@@ -132,7 +132,7 @@ class RunContext:
 
     def build_extractor(self, extractor_step: Any, *, train: bool, merge: bool = True) -> None:
         """See :meth:`ExperienceSide.build_extractor
-        <crl_bench.runner.parts.experience.ExperienceSide.build_extractor>`."""
+        <crl_bench.run.parts.experience.ExperienceSide.build_extractor>`."""
         self.experience.build_extractor(extractor_step, train=train, merge=merge)
 
     # -- the verbs (an agent's train_step()) ---------------------------------------------------
@@ -144,7 +144,7 @@ class RunContext:
 
     def play(self, phase: str, step: int, plan: list[GroupPlan], *,
              sampling_seed: int | None = None) -> list[Any]:
-        """See :meth:`Player.play <crl_bench.runner.parts.player.Player.play>`."""
+        """See :meth:`Player.play <crl_bench.run.parts.player.Player.play>`."""
         return self.player.play(phase, step, plan, sampling_seed=sampling_seed)
 
     def returns(self, trajectories: list[Any]) -> Any:
@@ -156,7 +156,7 @@ class RunContext:
     def update_actor(self, trajectories: list[Any], advantages: Any, *, loss: str | None = None,
                      loss_args: dict[str, Any] | None = None) -> dict[str, float]:
         """One actor update; ``loss``/``loss_args``: the agent's own policy loss (see
-        :meth:`ActorSide.update <crl_bench.runner.parts.actor.ActorSide.update>`)."""
+        :meth:`ActorSide.update <crl_bench.run.parts.actor.ActorSide.update>`)."""
         return self.actor.update(trajectories, advantages, loss=loss, loss_args=loss_args)
 
     def extractor_generate(self, message_lists: list[list[dict]], stop: tuple[str, ...] = ()

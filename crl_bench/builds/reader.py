@@ -51,6 +51,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from crl_bench.llm.models import READER_VERSION
+
 READER_MODEL = "smollm2-135m-reader"
 ENV_ID = "crl/MiniHack-Room-Landmark-5x5-v0"
 FIRST_LEVEL = 9_000_000
@@ -76,7 +78,7 @@ class ReaderRecipe:
     """Everything the warm start depends on; the model folder's name carries its version."""
 
     base: str = "smollm2-135m"
-    examples: int = 384
+    examples: int = 1024
     epochs: int = 1
     batch: int = 8
     lr: float = 1e-3
@@ -97,7 +99,7 @@ class ReaderRecipe:
     entry's stem is all that tells them apart. Without twins (the first recipe) the model learnt
     to copy the named move but not to avoid it: "do not take X" made it send X in 78% of the
     held-out probe's episodes."""
-    none_share: float = 1 / 3
+    none_share: float = 0.2
     """Share of draws that are a prompt without experience (the rest: twins, or single entries
     when ``paired`` is off)."""
     ask_share: float = 0.5
@@ -111,7 +113,8 @@ class ReaderRecipe:
 
 
 RECIPE = ReaderRecipe()
-VERSION = 2
+VERSION = READER_VERSION
+"""The recipe's version: the model folder's name (``crl_bench.llm.models``) carries it."""
 
 
 @dataclass
@@ -149,7 +152,7 @@ def prompt_config(cfg: Any = None) -> Any:
 
 
 def reader_config(model: str | None = None) -> Any:
-    from crl_bench.runner.config import build_config
+    from crl_bench.config.schema import build_config
 
     overrides = dict(PROMPT_SETTINGS)
     if model is not None:
@@ -411,6 +414,7 @@ def build_reader(out: Path, recipe: ReaderRecipe = RECIPE, log: Any = print) -> 
             schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(
                 1.0, (s + 1) / max(1, recipe.warmup_steps)) * max(0.0, 1 - s / max(1, total)))
             losses, tokens, step = [], 0, 0
+            by_condition: dict[str, list[float]] = {}
             pad = tokenizer.pad_token_id or 0
             for epoch in range(recipe.epochs):
                 order = random.Random(f"reader-order:{recipe.seed}:{epoch}").sample(
@@ -426,7 +430,14 @@ def build_reader(out: Path, recipe: ReaderRecipe = RECIPE, log: Any = print) -> 
                                        attention_mask=b.attention_mask).last_hidden_state
                         where = b.loss_mask.bool()
                         logits = head(hidden[:, :-1][where]).float()
-                    loss = torch.nn.functional.cross_entropy(logits, b.input_ids[:, 1:][where])
+                    per_token = torch.nn.functional.cross_entropy(
+                        logits, b.input_ids[:, 1:][where], reduction="none")
+                    loss = per_token.mean()
+                    rows = where.nonzero()[:, 0]
+                    for j in range(len(batch)):
+                        cond = data[order[start + j]].condition
+                        sel = per_token[rows == j].detach()
+                        by_condition.setdefault(cond, []).append(round(float(sel.mean()), 4))
                     optimizer.zero_grad(set_to_none=True)
                     loss.backward()
                     optimizer.step()
@@ -436,7 +447,10 @@ def build_reader(out: Path, recipe: ReaderRecipe = RECIPE, log: Any = print) -> 
                     losses.append(round(float(loss.detach()), 5))
                     if step == 1 or step % 10 == 0 or step == total:
                         wall = time.perf_counter() - t0
-                        log(f"reader: step {step}/{total}  loss {losses[-1]:.3f}  "
+                        recent = {c: sum(v[-32:]) / len(v[-32:]) for c, v in by_condition.items()}
+                        per = ", ".join(f"{c} {x:.2f}" for c, x in sorted(recent.items()))
+                        log(f"reader: step {step}/{total}  loss {losses[-1]:.3f}  (last 32 per "
+                            f"condition: {per})  "
                             f"{tokens / max(wall, 1e-9):.0f} tok/s overall ({wall:.0f} s)")
             model = model.merge_and_unload()
         model.eval()
@@ -450,7 +464,8 @@ def build_reader(out: Path, recipe: ReaderRecipe = RECIPE, log: Any = print) -> 
         info = {"name": READER_MODEL, "version": VERSION, "recipe": asdict(recipe),
                 "prompt_settings": PROMPT_SETTINGS, "first_level": FIRST_LEVEL,
                 "examples": len(data), "conditions": dict(Counter(e.condition for e in data)),
-                "data_check": check, "losses": losses, "steps": step, "tokens": tokens,
+                "data_check": check, "losses": losses,
+                "losses_by_condition": by_condition, "steps": step, "tokens": tokens,
                 "example_prompt": tokenizer.decode(pairs[0][0]) if pairs else "",
                 "wall_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0}
         (out / READER_FILE).write_text(json.dumps(info, indent=1) + "\n")

@@ -1,6 +1,6 @@
 """A live progress line for a run: phase, episodes done of total, tokens/s and ETA.
 
-One :class:`ProgressReporter` per run. The loop and the :class:`~crl_bench.runner.context.RunContext`
+One :class:`ProgressReporter` per run. The loop and the :class:`~crl_bench.run.context.RunContext`
 tell it what is happening (``set_phase``, ``begin_play``, ``step_done``); the rollout engine calls
 ``on_play_progress`` after every batched turn. A daemon thread prints the line:
 

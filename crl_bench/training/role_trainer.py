@@ -21,7 +21,7 @@ no KL term and no entropy bonus (the official configuration has neither).
 Mixed precision: when the trainable parameters are 16-bit (a bf16 model with full
 fine-tuning), forward and backward run in bf16 while gradients accumulate, clipping and AdamW run
 on fp32 master weights, cast back into the module after every step so that generation sees the
-update (:mod:`crl_bench.runner.precision`; 18 bytes per parameter). fp32 parameters (fp32
+update (:mod:`crl_bench.training.precision`; 18 bytes per parameter). fp32 parameters (fp32
 models, and LoRA adapters, which PEFT keeps in fp32 on a bf16 base) are stepped directly.
 """
 
@@ -35,8 +35,8 @@ import time
 from typing import Any, Sequence
 
 from crl_bench.llm.types import TrainSample
-from crl_bench.runner.config import OptimConfig
-from crl_bench.runner.precision import MixedPrecision
+from crl_bench.config.schema import OptimConfig
+from crl_bench.training.precision import MixedPrecision
 
 
 def _schedule_factor(step: int, cfg: OptimConfig, total_steps: int) -> float:

@@ -13,19 +13,19 @@ part               job
 
 A part's checkpoint state is :meth:`Part.state_dict` (small values, tensors allowed) plus the
 files it writes into the checkpoint folder (adapters, the bank); the loop saves and restores a
-run by looping over :attr:`RunContext.parts <crl_bench.runner.context.RunContext.parts>`. A
+run by looping over :attr:`RunContext.parts <crl_bench.run.context.RunContext.parts>`. A
 distributed run swaps in remote implementations of the same parts
 (:func:`crl_bench.distributed.context.ray_context`).
 """
 
 from __future__ import annotations
 
-from crl_bench.runner.parts.base import Part, RunInfo
-from crl_bench.runner.parts.seeds import Seeds
-from crl_bench.runner.parts.models import Models, WaitTimingLock, LockedBackend
-from crl_bench.runner.parts.experience import ExperienceSide
-from crl_bench.runner.parts.player import GroupPlan, Player
-from crl_bench.runner.parts.actor import ActorSide
+from crl_bench.run.parts.base import Part, RunInfo
+from crl_bench.run.parts.seeds import Seeds
+from crl_bench.run.parts.models import Models, WaitTimingLock, LockedBackend
+from crl_bench.run.parts.experience import ExperienceSide
+from crl_bench.run.parts.player import GroupPlan, Player
+from crl_bench.run.parts.actor import ActorSide
 
 __all__ = ["ActorSide", "ExperienceSide", "GroupPlan", "LockedBackend", "Models", "Part",
            "Player", "RunInfo", "Seeds", "WaitTimingLock"]

@@ -1,7 +1,7 @@
 """The training loop: for each step, the agent's step; evaluate; log; checkpoint.
 
 What a step *does* is the agent's (``baselines/``, see :mod:`crl_bench.agent`); the parts it uses
-are built once by the :class:`~crl_bench.runner.context.RunContext`. This module only drives:
+are built once by the :class:`~crl_bench.run.context.RunContext`. This module only drives:
 
 1. evaluate at step 0 (held-out tasks, with and without experience for agents with a bank);
 2. for step = 1..N: ``agent.train_step(ctx, step)``; record its episodes and trajectories;
@@ -19,12 +19,12 @@ from pathlib import Path
 from typing import Any, Callable
 
 from crl_bench.agent import Agent
-from crl_bench.runner.config import RunConfig
-from crl_bench.runner.context import RunContext
-from crl_bench.runner.eval_logs import log_eval_tables
+from crl_bench.config.schema import RunConfig
+from crl_bench.run.context import RunContext
+from crl_bench.run.eval_logs import log_eval_tables
 from crl_bench.memory import limit_malloc_arenas, peak_rss_gb, release_free_memory, rss_gb
-from crl_bench.runner.records import RunDir, write_json_atomic
-from crl_bench.runner.trainer import timed
+from crl_bench.records.files import RunDir, write_json_atomic
+from crl_bench.training.role_trainer import timed
 
 AGENT_STATE_KEY = "__agent__"
 """The key of the agent's own state (:meth:`crl_bench.agent.Agent.state_dict`) in a checkpoint's
@@ -32,7 +32,7 @@ AGENT_STATE_KEY = "__agent__"
 
 
 MOMENTS = ("startup", "steps", "episodes", "checkpoint")
-HOOKS: list[Callable[[str, "int | None", "Trainer"], None]] = []
+HOOKS: list[Callable[[str, "int | None", "RunLoop"], None]] = []
 """Observers of a run's moments, called as ``hook(moment, step, trainer)``: ``startup`` (models,
 bank and config ready, nothing recorded), ``steps`` (this process's first step is about to
 start), ``episodes`` (a step's episodes and trajectories written, its metrics not) and
@@ -87,7 +87,7 @@ def combine_extractor_batches(batches: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-class Trainer:
+class RunLoop:
     """Runs ``agent`` for ``cfg.steps`` steps in ``run_dir``. See the module docstring.
 
     ``context``: builds the run's parts, ``context(cfg, run_dir)`` (default: :class:`RunContext`,
@@ -115,7 +115,7 @@ class Trainer:
             hook(moment, step, self)
 
     def setup(self) -> None:
-        from crl_bench.runner.progress import NullProgress, ProgressReporter
+        from crl_bench.run.progress import NullProgress, ProgressReporter
 
         # the live line starts before the models load (that alone can take a minute)
         self.ctx.progress = (ProgressReporter().start() if self.progress else NullProgress())
@@ -299,7 +299,7 @@ class Trainer:
             states[AGENT_STATE_KEY] = self.agent.state_dict()  # the agent's own state
         torch.save(states, tmp / "state.pt")
         self.reached("checkpoint", step)
-        from crl_bench.runner.checksums import checkpoint_fingerprint
+        from crl_bench.records.checksums import checkpoint_fingerprint
 
         # the run's fingerprint too: under the checkpoint's checksums, a resume compares
         # config.json with it even when fingerprint.json is deleted

@@ -373,7 +373,7 @@ class RunDir:
         """Atomically make ``tmp`` the last checkpoint (rename; the old one is removed after)."""
         last = self.checkpoint_dir
         old = last.with_name("old")
-        from crl_bench.runner.checksums import write_manifest
+        from crl_bench.records.checksums import write_manifest
 
         write_manifest(tmp)  # checked by verify_checkpoint before a resume uses any of it
         if old.exists():
@@ -445,7 +445,7 @@ def check_checkpoint_contents(path: Path, way_out: str) -> None:
     import sys
 
     from crl_bench.experience.bank_files import bank_file_problem
-    from crl_bench.runner.checksums import CHECKSUMS, ChecksumError, verify_manifest
+    from crl_bench.records.checksums import CHECKSUMS, ChecksumError, verify_manifest
 
     try:
         checked = verify_manifest(path)
