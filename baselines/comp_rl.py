@@ -66,6 +66,14 @@ class CompRL(Agent):
     Config = CompRLConfig
 
     @property
+    def roles(self) -> tuple[str, ...]:
+        return ("actor", "extractor")
+
+    @property
+    def shares_parameters(self) -> bool:
+        return self.config.shared_params
+
+    @property
     def uses_bank(self) -> bool:
         return True
 
@@ -81,7 +89,7 @@ class CompRL(Agent):
 
     def build(self, ctx: RunContext) -> None:
         c = self.config
-        ctx.build_models(extractor=True, shared_params=c.shared_params)
+        ctx.build_models(extractor=True, shared_params=self.shares_parameters)
         if c.train_actor:
             ctx.build_actor_trainer()
         ctx.build_experience(diversify=c.diversify, search_ask=c.search_ask,

@@ -135,6 +135,18 @@ class Agent:
 
     # -- what the run needs ----------------------------------------------------------------------
     @property
+    def roles(self) -> tuple[str, ...]:
+        """The roles the agent builds a model for: ``("actor",)``, or ``("actor", "extractor")``
+        for an agent with an experience extractor. Generic code asks the agent this (never its
+        name): full fine-tuning on one vLLM base, for one, needs a set of weights per role."""
+        return ("actor",)
+
+    @property
+    def shares_parameters(self) -> bool:
+        """Whether all its roles run on one set of parameters (one model serves every role)."""
+        return False
+
+    @property
     def uses_bank(self) -> bool:
         """Whether the agent keeps an experience bank (evaluation then runs with and without it)."""
         return False

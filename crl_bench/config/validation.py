@@ -405,11 +405,13 @@ def validate_config(cfg: "RunConfig", *, presets: Any) -> None:
                           "sequence and needs rollout.conversation=full (--set "
                           "rollout.conversation=full), or use actor.sample_unit=turn.")
     one_base = not cfg.model.extractor or cfg.model.extractor == cfg.model.actor
-    if (cfg.model.lora_r == 0 and cfg.model.backend == "vllm" and one_base
-            and cfg.agent not in ("grpo", "comp_rl_shared_params")):
+    roles = tuple(getattr(agent, "roles", ("actor",)))  # asked of the agent, never its name
+    own_weights = len(roles) > 1 and not getattr(agent, "shares_parameters", False)
+    if cfg.model.lora_r == 0 and cfg.model.backend == "vllm" and one_base and own_weights:
         # one vLLM engine holds one set of full weights (docs/vllm.md)
-        raise ConfigError("model.lora_r=0 (full fine-tuning) with the vllm backend needs one set "
-                          "of weights per model: give the extractor its own base "
+        raise ConfigError(f"model.lora_r=0 (full fine-tuning) with the vllm backend needs one set "
+                          f"of weights per model, and agent {cfg.agent!r} trains "
+                          f"{' and '.join(roles)} apart: give the extractor its own base "
                           "(--set model.extractor=NAME, as the paper preset does), or use the hf "
                           "backend (--set model.backend=hf), or a LoRA rank > 0.")
     if cfg.model.backend == "vllm":

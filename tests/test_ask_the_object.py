@@ -1,0 +1,61 @@
+"""Generic code asks the object, never its name: an agent declares the roles it builds, an
+evaluation setting turns SWE-bench Verified on, each env family registers its retrieval query,
+and agents' labels live on the agent objects."""
+
+from __future__ import annotations
+
+import pytest
+
+from crl_bench.config.errors import ConfigError
+from crl_bench.config.schema import PRESETS, apply_overrides
+from crl_bench.registry import AGENTS
+
+# full fine-tuning on one vLLM base (the log-probs recomputed, as vLLM needs with truncation)
+FULL_FT_ON_VLLM = {"model.lora_r": 0, "model.backend": "vllm",
+                   "actor.recompute_old_logprobs": True, "extractor.recompute_old_logprobs": True}
+
+
+def validated(agent: str, **overrides):
+    """The tiny preset for ``agent`` with ``overrides``, validated (the GPU check of
+    ``build_config`` is left out: validation alone decides)."""
+    cfg = PRESETS["tiny"]()
+    cfg.agent, cfg.tasks = agent, "minihack"
+    apply_overrides(cfg, {**FULL_FT_ON_VLLM, **overrides})
+    cfg.validate()
+    return cfg
+
+
+@pytest.fixture
+def plugin_agents():
+    """Plugin-style agents registered under names of their own, as an entry point would."""
+    from crl_bench.baselines.comp_rl import AGENT as COMP_RL
+    from crl_bench.baselines.grpo import GRPO
+
+    class GRPOLoo(GRPO):
+        """A plugin built on grpo (another advantage baseline): the actor only."""
+
+    agents = {
+        "grpo_loo": GRPOLoo("grpo_loo", label="GRPO, leave-one-out"),
+        "my_comp_shared": COMP_RL.variant("my_comp_shared", shared_params=True),
+        "my_comp": COMP_RL.variant("my_comp"),
+    }
+    for name, agent in agents.items():
+        AGENTS.register(name, agent, source="entry-point:test")
+    yield agents
+    for name in agents:
+        AGENTS.unregister(name)
+
+
+def test_full_fine_tuning_on_vllm_asks_the_agents_roles(plugin_agents):
+    """grpo_loo builds the actor only (one set of weights): accepted, as grpo is; a comp_rl
+    variant with shared parameters too; one with its own extractor weights is refused. The old
+    check went by name: grpo_loo and my_comp_shared were refused."""
+    assert plugin_agents["grpo_loo"].roles == ("actor",)
+    assert plugin_agents["my_comp"].roles == ("actor", "extractor")
+    for name in ("grpo", "grpo_loo", "comp_rl_shared_params", "my_comp_shared"):
+        assert validated(name).model.lora_r == 0
+    for name in ("comp_rl", "my_comp"):
+        with pytest.raises(ConfigError, match="actor and extractor apart"):
+            validated(name)
+    # the extractor on a base of its own: one set of weights per model
+    validated("my_comp", **{"model.extractor": "smollm2-135m"})
