@@ -59,3 +59,31 @@ def test_full_fine_tuning_on_vllm_asks_the_agents_roles(plugin_agents):
             validated(name)
     # the extractor on a base of its own: one set of weights per model
     validated("my_comp", **{"model.extractor": "smollm2-135m"})
+
+
+def test_swe_verified_evaluation_is_a_setting_that_paper_sets(tmp_path, monkeypatch):
+    """``eval.swe_verified`` turns SWE-bench Verified evaluation on, whatever the preset's name:
+    paper sets it; tiny with ``--set eval.swe_verified=true`` evaluates on Verified too, and
+    paper with it off on ``mini`` (the old code asked ``cfg.preset == "paper"``)."""
+    from crl_bench.config.schema import build_config
+    from crl_bench.envs.swe.verified import SWE_VERIFIED_ENV
+    from crl_bench.mixes import SWE
+    from crl_bench.records.files import RunDir
+    from crl_bench.run.context import RunContext
+
+    assert PRESETS["paper"]().eval.swe_verified and not PRESETS["tiny"]().eval.swe_verified
+    verified = tmp_path / "swebench_verified.jsonl"
+    verified.write_text("{}\n")
+    monkeypatch.setenv(SWE_VERIFIED_ENV, str(verified))
+    on_cpu = {"model.device": "cpu", "model.backend": "hf"}
+
+    def eval_task_set(preset: str, run: str, **overrides) -> str:
+        cfg = build_config(agent="grpo", tasks="swe", preset=preset, overrides=overrides)
+        ctx = RunContext(cfg, RunDir(tmp_path / run))
+        assert ctx.env_kwargs(SWE, "train")["task_set"] == "mini"  # training stays on mini
+        return ctx.env_kwargs(SWE, "eval")["task_set"]
+
+    assert eval_task_set("tiny", "a") == "mini"
+    assert eval_task_set("tiny", "b", **{"eval.swe_verified": True}) == str(verified)
+    assert eval_task_set("paper", "c", **on_cpu) == str(verified)
+    assert eval_task_set("paper", "d", **on_cpu, **{"eval.swe_verified": False}) == "mini"

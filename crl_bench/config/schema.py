@@ -504,6 +504,10 @@ class EvalConfig(_Section):
 class RunConfig(_Section):
     agent: str = DEFAULT_AGENT
     """The agent's registered name (``--agent``)."""
+    swe_verified: bool = False
+    """Evaluate SWE tasks on SWE-bench Verified where its data exists (a SWE-bench Verified
+    instances file named by ``$CRL_BENCH_SWE_VERIFIED``; without it SWE evaluates on its own task
+    set). The paper does (``paper``); training stays on the task's own set."""
     method: dict[str, Any] = field(default_factory=dict)
     """The agent's own options over its defaults (``--set method.merge=false``); the agent checks
     the names (``crl_bench.agent.Agent.with_options``)."""
@@ -720,6 +724,7 @@ PPO-clip actor, CISPO extractor, mean advantages) is the official value too.
   docs/vllm.md). Memory: each role keeps a frozen copy of its base beside the trained one, plus
   AdamW state (the official run spreads this over 16 GPUs).
 * Extractor: 8,192 new tokens (yaml ``memory_model ... max_new_tokens: 8192``), the full
+                   "eval.swe_verified": True,  # the paper evaluates SWE on SWE-bench Verified
   conversation with the actor's reasoning, only the with-experience half distilled, the official
   training buffer (64, popped whole, once per new credit), malformed outputs not trained, updates
   replace entries, merge calls trained, entries keyed by their episode's start, bank writes
@@ -732,7 +737,8 @@ PPO-clip actor, CISPO extractor, mean advantages) is the official value too.
 * SWE: the paper evaluates on SWE-bench Verified. Where its data exists — a SWE-bench Verified
   instances file named by ``$CRL_BENCH_SWE_VERIFIED`` (run by the env's docker backend) —
   ``paper`` evaluates SWE on it; otherwise (as on this project's machines, which have neither the
-  data nor Docker) SWE runs our ``mini`` task set, as under every preset. Training stays on
+  data nor Docker) SWE runs our ``mini`` task set, as under every preset (the setting is
+  ``eval.swe_verified``; any preset or ``--set`` may turn it on). Training stays on
   ``mini``: the paper's 124 curated training tasks are not published.
 """
 

@@ -72,8 +72,8 @@ class Player(Part):
     def env_kwargs(self, task: MixTask, phase: str) -> dict[str, Any]:
         cfg = self.info.cfg
         kwargs = dict(task.train_kwargs if phase == "train" else task.eval_kwargs)
-        if cfg.preset == "paper" and task.family == "swe" and phase != "train":
-            # the paper evaluates SWE on SWE-bench Verified: used where its data exists
+        if cfg.eval.swe_verified and task.family == "swe" and phase != "train":
+            # SWE-bench Verified (the paper's evaluation), used where its data exists
             from crl_bench.envs.swe.verified import verified_eval_kwargs
 
             kwargs.update(verified_eval_kwargs())
