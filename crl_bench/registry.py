@@ -219,14 +219,30 @@ MIXES: Registry[Any] = Registry("task mix")
 FAMILY_PROMPTS: dict[str, str] = {}
 """family -> the actor's system prompt registered with its envs (the first one registered)."""
 
+RetrievalQuery = Callable[[str, str, Any], str]
+"""A family's retrieval query form: ``query(goal, first_observation, raw_obs) -> text``
+(``raw_obs``: the env's ``info["raw_obs"]`` at reset, None when it gives none)."""
+
+FAMILY_QUERIES: dict[str, RetrievalQuery] = {}
+"""family -> the retrieval query form registered with its envs (the first one registered)."""
+
+
+def goal_observation_query(goal: str, observation: str, raw_obs: Any = None) -> str:
+    """The official env manager's query, for a family that registers no form of its own
+    (``traj_env_manager.py:149-157``): ``"Goal: {goal}\nObservation: {obs}"``."""
+    return f"Goal: {goal}\nObservation: {observation}" if goal else f"Observation: {observation}"
+
 
 def register_env(id: str, entry_point: str, *, family: str, kwargs: dict[str, Any] | None = None,
                  description: str = "", extra: str | None = None, source: str = "builtin",
-                 system_prompt: str = "") -> EnvEntry:
+                 system_prompt: str = "", retrieval_query: RetrievalQuery | None = None) -> EnvEntry:
     """Register a text env with crl-bench *and* gymnasium (lazily: nothing is imported).
 
     ``id`` must live in the ``crl/`` namespace (``"crl/MyEnv-v0"``) so that our envs never collide
-    with other gymnasium registrations.
+    with other gymnasium registrations. ``system_prompt`` and ``retrieval_query`` belong to the
+    env's family (the first env of a family that gives one sets it): the actor's system prompt,
+    and the text an episode start retrieves experience with under ``experience.query=family``
+    (default: :func:`goal_observation_query`).
     """
     if not id.startswith("crl/"):
         raise ValueError(f"Env id {id!r} must start with 'crl/' (e.g. 'crl/{id}').")
@@ -237,6 +253,8 @@ def register_env(id: str, entry_point: str, *, family: str, kwargs: dict[str, An
     ENVS.register(id, entry, source=source)
     if system_prompt:
         FAMILY_PROMPTS.setdefault(family, system_prompt)
+    if retrieval_query is not None:
+        FAMILY_QUERIES.setdefault(family, retrieval_query)
     if id not in gymnasium.registry:
         gymnasium.register(id=id, entry_point=entry_point, kwargs=dict(kwargs or {}),
                            disable_env_checker=False, order_enforce=True)
@@ -249,6 +267,15 @@ def family_system_prompt(family: str) -> str | None:
     if family not in FAMILY_PROMPTS:
         ENVS.names()  # discovers env plugins once
     return FAMILY_PROMPTS.get(family)
+
+
+def family_retrieval_query(family: str) -> RetrievalQuery:
+    """The retrieval query form registered with the envs of ``family``
+    (:func:`goal_observation_query` if none was); env plugins are discovered only when the
+    family is unknown."""
+    if family not in FAMILY_QUERIES:
+        ENVS.names()  # discovers env plugins once
+    return FAMILY_QUERIES.get(family, goal_observation_query)
 
 
 def make_env(id: str, **kwargs: Any) -> Any:

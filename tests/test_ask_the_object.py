@@ -87,3 +87,28 @@ def test_swe_verified_evaluation_is_a_setting_that_paper_sets(tmp_path, monkeypa
     assert eval_task_set("tiny", "b", **{"eval.swe_verified": True}) == str(verified)
     assert eval_task_set("paper", "c", **on_cpu) == str(verified)
     assert eval_task_set("paper", "d", **on_cpu, **{"eval.swe_verified": False}) == "mini"
+
+
+def test_a_family_registers_its_retrieval_query_with_its_envs():
+    """The query of ``experience.query=family`` is the form the family registered with its envs
+    (as its system prompt is): a plugin family's own form is used; a family without one gets
+    the official default ``Goal: ...\\nObservation: ...``. The built-in forms are checked against
+    the official code in tests/test_fidelity_third_read.py."""
+    import gymnasium
+
+    from crl_bench.experience.manager import retrieval_query
+    from crl_bench.registry import ENVS, FAMILY_QUERIES, register_env
+
+    register_env("crl/QueryPlugin-v0", "crl_bench.envs.swe.env:SWETextEnv", family="query_plugin",
+                 source="entry-point:test",
+                 retrieval_query=lambda goal, obs, raw: f"find: {goal} | {raw['level']}")
+    try:
+        assert retrieval_query("query_plugin", "the key", "a room", "family",
+                               raw_obs={"level": 3}) == "find: the key | 3"
+        assert retrieval_query("query_plugin", "the key", "a room") == "the key\na room"
+        assert retrieval_query("no_form_family", "g", "o", "family") == "Goal: g\nObservation: o"
+        assert set(FAMILY_QUERIES) >= {"minihack", "webshop", "alfworld", "swe"}
+    finally:
+        ENVS.unregister("crl/QueryPlugin-v0")
+        FAMILY_QUERIES.pop("query_plugin", None)
+        gymnasium.registry.pop("crl/QueryPlugin-v0", None)

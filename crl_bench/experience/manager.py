@@ -105,30 +105,20 @@ def retrieval_query(family: str, goal: str, observation: str, style: str = "goal
     """The text an episode start retrieves with.
 
     ``"goal_observation"``: goal + first observation (cut at 2,000 characters) for every family.
-    ``"family"``: the ``build_memory_query`` of the official env manager each family is launched
-    with, never cut:
-
-    * MiniHack (``traj_env_manager.py:146-148``): ``"Observation: {raw_obs}"``, ``raw_obs`` the
-      NLE observation dict the env's reset returned (``env/minihack/env.py:325-329``), printed as
-      Python prints it; no goal (every MiniHack level shares one goal text). An env that gives no
-      ``raw_obs`` (``info["raw_obs"]``) is queried with its text observation.
-    * WebShop (the launched ``traj_env_manager_shop.py:40`` keeps ``BaseEnvManager``'s,
-      ``base_env_manager.py:49-57``): ``"goal: {goal}, observation: {obs}"``.
-    * SWE (``traj_env_manager_swe.py:150-164``): the problem statement alone (our SWE env's goal).
-    * ALFWorld and others (``traj_env_manager_alfworld.py:207-229``, ``traj_env_manager.py:149-
-      157``): ``"Goal: {goal}\nObservation: {obs}"``.
+    ``"family"``: the form the family registered with its envs (``register_env(...,
+    retrieval_query=...)`` in ``envs/<family>/registration.py``: the ``build_memory_query`` of
+    the official env manager it is launched with, never cut); a family that registered none is
+    queried with ``"Goal: {goal}\nObservation: {obs}"``
+    (:func:`crl_bench.registry.goal_observation_query`). ``raw_obs``: the env's
+    ``info["raw_obs"]`` at reset (MiniHack's NLE observation), or None.
     """
     if style == "goal_observation":
         return f"{goal}\n{observation}"[:2000]
     if style != "family":
         raise ValueError(f"query style must be 'goal_observation' or 'family', got {style!r}")
-    if family == "webshop":
-        return f"goal: {goal}, observation: {observation}" if goal else str(observation)
-    if family == "minihack":
-        return f"Observation: {raw_obs if raw_obs is not None else observation}"
-    if family == "swe":
-        return str(goal)
-    return f"Goal: {goal}\nObservation: {observation}" if goal else f"Observation: {observation}"
+    from crl_bench.registry import family_retrieval_query
+
+    return family_retrieval_query(family)(goal, observation, raw_obs)
 
 
 def diversified_order(candidates: Sequence[tuple[int, float]], times_retrieved: Mapping[int, int],

@@ -41,7 +41,7 @@ _TASK_TYPE_IDS = (
 
 def register() -> None:
     """Register this family's envs with crl-bench and gymnasium."""
-    from crl_bench.registry import ENVS, register_env
+    from crl_bench.registry import ENVS, goal_observation_query, register_env
 
     specs = [(env_id, {"split": split}, description) for env_id, split, description in _SPLIT_IDS]
     specs += [(env_id, {"split": "train", "task_types": [alias]},
@@ -50,4 +50,7 @@ def register() -> None:
     for env_id, kwargs, description in specs:
         if not ENVS.has_builtin(env_id):  # registering twice (re-import) is a no-op
             register_env(env_id, ENTRY_POINT, family="alfworld", system_prompt=SYSTEM_PROMPT, kwargs=kwargs,
+                         # the official ALFWorld env manager's query (traj_env_manager_alfworld.py:
+                         # 207-229): "Goal: {goal}\nObservation: {obs}"
+                         retrieval_query=goal_observation_query,
                          description=description, extra="alfworld")

@@ -7,6 +7,8 @@ Every task of :data:`crl_bench.envs.minihack.tasks.TASKS` becomes ``crl/<MiniHac
 
 from __future__ import annotations
 
+from typing import Any
+
 ENTRY_POINT = "crl_bench.envs.minihack.env:MiniHackTextEnv"
 
 SYSTEM_PROMPT = (
@@ -14,6 +16,14 @@ SYSTEM_PROMPT = (
     'read a text description of what you see around you and choose one action. Reach the goal '
     'in as few actions as possible; walls and closed doors block you.')
 """The actor's system prompt for this family (``crl_bench.llm.prompting``)."""
+
+
+def retrieval_query(goal: str, observation: str, raw_obs: Any = None) -> str:
+    """The retrieval query of the official MiniHack env manager (``traj_env_manager.py:146-148``):
+    ``"Observation: {raw_obs}"``, ``raw_obs`` the NLE observation dict the env's reset returned
+    (``env/minihack/env.py:325-329``), printed as Python prints it; no goal (every MiniHack level
+    shares one goal text). An env that gives no ``raw_obs`` is queried with its text observation."""
+    return f"Observation: {raw_obs if raw_obs is not None else observation}"
 
 
 def register() -> None:
@@ -25,5 +35,6 @@ def register() -> None:
         if ENVS.has_builtin(task.env_id):  # registering twice (re-import) is a no-op
             continue
         register_env(task.env_id, ENTRY_POINT, family="minihack", system_prompt=SYSTEM_PROMPT,
+                     retrieval_query=retrieval_query,
                      kwargs={"task": task.minihack_id, "max_steps": task.max_steps},
                      description=task.description, extra="minihack")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 ENTRY_POINT = "crl_bench.envs.webshop.env:WebShopTextEnv"
 
 SYSTEM_PROMPT = (
@@ -10,6 +12,13 @@ SYSTEM_PROMPT = (
     'product or option shown on the page. Buy the product that best matches the instruction, '
     'with the requested options, within the price limit.')
 """The actor's system prompt for this family (``crl_bench.llm.prompting``)."""
+
+
+def retrieval_query(goal: str, observation: str, raw_obs: Any = None) -> str:
+    """The retrieval query of the launched WebShop env manager (``traj_env_manager_shop.py:40``
+    keeps ``BaseEnvManager``'s, ``base_env_manager.py:49-57``): ``"goal: {goal}, observation:
+    {obs}"``."""
+    return f"goal: {goal}, observation: {observation}" if goal else str(observation)
 
 
 def register() -> None:
@@ -25,4 +34,5 @@ def register() -> None:
     for env_id, kwargs, description in specs:
         if not ENVS.has_builtin(env_id):  # registering twice (re-import) is not an error
             register_env(env_id, ENTRY_POINT, family="webshop", system_prompt=SYSTEM_PROMPT, kwargs=kwargs,
+                         retrieval_query=retrieval_query,
                          description=description, extra="webshop")
