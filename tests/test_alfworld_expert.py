@@ -2,7 +2,7 @@
 
 CI plays a fixed sample: 4 valid_unseen games and 2 train games of each of the six task types.
 The full 134 valid_unseen games (and a larger train sample) are played by
-``benchmarks/alfworld_expert.py``.
+``experiments/alfworld_expert.py``.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ from _forced_backend import ForcedBackend  # noqa: E402
 
 TASK = "crl/MiniHack-Room-Adjacent-3x3-Balanced-v0"
 _SPEC = importlib.util.spec_from_file_location(
-    "learning_minihack", Path(__file__).resolve().parents[1] / "benchmarks" / "learning_minihack.py")
+    "learning_minihack", Path(__file__).resolve().parents[1] / "experiments" / "learning_minihack.py")
 BENCH = importlib.util.module_from_spec(_SPEC)
 _SPEC.loader.exec_module(BENCH)
 OPPOSITE = {"north": "south", "south": "north", "east": "west", "west": "east",
@@ -33,7 +33,7 @@ OPPOSITE = {"north": "south", "south": "north", "east": "west", "west": "east",
 
 def stairs_direction(prompt_text: str) -> str:
     """Where the prompt's last observation names the staircase down (the learning benchmark's
-    own reader, ``benchmarks/learning_minihack.py``)."""
+    own reader, ``experiments/learning_minihack.py``)."""
     direction = BENCH.stairs_direction(prompt_text[prompt_text.rindex("You see:"):])
     assert direction is not None, "the staircase is not in the observation"
     return direction

@@ -1,4 +1,4 @@
-"""The plan's analysis (benchmarks/experience_records.py) on hand-written compact records: the
+"""The plan's analysis (experiments/experience_records.py) on hand-written compact records: the
 per-run figures, collapsed seeds, missing runs and the verdict follow PLAN.md's definitions."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
 
 import experience_records as er  # noqa: E402
 import minihack_landmark  # noqa: E402

@@ -13,7 +13,7 @@ before training moved past the evaluation block (``run_seed * 1_000_003 + index`
 groups land on evaluation levels 1,000,002+): the same check must then find the overlap, so the
 test fails if training ever plays evaluation levels again.
 
-The same runs feed ``benchmarks/experience_records.py``: their compact records are exported and
+The same runs feed ``experiments/experience_records.py``: their compact records are exported and
 the plan's analysis recomputed from those files alone.
 """
 
@@ -29,7 +29,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("nle")
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
 
 import experience_records as er  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""benchmarks/learning_minihack.py's arithmetic: start/end pairing per held-out episode, CIs.
+"""experiments/learning_minihack.py's arithmetic: start/end pairing per held-out episode, CIs.
 
 Run directories are written by hand here (episodes.jsonl / metrics.jsonl lines in the loop's
 format) so that every expected number is known; the script's end-to-end path (real runs) is
@@ -15,15 +15,15 @@ from pathlib import Path
 import pytest
 
 SPEC = importlib.util.spec_from_file_location(
-    "learning_minihack", Path(__file__).resolve().parents[1] / "benchmarks" / "learning_minihack.py")
+    "learning_minihack", Path(__file__).resolve().parents[1] / "experiments" / "learning_minihack.py")
 lm = importlib.util.module_from_spec(SPEC)
 SPEC.loader.exec_module(lm)
 
 
 def _reading_probe():
-    """benchmarks/minihack_reading.py, loaded as a module (benchmarks/ is not a package)."""
+    """experiments/minihack_reading.py, loaded as a module (experiments/ is not a package)."""
     spec = importlib.util.spec_from_file_location(
-        "minihack_reading", Path(__file__).resolve().parents[1] / "benchmarks" / "minihack_reading.py")
+        "minihack_reading", Path(__file__).resolve().parents[1] / "experiments" / "minihack_reading.py")
     probe = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(probe)
     return probe
@@ -137,7 +137,7 @@ def test_time_breakdown_reads_the_loop_phases_and_every_extractor_batch(tmp_path
 def test_summary_markdown_has_the_time_table(tmp_path: Path) -> None:
     runs = {("grpo", 0): _run(tmp_path / "a", [0, 1], [1, 1]), ("grpo", 1): _run(tmp_path / "b", [0, 0], [1, 0])}
     floor = {"env_id": "crl/X-v0", "max_actions": 1, "episodes": 10, "success": 0.1, "wilson95": [0.0, 0.4]}
-    lm.write_markdown(tmp_path, lm.summarise(runs), "python benchmarks/learning_minihack.py", "cpu", floor)
+    lm.write_markdown(tmp_path, lm.summarise(runs), "python experiments/learning_minihack.py", "cpu", floor)
     text = (tmp_path / "summary.md").read_text()
     header = next(line for line in text.splitlines() if line.startswith("| agent | whole run"))
     assert header.count("|") == len(lm.TIME_PHASES) + 2
@@ -219,7 +219,7 @@ def test_turn_stats_reads_actions_against_the_observation_each_prompt_showed(tmp
 
 
 def test_reading_probe_scores_first_turns_of_the_real_engine(tmp_path: Path) -> None:
-    """benchmarks/minihack_reading.py end to end with the tiny model: every (level, sample) is
+    """experiments/minihack_reading.py end to end with the tiny model: every (level, sample) is
     one first turn; shares are counted over the right denominators and written out."""
     pytest.importorskip("nle")
     pytest.importorskip("torch")
@@ -312,14 +312,14 @@ def test_reading_probe_loads_a_trained_run(tiny_run, tmp_path: Path) -> None:
 
 
 def test_reading_sft_diagnostic_targets_the_greedy_answer_and_learns_it(tmp_path: Path) -> None:
-    """benchmarks/minihack_reading_sft.py: each labelled first turn is the engine's own prompt with
+    """experiments/minihack_reading_sft.py: each labelled first turn is the engine's own prompt with
     the direction the observation names the stairs in as the answer; supervised steps raise the
     log-probability of exactly those answers (effect, tiny model); the script runs end to end."""
     pytest.importorskip("nle")
     torch = pytest.importorskip("torch")
     import sys
 
-    bench = Path(__file__).resolve().parents[1] / "benchmarks"
+    bench = Path(__file__).resolve().parents[1] / "experiments"
     sys.path.insert(0, str(bench))
     try:
         import minihack_reading_sft as sft

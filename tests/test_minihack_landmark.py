@@ -119,12 +119,12 @@ def test_landmark_kinds_all_appear_under_their_names() -> None:
 
 
 def test_the_benchmark_floors_are_one_eighth_and_the_rule_is_the_ceiling() -> None:
-    """``benchmarks/minihack_landmark.py --baselines`` on 16 held-out levels: every constant move
+    """``experiments/minihack_landmark.py --baselines`` on 16 held-out levels: every constant move
     and the move toward the landmark score exactly 2/16 (each direction twice), the rule 16/16."""
     import sys
     from pathlib import Path
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
     from minihack_landmark import baselines
 
     b = baselines(list(range(1_000_000, 1_000_016)), seed=0, view="compact")
@@ -136,7 +136,7 @@ def test_the_benchmark_floors_are_one_eighth_and_the_rule_is_the_ceiling() -> No
 
 @pytest.mark.slow
 def test_follow_counts_the_claim_and_the_example_from_what_the_real_actor_sent(tmp_path) -> None:
-    """``benchmarks/minihack_landmark.py --follow`` with the embedded actor on 4 held-out levels:
+    """``experiments/minihack_landmark.py --follow`` with the embedded actor on 4 held-out levels:
     under a right claim, sending the claim's move is exactly solving the level; under a wrong
     one (the next move clockwise), never; each count is read from the episodes actually played."""
     import json
@@ -144,7 +144,7 @@ def test_follow_counts_the_claim_and_the_example_from_what_the_real_actor_sent(t
     from pathlib import Path
 
     pytest.importorskip("torch")
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
     from minihack_landmark import FOLLOW_CONDITIONS, main
 
     out = tmp_path / "follow.json"

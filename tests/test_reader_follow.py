@@ -1,4 +1,4 @@
-"""The follow probe's bar for an actor that reads (benchmarks/minihack_landmark.py
+"""The follow probe's bar for an actor that reads (experiments/minihack_landmark.py
 ``reader_bar``, ``follow-table``), and the random entries it shows: drawn from the probe's seed and
 the level, independent of the level's rule."""
 
@@ -8,7 +8,7 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
 from minihack_landmark import claimed_move, follow_table, reader_bar, share  # noqa: E402
 
 

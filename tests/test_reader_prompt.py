@@ -56,7 +56,7 @@ def test_experience_records_read_the_placeholder_as_the_example_shown():
     import sys
     from pathlib import Path
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
     from experience_records import format_example
 
     cfg = PromptConfig.for_small_model(example_pick="placeholder")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
 import experience_records as er  # noqa: E402
 
 MOVES = ["north", "northeast", "east", "southeast", "south", "southwest", "west", "northwest"]

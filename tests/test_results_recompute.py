@@ -1,8 +1,8 @@
 """Every headline number in results/ and README.md, recomputed from the committed records.
 
 Each check recomputes a number from the files committed beside a results page (per-seed
-``eval_seed<N>.jsonl`` through ``benchmarks/learning_minihack.py``'s ``--records`` path, the
-benchmarks' ``summary.json``, ``crl-bench report``'s ``report.json``, the measurement scripts'
+``eval_seed<N>.jsonl`` through ``experiments/learning_minihack.py``'s ``--records`` path, the
+experiments' ``summary.json``, ``crl-bench report``'s ``report.json``, the measurement scripts'
 JSON) and asserts that the page quotes exactly that text (whitespace and line breaks aside). A
 page that changes a number, or a record that changes under a page, fails here. Numbers whose
 records were never committed are not checked: their pages say so (``test_uncommitted_figures_are_marked``).
@@ -25,7 +25,7 @@ FIVE = LM / "adjacent_3x3_balanced_16groups" / "five_seeds"
 DISTILL = LM / "adjacent_3x3_balanced_16groups" / "comp_rl_partial_official_distill"
 
 SPEC = importlib.util.spec_from_file_location(
-    "learning_minihack", REPO / "benchmarks" / "learning_minihack.py"
+    "learning_minihack", REPO / "experiments" / "learning_minihack.py"
 )
 lm = importlib.util.module_from_spec(SPEC)
 SPEC.loader.exec_module(lm)
@@ -80,7 +80,7 @@ def turns_pair(t: dict[str, Any], name: str) -> str:
 
 
 def row_of(path: str) -> dict[str, Any]:
-    """The one row of a ``benchmarks/minihack_reading*.py`` JSON."""
+    """The one row of a ``experiments/minihack_reading*.py`` JSON."""
     rows = load(LM / path)["rows"]
     assert len(rows) == 1, path
     return rows[0]
@@ -109,7 +109,7 @@ def one_action() -> list[str]:
         f"[{signed(d['low'])}, {signed(d['high'])}]** (df = {d['n'] - 1})",
         f"all {sign['positive']} seeds improve (sign test, two-sided p = {sign['p_two_sided']:.4f}",
         f"solving it (held-out success ≥ 0.98 at step 30) in {solved} of 5 seeds",
-        "python benchmarks/learning_minihack.py --records "
+        "python experiments/learning_minihack.py --records "
         "results/learning_minihack/adjacent_3x3_balanced_16groups/five_seeds",
     ]
     t3 = first3["delta_over_seeds"]
@@ -481,9 +481,9 @@ def speed_memory() -> list[str]:
 
 
 def experience_records() -> Any:
-    """``benchmarks/experience_records.py``, the tool that wrote the comparisons' files."""
+    """``experiments/experience_records.py``, the tool that wrote the comparisons' files."""
     spec = importlib.util.spec_from_file_location(
-        "experience_records", REPO / "benchmarks" / "experience_records.py")
+        "experience_records", REPO / "experiments" / "experience_records.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -491,7 +491,7 @@ def experience_records() -> Any:
 
 def follow_rows(tf: Path) -> list[str]:
     """The "does the actor act on an entry?" table: one row per condition of each
-    ``follow*.json`` (``benchmarks/minihack_landmark.py --follow``)."""
+    ``follow*.json`` (``experiments/minihack_landmark.py --follow``)."""
     def frac(r: dict[str, Any] | None) -> str:
         return "—" if r is None else f"{r['k']}/{r['n']} = {r['share']:.2f}"
 

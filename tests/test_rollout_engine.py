@@ -401,7 +401,7 @@ def test_random_example_answers_differ_across_the_episodes_of_a_group(tiny):
 
 
 def test_first_prompt_is_the_prompt_run_samples_the_first_turn_from(tiny):
-    """``RolloutEngine.first_prompt(spec, i)`` (used by benchmarks/minihack_reading_sft.py) gives
+    """``RolloutEngine.first_prompt(spec, i)`` (used by experiments/minihack_reading_sft.py) gives
     the ids episode ``i`` of a ``run`` call samples its first turn from — random example answer
     included — and the observation shown there."""
     cfg = PromptConfig.for_small_model(max_turns=1, history=0, example_pick="random")

@@ -9,7 +9,7 @@ punctuation-stripped text; with Indel similarity ratio(a, b) = 2 * LCS / (len(a)
 
 The last test replays the parity fixture (``tests/fixtures/webshop_reward_parity.json``): cases
 drawn from the 1k catalogue whose expected values come from running WebShop's own ``get_reward``
-(``benchmarks/webshop_reward_parity.py``), not from this project's code.
+(``experiments/webshop_reward_parity.py``), not from this project's code.
 """
 
 from __future__ import annotations

@@ -243,7 +243,7 @@ class ContentTemplate:
     """The answer skeleton for extractors too small to write the JSON themselves.
 
     Measured on the embedded SmolLM2-135M (8 samples each for a solved and a failed MiniHack
-    episode, ``benchmarks/extractor_format.py``): valid answers 0/16 free, 0/16 with
+    episode, ``experiments/extractor_format.py``): valid answers 0/16 free, 0/16 with
     ``<answer>[{"op": "`` pre-filled, 0/16 pre-filled up to the title, 15/16 with this template
     (the one failure ran out of tokens before closing the content). With this template
     the assistant turn is pre-filled up to the content of one ``add``: the op and the title are
@@ -323,7 +323,7 @@ class SentenceTemplate(ContentTemplate):
     strings :data:`SENTENCE_STOPS`) or at the closing ``"``; the answer is closed for it. The
     content template lets the model write on until the closing quote, and the 135M model often
     runs into the token cap first or writes fragments (measured with
-    ``benchmarks/extractor_format.py``; well-formed = parsed and the content a complete sentence,
+    ``experiments/extractor_format.py``; well-formed = parsed and the content a complete sentence,
     :func:`is_complete_sentence`)."""
 
     stop: tuple[str, ...] = ('"',) + SENTENCE_STOPS

@@ -325,7 +325,7 @@ class ItemTemplate:
     ``one_sentence=False``: pre-filled with ``<answer>`` and the opening of one item only; the
     model writes the item (title and content) until ``<<<`` / ``</answer>`` or its end; a text cut
     by the token cap keeps its complete sentences. With SmolLM2-135M and 48 new tokens most such
-    answers ran into the cap before a sentence ended (``benchmarks/extractor_format.py``)."""
+    answers ran into the cap before a sentence ended (``experiments/extractor_format.py``)."""
 
     one_sentence: bool = True
     prefill_text: str = f"<answer>\n{ITEM_OPEN}\n"

@@ -93,12 +93,12 @@ class PromptConfig:
     observation_last: bool = False
     """Put the current observation after the admissible actions and the answer format (default:
     before them), so that it is the last thing read before the answer. Measured with the
-    embedded 135M actor on MiniHack (``benchmarks/minihack_reading.py``): it still copies the
+    embedded 135M actor on MiniHack (``experiments/minihack_reading.py``): it still copies the
     example answer (46%) and writes fewer valid answers (24% vs 72%), so the default stays."""
     experience_last: bool = False
     """Put the experience block after the observation and the admissible actions, just before
     the answer format (default: right after the goal, as the official prompt has it). Measured
-    with the embedded 135M actor on the Landmark levels (``benchmarks/minihack_landmark.py
+    with the embedded 135M actor on the Landmark levels (``experiments/minihack_landmark.py
     --follow --set rollout.experience_last=true``, results/experience_helps)."""
     max_observation_chars: int | None = 6000
     """Observations longer than this are cut in the middle (the prompt says so). None = never."""

@@ -2,7 +2,7 @@
 tests over seeds (the seed is the unit, never the episode).
 
 Pure functions on lists of per-seed values, used by ``results/experience_helps/PLAN.md``'s
-analysis (``benchmarks/experience_records.py``):
+analysis (``experiments/experience_records.py``):
 
 * :func:`curve_auc` — trapezoid area under a curve over its evaluated steps / total steps;
 * :func:`bootstrap_mean` / :func:`bootstrap_diff` — percentile bootstrap over seeds;

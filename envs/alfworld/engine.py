@@ -127,7 +127,7 @@ def install_textgen_speedups() -> None:
       deep-copying their values, which derivation only reads.
 
     The parses are pure functions of their text; misses parse under :data:`PARSE_LOCK`. The
-    outputs are unchanged: the tests and ``benchmarks/alfworld_expert.py --compare-textworld``
+    outputs are unchanged: the tests and ``experiments/alfworld_expert.py --compare-textworld``
     compare whole games against plain TextWorld. Idempotent;
     :func:`uninstall_textgen_speedups` restores TextWorld's functions.
     """

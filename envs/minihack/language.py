@@ -39,7 +39,7 @@ Views (``view=``): ``"full"`` (the default, above) or ``"compact"``: only the si
 (stairs, monsters, objects, traps, doors...) and the game message; no extended terrain, open
 directions or health. In an open room the compact text names one direction, the goal's: the
 shortest observation that still solves the task (the greedy walker of the tests does), for
-probing whether a small model reads at all (``benchmarks/minihack_reading.py``; measured: the
+probing whether a small model reads at all (``experiments/minihack_reading.py``; measured: the
 untrained 135M actor does not, under either view, ``results/minihack_room_random.md``)::
 
     You see:

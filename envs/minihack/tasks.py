@@ -92,7 +92,7 @@ _MAZE_MAPPED_GOAL = ("Find your way through the maze to the staircase down (>); 
 # any other move cannot: the reading skill of Room-Random-5x5 with the credit of each decision made
 # exact (one action per episode by default). A uniform walker succeeds 1 time in 8. There are 8
 # layouts in all, so held-out levels test the mapping from the observation's word to the move,
-# not generalisation over layouts (benchmarks/minihack_reading.py --run ... --env
+# not generalisation over layouts (experiments/minihack_reading.py --run ... --env
 # crl/MiniHack-Room-Random-5x5-v0 probes whether it carries over to a real room).
 _ADJACENT_3X3_ROOM = """MAZE: "mylevel", ' '
 FLAGS:hardfloor

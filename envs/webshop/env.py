@@ -19,7 +19,7 @@ as ``[clicked button]``). An episode ends when the agent buys (``terminated``) o
 The step reward is WebShop's reward, given at the purchase, in [0, 1] (each goal option counts at
 most once, as in WebShop); ``score`` is the same value and ``success`` is ``score == 1.0``. Note
 that WebShop's reward is below 1.0 for some goals even when the goal's product is bought exactly
-as asked (458 of the 6,910 synthetic goals, see ``benchmarks/webshop_oracle_ceiling.py``).
+as asked (458 of the 6,910 synthetic goals, see ``experiments/webshop_oracle_ceiling.py``).
 
 Invalid actions (unknown element, malformed brackets, empty search, searching on a page without
 a search box) change nothing; the observation says why (quoting the action through

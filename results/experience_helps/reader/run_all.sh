@@ -25,6 +25,11 @@ if [ ! -d "$CODE" ]; then
 fi
 [ "$(git -C "$CODE" rev-parse HEAD)" = "$(git -C "$REPO" rev-parse "$COMMIT")" ] || {
   echo "the worktree $CODE is not at $COMMIT"; exit 2; }
+# the run driver's folder in the frozen commit (experiments/ now; benchmarks/ in older commits)
+for DIR in experiments benchmarks; do
+  [ -f "$CODE/$DIR/learning_minihack.py" ] && { DRIVER=$DIR/learning_minihack.py; break; }
+done
+[ -n "${DRIVER:-}" ] || { echo "no learning_minihack.py in $CODE"; exit 2; }
 
 OVR=(--preset cpu --set model.actor=smollm2-135m-reader --set model.extractor=smollm2-135m
   --set threads=1 --set rollout.history=0 --set rollout.example_pick=placeholder
@@ -50,17 +55,17 @@ for AGENT in grpo static_exp comp_rl exp_only; do
   for SEED in 0 1 2 3 4; do
     RUN=$OUT/runs/${TASK}__${AGENT}__${SEED}
     echo "$(date -u +%FT%TZ) start $AGENT seed $SEED"
-    (cd "$CODE" && OMP_NUM_THREADS=1 PYTHONPATH="$CODE" "$PY" benchmarks/learning_minihack.py \
+    (cd "$CODE" && OMP_NUM_THREADS=1 PYTHONPATH="$CODE" "$PY" "$DRIVER" \
       --tasks crl/$TASK --steps 20 --seeds "$SEED" --agents "$AGENT" --jobs 1 "${OVR[@]}" \
       --out "$OUT" --no-progress) >> "$OUT/logs/${AGENT}__${SEED}.log" 2>&1
     STATE=$("$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))['state'])" \
       "$RUN/status.json" 2>/dev/null || echo missing)
     echo "$(date -u +%FT%TZ) end $AGENT seed $SEED: $STATE"
     [ "$STATE" = done ] || continue
-    (cd "$REPO" && "$PY" benchmarks/minihack_landmark.py export "$RUN" --records "$RECORDS")
+    (cd "$REPO" && "$PY" experiments/minihack_landmark.py export "$RUN" --records "$RECORDS")
     PATHS=("$RECORDS/${AGENT}__seed${SEED}.jsonl")
     if [ -f "$RUN/bank.sqlite" ]; then
-      (cd "$REPO" && "$PY" benchmarks/minihack_landmark.py banks "$RUN" --out "$BANKS")
+      (cd "$REPO" && "$PY" experiments/minihack_landmark.py banks "$RUN" --out "$BANKS")
       PATHS+=("$BANKS")
     fi
     commit_paths "Reader comparison: $AGENT seed $SEED's records$([ -f "$RUN/bank.sqlite" ] && echo ' and bank') (code $COMMIT)" "${PATHS[@]}"

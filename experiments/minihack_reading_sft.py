@@ -2,7 +2,7 @@
 path of the suite (supervised learning is not the paper's method; issue 18: "if the 135M model
 cannot learn it in the time below, ... say why").
 
-    python benchmarks/minihack_reading_sft.py --examples 512 --batch 8 --probe-every 64 \\
+    python experiments/minihack_reading_sft.py --examples 512 --batch 8 --probe-every 64 \\
         --levels 48 --samples 4 --set threads=2 --out OUT.json
 
 The actor (the preset's model and LoRA, ``cpu``: SmolLM2-135M) is trained by plain supervised
@@ -11,13 +11,13 @@ builds (preset's prompt, ``--view``, ``--example`` pick, the ``<answer>`` prefix
 answer as the target — the direction in which the observation names the staircase down, then
 ``</answer>`` and the end-of-turn token (cross-entropy on those tokens only, AdamW at ``--lr``,
 one optimiser step per ``--batch`` examples, each example seen once). Every ``--probe-every``
-examples the first turn of the same held-out levels as ``benchmarks/minihack_reading.py`` is
+examples the first turn of the same held-out levels as ``experiments/minihack_reading.py`` is
 played by the real engine (sampling at the preset's temperature) and scored the same way: valid
 answers, moves toward the stairs (95% Wilson), copies of the example answer.
 
 Why it matters: GRPO can teach reading only through the actions it rewards. In stop 16's runs,
 ~1/8 of the trained action turns moved toward the stairs, with a mean advantage of +0.10
-(``benchmarks/minihack_credit.py``): a step of 48 trained turns carries the equivalent of well
+(``experiments/minihack_credit.py``): a step of 48 trained turns carries the equivalent of well
 under one labelled example. The number of labelled examples reading needs here is a floor on
 what an RL budget must supply.
 """
@@ -35,7 +35,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling experiments
 
 from learning_minihack import stairs_direction  # noqa: E402
 from minihack_reading import context, probe  # noqa: E402
@@ -157,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
               "view": args.view, "example": args.example, "lr": args.lr, "batch": args.batch,
               "labelled_levels": len(data), "probe_levels": args.levels, "samples": args.samples,
               "chance_toward": 1 / 8,
-              "command": "python benchmarks/minihack_reading_sft.py " + " ".join(
+              "command": "python experiments/minihack_reading_sft.py " + " ".join(
                   sys.argv[1:] if argv is None else argv), "rows": rows}
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)

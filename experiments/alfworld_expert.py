@@ -1,6 +1,6 @@
 """ALFWorld expert sweep: every game's stored walkthrough, replayed through the env's text actions.
 
-    python benchmarks/alfworld_expert.py [--data-dir DIR] [--train-per-type 10] [--seed 0]
+    python experiments/alfworld_expert.py [--data-dir DIR] [--train-per-type 10] [--seed 0]
                                          [--compare-textworld] [--json results.json]
 
 Plays all 134 ``valid_unseen`` games and ``--train-per-type`` train games of each of the six task

@@ -2,18 +2,18 @@
 at the start and at the end with 95% CIs, and the learning curve.
 
     # what results/learning_minihack holds (2 runs at a time on 2 cores, one torch thread each)
-    python benchmarks/learning_minihack.py --tasks crl/MiniHack-Room-Random-5x5-v0 --preset cpu \\
+    python experiments/learning_minihack.py --tasks crl/MiniHack-Room-Random-5x5-v0 --preset cpu \\
         --steps 10 --seeds 0 1 2 --agents grpo comp_rl --jobs 2 --order seed --set threads=1 \\
         --set rollout.history=0 --set rollout.example_pick=random --set rollout.groups=4 \\
         --set 'rollout.env_max_steps={"minihack": 10}' --set actor.lr=3e-4 \\
         --set actor.max_samples_per_update=48 --set eval.every=0 --set eval.episodes_per_task=16 \\
         --out OUT
     # then, to summarise what has finished without running the rest:
-    python benchmarks/learning_minihack.py ... --summary-only
+    python experiments/learning_minihack.py ... --summary-only
     # from the committed records alone (no run directory): a results table's per-seed evaluation
     # records, and summary.md from a committed summary.json
-    python benchmarks/learning_minihack.py --records results/learning_minihack/adjacent_3x3_balanced_16groups/five_seeds
-    python benchmarks/learning_minihack.py --markdown-only --out results/learning_minihack/adjacent_3x3
+    python experiments/learning_minihack.py --records results/learning_minihack/adjacent_3x3_balanced_16groups/five_seeds
+    python experiments/learning_minihack.py --markdown-only --out results/learning_minihack/adjacent_3x3
 
 Each (agent, seed) is one ``run_experiment`` on ``--tasks`` (default the ``minihack`` task set,
 ``crl/MiniHack-Room-Ultimate-5x5-v0``) in ``OUT/runs/<tasks>__<agent>__<seed>``; with ``--jobs N``
@@ -644,7 +644,7 @@ def main(argv: list[str] | None = None) -> int:
                        data["chance"], generated="rendered from summary.json by --markdown-only")
         print((Path(args.out) / "summary.md").read_text())
         return 0
-    command = "python benchmarks/learning_minihack.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
+    command = "python experiments/learning_minihack.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
 
     from crl_bench.config.overrides import parse_overrides
     from crl_bench.runner.api import run_experiment

@@ -1,7 +1,7 @@
 """WebShop's true ceiling: per split, how many goals reach reward 1.0 when the goal's own product
 is bought with exactly the goal's options at its price (WebShop's own reward semantics).
 
-    .venv/bin/python benchmarks/webshop_oracle_ceiling.py [--data-dir DIR] [--goal-source synthetic]
+    .venv/bin/python experiments/webshop_oracle_ceiling.py [--data-dir DIR] [--goal-source synthetic]
 
 Real WebShop (issue 17): 458 of the 6,910 synthetic goals stay below 1.0 (20 test, 72 eval,
 366 train).

@@ -1,9 +1,9 @@
 """The Landmark task family measured before any comparison run: its floors, whether the 135M
 actor can hold the rule, and whether the ``cpu`` extractor can write an entry that carries it.
 
-    OMP_NUM_THREADS=1 python benchmarks/minihack_landmark.py --baselines --probe --extractor \\
+    OMP_NUM_THREADS=1 python experiments/minihack_landmark.py --baselines --probe --extractor \\
         --set threads=1 --out results/experience_helps/task_family.json
-    python benchmarks/minihack_landmark.py --baselines --probe --extractor --smoke   # seconds
+    python experiments/minihack_landmark.py --baselines --probe --extractor --smoke   # seconds
 
 ``crl/MiniHack-Room-Landmark-5x5-v0`` (``crl_bench.envs.minihack.landmark``): the stairs are
 hidden under one of eight rocks around the agent; the kind of the room's landmark says which
@@ -39,7 +39,7 @@ Wall and CPU time of each part are printed and written to ``--out`` (JSON).
 
 ``export RUN_DIR ...`` / ``analyse --summary-only``: the comparison runs' compact evaluation
 records and the analysis of ``results/experience_helps/PLAN.md`` from them
-(``benchmarks/experience_records.py``).
+(``experiments/experience_records.py``).
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling experiments
 
 from learning_minihack import wilson  # noqa: E402
 
@@ -540,7 +540,7 @@ def main(argv: list[str] | None = None) -> int:
         args.levels, args.examples, args.probe_every = 16, 16, 16
         args.probe_levels, args.samples, args.episodes, args.batch = 8, 1, 4, 8
     result: dict[str, Any] = {"env": ENV_ID, "view": args.view, "command": "python "
-                              "benchmarks/minihack_landmark.py " + " ".join(
+                              "experiments/minihack_landmark.py " + " ".join(
                                   sys.argv[1:] if argv is None else argv)}
     held_out = list(range(EVAL_FIRST_LEVEL, EVAL_FIRST_LEVEL + args.levels))
     if args.baselines:

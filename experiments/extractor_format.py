@@ -31,8 +31,8 @@ brackets: extraction ``content`` 21/32 (3), ``sentence`` 2/32 (2) = 94% well-for
 failures are run-on sentences that reach the token cap. Generation time (stop strings end the
 one-sentence fields early): extraction 28 s vs 87 s, merge 25 s vs 30 s for the same samples.
 
-    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/extractor_format.py --samples 4
-    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/extractor_format.py --samples 16 \
+    OMP_NUM_THREADS=1 .venv/bin/python experiments/extractor_format.py --samples 4
+    OMP_NUM_THREADS=1 .venv/bin/python experiments/extractor_format.py --samples 16 \
         --calls extraction,merge --formats content,sentence,items+template,items+sentence
 """
 

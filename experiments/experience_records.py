@@ -1,9 +1,9 @@
 """Compact per-episode evaluation records of the "does experience help?" runs, and the analysis
 of ``results/experience_helps/PLAN.md`` computed from them alone.
 
-    python benchmarks/minihack_landmark.py export RUN_DIR [RUN_DIR ...]   # -> records/
-    python benchmarks/minihack_landmark.py analyse --summary-only        # reads records/ only
-    python benchmarks/minihack_landmark.py banks RUN_DIR [RUN_DIR ...] --out FOLDER
+    python experiments/minihack_landmark.py export RUN_DIR [RUN_DIR ...]   # -> records/
+    python experiments/minihack_landmark.py analyse --summary-only        # reads records/ only
+    python experiments/minihack_landmark.py banks RUN_DIR [RUN_DIR ...] --out FOLDER
 
 ``export`` writes one ``<agent>__seed<S>.jsonl`` per run into ``--records`` (default
 ``results/experience_helps/records``): a first line ``{"run": {...}}`` (agent, run seed, tasks,
@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,7 @@ from typing import Any
 from crl_bench.envs.minihack.language import DIRECTIONS
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling experiments
 RECORDS = REPO / "results" / "experience_helps" / "records"
 OUT = REPO / "results" / "experience_helps"
 

@@ -3,7 +3,7 @@
 those taken toward it and the others, and print each kind's mean episode success and mean GRPO
 advantage (episode success minus its group's mean: the official mean-only advantage).
 
-    python benchmarks/minihack_credit.py OUT/runs/MiniHack-Room-Random-5x5-v0__grpo__0
+    python experiments/minihack_credit.py OUT/runs/MiniHack-Room-Random-5x5-v0__grpo__0
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling experiments
 
 
 def credit(run: Path) -> dict[str, dict[str, float]]:
@@ -50,7 +50,16 @@ def credit(run: Path) -> dict[str, dict[str, float]]:
 
 
 if __name__ == "__main__":
-    for arg in sys.argv[1:]:
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("runs", nargs="+", metavar="RUN_DIR",
+                        help="a run directory of learning_minihack.py: OUT/runs/<tasks>__<agent>__<seed>")
+    args = parser.parse_args()
+    for arg in args.runs:
+        if not (Path(arg) / "config.json").is_file():
+            parser.error(f"{arg} is not a run directory (no config.json): pass "
+                         "OUT/runs/<tasks>__<agent>__<seed> of learning_minihack.py's --out OUT")
         for kind, r in credit(Path(arg)).items():
             print(f"{Path(arg).name}: actions {kind if kind == 'toward' else 'not toward'} the stairs: {r['turns']} turns, episode success "
                   f"{r['episode_success']:.3f}, mean advantage {r['mean_advantage']:+.3f}")

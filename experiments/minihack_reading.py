@@ -1,9 +1,9 @@
 """Does the actor read its observation before any training? The first turn of MiniHack Room
 levels under several observation views and example-answer picks, scored the way
-``benchmarks/learning_minihack.py`` scores training turns (issue 18: "choose the observation
+``experiments/learning_minihack.py`` scores training turns (issue 18: "choose the observation
 wording ... by measurement").
 
-    python benchmarks/minihack_reading.py --levels 48 --samples 4 \\
+    python experiments/minihack_reading.py --levels 48 --samples 4 \\
         --views full compact --examples random none --set threads=1
 
 For each (view, example pick), the same ``--levels`` held-out levels of ``--env`` are each played
@@ -21,8 +21,8 @@ adapters of its last checkpoint, on the same held-out levels. ``--run RUN_DIR --
 configuration without the adapters (the step-0 policy: a fresh LoRA adapter is zero), so the two
 are paired level by level::
 
-    python benchmarks/minihack_reading.py --run OUT/runs/RUN --views compact --examples random
-    python benchmarks/minihack_reading.py --run OUT/runs/RUN --base --views compact --examples random
+    python experiments/minihack_reading.py --run OUT/runs/RUN --views compact --examples random
+    python experiments/minihack_reading.py --run OUT/runs/RUN --base --views compact --examples random
 
 ``--max-steps N`` plays whole episodes of up to N actions instead of first turns (e.g. an actor
 trained on the one-action Adjacent-3x3 level, on Room-Random-5x5 with the 10-action cap of its
@@ -43,7 +43,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling experiments
 
 from learning_minihack import (EXAMPLE_ANSWER, blind_episode, stairs_direction,  # noqa: E402
                                wilson)
@@ -148,7 +148,7 @@ def run_config(run: Path, overrides: dict[str, Any], argv: list[str],
                           "(only threads may change).")
     if not (run / "config.json").is_file():
         raise ConfigError(f"{run} holds no run (no config.json); pass a run folder, e.g. "
-                          "OUT/runs/<tasks>__grpo__0 of benchmarks/learning_minihack.py.")
+                          "OUT/runs/<tasks>__grpo__0 of experiments/learning_minihack.py.")
     cfg = _stored_config(RunDir(run))
     if "threads" in overrides:
         cfg.threads = int(overrides["threads"])
@@ -252,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
                   "adapters": None if checkpoint["adapters"] is None else str(checkpoint["adapters"])},
               "levels": args.levels, "samples": args.samples, "chance_toward": 1 / 8,
               "max_steps": args.max_steps,
-              "command": "python benchmarks/minihack_reading.py " + " ".join(
+              "command": "python experiments/minihack_reading.py " + " ".join(
                   sys.argv[1:] if argv is None else argv), "rows": rows}
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)

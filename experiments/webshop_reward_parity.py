@@ -16,7 +16,7 @@ stores a small sample (tens of cases, with WebShop's values - never ours) as the
 ``tests/fixtures/webshop_reward_parity.json``; each case names the goal index, the purchased
 ASIN, the chosen options and the price, so no catalogue data is copied.
 
-    .venv/bin/python benchmarks/webshop_reward_parity.py --webshop-src /path/to/WebShop \\
+    .venv/bin/python experiments/webshop_reward_parity.py --webshop-src /path/to/WebShop \\
         --cases 3000 --seed 0
 """
 
@@ -173,7 +173,7 @@ def write_fixture(path: Path, cases: list[dict[str, Any]], n: int, seed: int) ->
     payload = {
         "about": "WebShop reward parity cases: expected = WebShop's own get_reward "
                  "(princeton-nlp/WebShop web_agent_site/engine/goal.py) on the 1k catalogue and "
-                 "synthetic goals; written by benchmarks/webshop_reward_parity.py "
+                 "synthetic goals; written by experiments/webshop_reward_parity.py "
                  f"--seed {seed}.",
         "cases": [{k: c[k] for k in ("goal", "asin", "options", "price", "expected")}
                   for c in keep],
