@@ -605,10 +605,10 @@ _SMALL_MODEL = {
     # micro-batches of 4 turns: with 8 (x ~400 tokens) the backward pass peaked at 10.5 GB
     "actor.lr": 1e-4, "actor.micro_batch_tokens": 2048,
     # answer_template="sentence": SmolLM2-135M writes no valid JSON operations on its own (0/16
-    # valid: benchmarks/extractor_format.py); with the template it writes only one sentence of an
+    # valid: experiments/extractor_format.py); with the template it writes only one sentence of an
     # add's content after a pre-filled stem. merge_format="items": merges in the official item
     # format, pre-filled up to one sentence of one item (the window's title); the measured shares
-    # are in benchmarks/extractor_format.py's docstring
+    # are in experiments/extractor_format.py's docstring
     "extractor.lr": 1e-4, "extractor.max_new_tokens": 48, "extractor.micro_batch_size": 2,
     "extractor.micro_batch_tokens": 2048, "extractor.max_samples_per_update": 8,
     "extractor.answer_template": "sentence", "extractor.merge_format": "items",
