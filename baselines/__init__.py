@@ -7,31 +7,20 @@ RL with one role frozen; the ablations are ``comp_rl.py`` variants with one opti
 
 from __future__ import annotations
 
-# The built-in agents: name -> (import string, label, description). One table, used by
-# ``crl-bench list agents``, the runner and the report.
-BUILTIN_AGENTS: dict[str, tuple[str, str, str]] = {
-    "grpo": ("crl_bench.baselines.grpo:AGENT", "Baseline",
-             "Baseline: plain GRPO actor, no experience"),
-    "static_exp": ("crl_bench.baselines.static_exp:AGENT", "Static Online Exp.",
-                   "Static Online Exp.: GRPO actor + frozen extractor writing online"),
-    "exp_only": ("crl_bench.baselines.exp_only:AGENT", "Exp. Only",
-                 "Exp. Only: frozen actor + trained extractor"),
-    "comp_rl": ("crl_bench.baselines.comp_rl:AGENT", "Comp. RL",
-                "Complementary RL: split-GRPO actor + CISPO extractor, co-evolving"),
-    "comp_rl_no_split": ("crl_bench.baselines.comp_rl:NO_SPLIT", "Comp. RL, no split advantages",
-                         "ablation: advantages over the whole group (no with/without split)"),
-    "comp_rl_no_diversify": ("crl_bench.baselines.comp_rl:NO_DIVERSIFY",
-                             "Comp. RL, no retrieval diversification", "ablation: plain top-k retrieval"),
-    "comp_rl_no_reweight": ("crl_bench.baselines.comp_rl:NO_REWEIGHT",
-                            "Comp. RL, no count-aware reweighting",
-                            "ablation: no count-aware reweighting of extractor samples"),
-    "comp_rl_no_merge": ("crl_bench.baselines.comp_rl:NO_MERGE", "Comp. RL, no periodic merge",
-                         "ablation: no periodic merge"),
-    "comp_rl_no_ask": ("crl_bench.baselines.comp_rl:NO_ASK", "Comp. RL, no Search-and-Ask",
-                       "ablation: no Search-and-Ask"),
-    "comp_rl_shared_params": ("crl_bench.baselines.comp_rl:SHARED_PARAMS",
-                              "Comp. RL, shared actor/extractor parameters",
-                              "ablation: actor and extractor share parameters"),
+# The built-in agents: name -> the agent object's import string. Their labels and descriptions
+# are the objects' own (``AGENT = CompRL("comp_rl", label=..., description=...)``); the registry
+# reads them from there (``crl-bench list agents``, the report's row names).
+BUILTIN_AGENTS: dict[str, str] = {
+    "grpo": "crl_bench.baselines.grpo:AGENT",
+    "static_exp": "crl_bench.baselines.static_exp:AGENT",
+    "exp_only": "crl_bench.baselines.exp_only:AGENT",
+    "comp_rl": "crl_bench.baselines.comp_rl:AGENT",
+    "comp_rl_no_split": "crl_bench.baselines.comp_rl:NO_SPLIT",
+    "comp_rl_no_diversify": "crl_bench.baselines.comp_rl:NO_DIVERSIFY",
+    "comp_rl_no_reweight": "crl_bench.baselines.comp_rl:NO_REWEIGHT",
+    "comp_rl_no_merge": "crl_bench.baselines.comp_rl:NO_MERGE",
+    "comp_rl_no_ask": "crl_bench.baselines.comp_rl:NO_ASK",
+    "comp_rl_shared_params": "crl_bench.baselines.comp_rl:SHARED_PARAMS",
 }
 
 PAPER_AGENTS: tuple[str, ...] = ("grpo", "static_exp", "exp_only", "comp_rl")
@@ -41,6 +30,6 @@ ABLATIONS: tuple[str, ...] = tuple(n for n in BUILTIN_AGENTS if n.startswith("co
 def register_builtin_agents() -> None:
     from crl_bench.registry import AGENTS
 
-    for name, (target, label, description) in BUILTIN_AGENTS.items():
+    for name, target in BUILTIN_AGENTS.items():
         if not AGENTS.has_builtin(name):
-            AGENTS.register(name, target, label=label, description=description)
+            AGENTS.register(name, target)

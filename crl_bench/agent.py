@@ -200,13 +200,23 @@ def field_docstrings(cls: type) -> dict[str, str]:
 
 
 def agent_label(name: str) -> str:
-    """The table label of a registered agent (its name when it has none, or is not registered)."""
-    from crl_bench.registry import AGENTS, RegistryError
+    """The table label of a registered agent, the agent object's own :attr:`Agent.label` (its
+    name when it is not registered, or cannot be loaded)."""
+    from crl_bench.registry import AGENTS, PluginError, RegistryError
 
     try:
-        return AGENTS.entry(name).metadata.get("label") or name
-    except RegistryError:
+        agent = AGENTS.get(name)
+    except (RegistryError, PluginError):
         return name
+    return getattr(agent, "label", "") or name
+
+
+def agent_description(name: str) -> str:
+    """The one-line description of a registered agent, read from the agent object ("" when it
+    has none)."""
+    from crl_bench.registry import AGENTS
+
+    return getattr(AGENTS.get(name), "description", "") or ""
 
 
 def load_agent(name: str, options: dict[str, Any] | None = None) -> Agent:

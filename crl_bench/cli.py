@@ -145,9 +145,12 @@ def _cmd_list(args: argparse.Namespace) -> int:
             src = "" if source == "builtin" else f" [{source}]"
             print(f"{name:<{width}}  {family:<9} {desc}{src}")
     elif args.what == "agents":
+        from crl_bench.agent import agent_description
+
         for e in AGENTS.entries():  # plugins are listed without importing them
             src = "" if e.source == "builtin" else f" [{e.source}]"
-            desc = e.metadata.get("description", "(plugin; `crl-bench run --agent NAME` loads it)")
+            desc = (agent_description(e.name) if e.source == "builtin"  # the agent object's own
+                    else "(plugin; `crl-bench run --agent NAME` loads it)")
             if getattr(args, "verbose", False):
                 import json
 

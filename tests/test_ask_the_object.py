@@ -112,3 +112,27 @@ def test_a_family_registers_its_retrieval_query_with_its_envs():
         ENVS.unregister("crl/QueryPlugin-v0")
         FAMILY_QUERIES.pop("query_plugin", None)
         gymnasium.registry.pop("crl/QueryPlugin-v0", None)
+
+
+def test_labels_are_the_agent_objects_and_families_have_one_list(plugin_agents, capsys):
+    """An agent's label and description are the object's own (``crl_bench/baselines/*.py``); the
+    registry, the report and ``crl-bench list agents`` read them there, for plugins too (their
+    label was their name before). The report's single-family suites are the env families'
+    one list (``crl_bench.envs.FAMILIES``)."""
+    from crl_bench.agent import agent_label
+    from crl_bench.baselines import BUILTIN_AGENTS
+    from crl_bench.baselines.comp_rl import NO_MERGE
+    from crl_bench.cli import main
+    from crl_bench.envs import FAMILIES
+    from crl_bench.report.suites import SINGLE_TASK_MIXES, SUITES
+
+    assert all(isinstance(target, str) for target in BUILTIN_AGENTS.values())  # no copied labels
+    assert agent_label("comp_rl_no_merge") == NO_MERGE.label == "Comp. RL, no periodic merge"
+    assert agent_label("grpo_loo") == "GRPO, leave-one-out"
+    assert agent_label("not_an_agent") == "not_an_agent"
+    assert main(["list", "agents"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert any(line.split()[0] == "comp_rl_no_merge" and line.endswith(NO_MERGE.description)
+               for line in lines)
+    assert SINGLE_TASK_MIXES is FAMILIES
+    assert tuple(mix for mix, _ in SUITES["single"]) == FAMILIES

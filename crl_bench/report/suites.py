@@ -16,6 +16,7 @@ __all__ = ["PlannedRun", "SUITES", "PAPER_AGENTS", "ABLATIONS", "VARIANTS",
 
 from crl_bench.agent import agent_label
 from crl_bench.baselines import ABLATIONS, PAPER_AGENTS  # the one table of agents
+from crl_bench.envs import FAMILIES  # the one list of env families
 
 # Which evaluation variants (with_experience flag) make a table row for each agent. The baseline
 # never sees experience; Exp. Only is a frozen actor, so its row is the one with experience.
@@ -28,7 +29,8 @@ VARIANTS: dict[str, tuple[bool, ...]] = {
     **{name: (True, False) for name in ABLATIONS},
 }
 
-SINGLE_TASK_MIXES = ("minihack", "webshop", "alfworld", "swe")
+SINGLE_TASK_MIXES: tuple[str, ...] = FAMILIES
+"""The single-family task mixes (each built-in family's mix is named by the family)."""
 
 
 @dataclass(frozen=True)
