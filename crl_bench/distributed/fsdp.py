@@ -15,9 +15,9 @@ weights at a time for its forward and backward.
 * The loss is ``RoleTrainer``'s: the batch is filtered, sampled, ordered and cut into
   micro-batches exactly as on one process (:func:`~crl_bench.distributed.learner.plan_update`),
   micro-batches are dealt to ranks, and each micro-batch's loss is scaled by its share of the
-  *whole* batch's tokens (or sequences) (:func:`~crl_bench.distributed.learner.
-  run_micro_batches`); gradients are summed over ranks (divide factor 1), then one clip and one
-  AdamW step on the shards. Every rank runs the same number of micro-batches (the short ones
+  *whole* batch's tokens (or sequences) in the one update loop
+  (:func:`~crl_bench.training.update.micro_batch_step`); gradients are summed over ranks
+  (divide factor 1), then one clip and one AdamW step on the shards. Every rank runs the same number of micro-batches (the short ones
   pad with a zero-advantage sample): each forward and backward gathers weights from all ranks.
 * Long trajectories: ``micro_batch_tokens`` bounds a micro-batch's padded tokens, and
   ``activation_checkpointing`` (both :class:`~crl_bench.config.schema.OptimConfig` fields)
@@ -130,8 +130,8 @@ class ShardedLearner:
                agg: str = "token-mean", temperature: float = 1.0) -> dict[str, float]:
         """One optimiser step on ``samples`` (the same on every rank); ``RoleTrainer.update``'s
         metrics, summed over the ranks."""
-        from crl_bench.distributed.learner import plan_update, run_micro_batches, sum_over_ranks
-        from crl_bench.training.role_trainer import _schedule_factor
+        from crl_bench.distributed.learner import plan_update, sum_over_ranks
+        from crl_bench.training.update import micro_batch_step
 
         tr = self.trainer
         per_rank, totals, metrics = plan_update(samples, self.cfg, self._rng, by_prompt=False,
@@ -139,18 +139,13 @@ class ShardedLearner:
         if not per_rank:
             metrics.update(loss=0.0, grad_norm=0.0, skipped=1.0)
             return metrics
-        total_loss, sums = run_micro_batches(
-            tr, self.backend, self.role, per_rank[self.rank], totals, loss=loss,
-            loss_kwargs=loss_kwargs, agg=agg, temperature=temperature,
-            pad_to=max(len(c) for c in per_rank))
-        metrics.update(sum_over_ranks(total_loss, sums))
-        lr = self.cfg.lr * _schedule_factor(tr.updates, self.cfg, tr.total_steps)
-        grad_norm = tr.finish_step(lr)
-        if hasattr(grad_norm, "full_tensor"):
-            grad_norm = grad_norm.full_tensor()
+        metrics.update(micro_batch_step(
+            tr, per_rank[self.rank], totals, loss=loss, loss_kwargs=loss_kwargs, agg=agg,
+            temperature=temperature, lr=tr.step_lr(), pad_to=max(len(c) for c in per_rank),
+            reduce=sum_over_ranks))  # FSDP summed the gradient in the backward
         tr.updates += 1
         self.backend.after_update(self.role)
-        metrics.update(grad_norm=float(grad_norm), lr=lr, tokens=totals["tokens"], skipped=0.0)
+        metrics.update(tokens=totals["tokens"], skipped=0.0)
         return metrics
 
     # -- weights ---------------------------------------------------------------------------------

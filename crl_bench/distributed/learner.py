@@ -6,15 +6,15 @@ broadcast from rank 0, so every rank starts from the same weights) and a
 One update (:meth:`DataParallelLearner.update`) does what ``RoleTrainer.update`` does on one
 process, split over ranks:
 
-1. the driver filters and samples the batch exactly as ``RoleTrainer.update`` does (samples with
-   trained tokens, ``max_samples_per_update`` with the same seeded RNG, active = non-zero
-   advantage and weight), computes the trained-token / sequence totals over the *whole* batch,
-   orders and cuts the same micro-batches (:func:`~crl_bench.training.role_trainer.
-   order_for_micro_batches`, :func:`~crl_bench.training.role_trainer.micro_batches`); with ``recompute_old_logprobs`` each rank
-   recomputes the old log-probs on its own micro-batches before its first backward;
-2. micro-batches are dealt to ranks (balanced by padded tokens); each rank runs forward and
-   backward on its own, each micro-batch's loss scaled by its share of the whole batch's tokens
-   (or sequences), as on one process;
+1. the driver plans the step exactly as ``RoleTrainer.update`` does
+   (:func:`~crl_bench.training.update.select_samples` with the same seeded RNG,
+   :func:`~crl_bench.training.update.plan_step`: the same micro-batches and whole-batch
+   totals);
+2. micro-batches are dealt to ranks (balanced by padded tokens); each rank runs them through
+   the one update loop, :func:`~crl_bench.training.update.micro_batch_step` (with
+   ``recompute_old_logprobs`` it recomputes the old log-probs on its own micro-batches first),
+   each micro-batch's loss scaled by its share of the whole batch's tokens (or sequences), as
+   on one process;
 3. gradients are summed across ranks (``all_reduce`` SUM over one flat buffer), so every rank
    holds the gradient of the whole batch; then the same clip, LR schedule and AdamW step run on
    every rank (same gradient, same state: the replicas stay equal);
@@ -183,38 +183,43 @@ class LearnerRankImpl:
 
     def update_shard(self, chunks: list[list[Any]], totals: dict[str, float], *, loss: str,
                      loss_kwargs: dict[str, Any], agg: str, temperature: float) -> dict[str, float]:
-        """Forward/backward of this rank's micro-batches, all-reduce, optimiser step (see the
-        module docstring). ``totals``: ``tokens``, ``seqs`` (whole batch), ``active_tokens``."""
+        """This rank's micro-batches through the one update loop
+        (:func:`~crl_bench.training.update.micro_batch_step`), the gradient and the metric sums
+        summed over the ranks before the optimiser step (see the module docstring).
+        ``totals``: ``tokens``, ``seqs`` (whole batch), ``active_tokens``."""
         import torch
         import torch.distributed as dist
 
-        from crl_bench.training.role_trainer import _schedule_factor
+        from crl_bench.training.update import micro_batch_step
 
         tr = self.trainer
-        total_loss, sums = run_micro_batches(tr, self.backend, self.role, chunks, totals, loss=loss,
-                                             loss_kwargs=loss_kwargs, agg=agg,
-                                             temperature=temperature)
-        # gradients of the whole batch on every rank: one flat buffer, summed
         params = tr.precision.optimized  # fp32 masters of a bf16 model: reduced in fp32
-        flat = torch.cat([g.reshape(-1).float() for g in tr.gradients()])
-        dist.all_reduce(flat, op=dist.ReduceOp.SUM)
-        offset = 0
-        for p in params:
-            n = p.numel()
-            p.grad = flat[offset:offset + n].view_as(p).to(p.dtype).clone()
-            offset += n
-        metrics = sum_over_ranks(total_loss, sums)  # the same sums as on one process
+
+        def reduce(total_loss: float, sums: dict[str, float]) -> dict[str, float]:
+            # gradients of the whole batch on every rank: one flat buffer, summed
+            flat = torch.cat([g.reshape(-1).float() for g in tr.gradients()])
+            dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+            offset = 0
+            for p in params:
+                n = p.numel()
+                p.grad = flat[offset:offset + n].view_as(p).to(p.dtype).clone()
+                offset += n
+            return sum_over_ranks(total_loss, sums)  # the same sums as on one process
+
+        handle = None
         if self.keep_grads:  # clipped as the step sees them (the clip scales in place)
             def keep(*_: Any, **__: Any) -> None:
                 self.last_grads = [p.grad.detach().to("cpu").clone() for p in params]
             handle = tr.optimizer.register_step_pre_hook(keep)
-        factor = _schedule_factor(tr.updates, tr.cfg, tr.total_steps)
-        grad_norm = tr.finish_step(tr.cfg.lr * factor)
-        if self.keep_grads:
-            handle.remove()
+        try:
+            metrics = micro_batch_step(tr, chunks, totals, loss=loss, loss_kwargs=loss_kwargs,
+                                       agg=agg, temperature=temperature, lr=tr.step_lr(),
+                                       reduce=reduce)
+        finally:
+            if handle is not None:
+                handle.remove()
         tr.updates += 1
         self.backend.after_update(self.role)
-        metrics.update(grad_norm=float(grad_norm), lr=tr.cfg.lr * factor)
         return metrics
 
     def shutdown(self) -> None:
@@ -222,67 +227,6 @@ class LearnerRankImpl:
 
         if dist.is_initialized():
             dist.destroy_process_group()
-
-
-def run_micro_batches(trainer: Any, backend: Any, role: str, chunks: list[list[Any]],
-                      totals: dict[str, float], *, loss: str, loss_kwargs: dict[str, Any],
-                      agg: str, temperature: float, pad_to: int = 0
-                      ) -> tuple[float, dict[str, float]]:
-    """This rank's part of one update: forward and backward of its micro-batches, each loss
-    scaled by its share of the *whole* batch's tokens (or sequences), exactly as
-    ``RoleTrainer._step`` scales it on one process; gradients accumulate (through
-    ``trainer.begin_step``). Returns this rank's share of the loss and of the diagnostics sums
-    (the token counts included), to be summed over the ranks.
-
-    ``pad_to``: run zero-weighted micro-batches until this many have run (sharded models need
-    every rank to run the same number of forwards and backwards: each one gathers weights).
-    """
-    import torch
-
-    from crl_bench.training.role_trainer import token_counts
-
-    loss_fn = trainer._loss_fn(loss)
-    sums: dict[str, float] = {}
-    total_loss = 0.0
-    runs = list(chunks) + [[idle_sample()]] * max(0, pad_to - len(chunks))
-    collated = [trainer._collate(chunk) for chunk in runs]
-    recomputed: list[Any] = []
-    if getattr(trainer.cfg, "recompute_old_logprobs", False):
-        # "old" = the weights before this update, on this rank's own micro-batches (as
-        # RoleTrainer does on one process: same padding, same shapes)
-        with torch.no_grad():
-            for ids, attn, _, _, cmask in collated:
-                lp = backend.forward_token_logprobs(role, ids, attn, temperature=temperature,
-                                                    score_mask=cmask[:, 1:] > 0,
-                                                    **trainer.scoring_kwargs())
-                recomputed.append(lp.float().detach() * cmask[:, 1:].to(lp.device))
-    stats = getattr(backend, "train_stats", None)
-    encoded_before = stats["model_tokens"] if stats else 0
-    with trainer.begin_step():
-        for ci, chunk in enumerate(runs):
-            ids, attn, lp_old, adv, cmask = collated[ci]
-            logprobs = backend.forward_token_logprobs(role, ids, attn, temperature=temperature,
-                                                      score_mask=cmask[:, 1:] > 0,
-                                                      **trainer.scoring_kwargs()).float()
-            dev = logprobs.device
-            lp = logprobs * cmask[:, 1:].to(dev)
-            old = recomputed[ci] if recomputed else lp_old[:, 1:].to(dev)
-            out, m = loss_fn(lp, old, adv[:, 1:].to(dev), cmask[:, 1:].to(dev), agg=agg,
-                             **loss_kwargs)
-            if ci >= len(chunks):  # padding: a backward through the graph, a zero gradient
-                (out * 0.0).backward()
-                continue
-            chunk_tokens = sum(s.n_tokens for s in chunk)
-            share = (chunk_tokens / totals["tokens"] if agg == "token-mean"
-                     else len(chunk) / totals["seqs"])
-            (out * share).backward()
-            total_loss += float(out.detach()) * share
-            m_share = chunk_tokens / totals["active_tokens"]
-            for k, v in m.items():
-                sums[k] = sums.get(k, 0.0) + float(v) * m_share
-    # RoleTrainer's token counts, summed over the ranks with the sums above
-    sums.update(token_counts([s for chunk in chunks for s in chunk], stats, encoded_before))
-    return total_loss, sums
 
 
 def sum_over_ranks(total_loss: float, sums: dict[str, float]) -> dict[str, float]:
@@ -301,33 +245,19 @@ def sum_over_ranks(total_loss: float, sums: dict[str, float]) -> dict[str, float
     return metrics
 
 
-def idle_sample() -> Any:
-    """A two-token sample with advantage 0 (no gradient): a rank's padding micro-batch."""
-    from crl_bench.training.role_trainer import TrainSample
-
-    return TrainSample([0], [0], [0.0], 0.0)
-
-
 def plan_update(samples: Sequence[Any], cfg: Any, rng: random.Random, *, by_prompt: bool,
                 n_ranks: int) -> tuple[list[list[list[Any]]], dict[str, float], dict[str, float]]:
-    """(micro-batches per rank, whole-batch totals, metrics so far): the first half of
-    ``RoleTrainer.update`` (the same filter, ``max_samples_per_update`` draw from ``rng``, order
-    and cut), the micro-batches dealt to ``n_ranks`` ranks. No active sample: ``[]``."""
-    from crl_bench.training.role_trainer import micro_batches, order_for_micro_batches
+    """(micro-batches per rank, whole-batch totals, metrics so far): the step planned as on one
+    process (:func:`~crl_bench.training.update.select_samples` with ``rng``,
+    :func:`~crl_bench.training.update.plan_step`), the micro-batches dealt to ``n_ranks``
+    ranks. No active sample: ``[]``."""
+    from crl_bench.training.update import plan_step, select_samples
 
-    samples = [s for s in samples if s.n_tokens > 0]
-    if cfg.max_samples_per_update and len(samples) > cfg.max_samples_per_update:
-        samples = rng.sample(samples, cfg.max_samples_per_update)
-    active = [s for s in samples if s.weight != 0.0 and s.advantage != 0.0]
-    metrics = {"samples": float(len(samples)), "active_samples": float(len(active))}
-    if not active:
+    plan = plan_step(select_samples(samples, cfg, rng), cfg, by_prompt=by_prompt)
+    metrics = {"samples": float(len(plan.samples)), "active_samples": float(len(plan.active))}
+    if not plan.active:
         return [], {}, metrics
-    totals = {"tokens": float(sum(s.n_tokens for s in samples)),
-              "seqs": float(len(samples)),
-              "active_tokens": float(sum(s.n_tokens for s in active))}
-    chunks = micro_batches(order_for_micro_batches(active, by_prompt=by_prompt),
-                           cfg.micro_batch_size, cfg.micro_batch_tokens)
-    return deal_chunks(chunks, n_ranks), totals, metrics
+    return deal_chunks(plan.chunks, n_ranks), plan.totals, metrics
 
 
 def learner_rank_class() -> Any:

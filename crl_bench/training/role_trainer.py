@@ -31,12 +31,17 @@ import contextlib
 import math
 import random
 import threading
-import time
 from typing import Any, Sequence
 
 from crl_bench.llm.types import TrainSample
 from crl_bench.config.schema import OptimConfig
 from crl_bench.training.precision import MixedPrecision
+from crl_bench.training.update import (collate_on_device, micro_batch_step, micro_batches,
+                                       order_for_micro_batches, plan_step, recompute_old,
+                                       select_samples, token_counts)
+
+__all__ = ["RoleTrainer", "TrainSample", "checkpointing", "enable_checkpointing",
+           "micro_batches", "order_for_micro_batches", "timed", "token_counts"]
 
 
 def _schedule_factor(step: int, cfg: OptimConfig, total_steps: int) -> float:
@@ -143,23 +148,27 @@ class RoleTrainer:
                 for p in self.precision.optimized]
 
     # -- the update ----------------------------------------------------------------------------
-    def _loss_fn(self, loss_name: str) -> Any:
-        from crl_bench.algorithms import LOSSES
+    def step_lr(self) -> float:
+        """The learning rate of the next optimiser step (warm-up and schedule at ``updates``)."""
+        return self.cfg.lr * _schedule_factor(self.updates, self.cfg, self.total_steps)
 
-        return LOSSES.get(loss_name)
+    def scoring_kwargs(self) -> dict[str, Any]:
+        """Extra keyword arguments of the backend's ``forward_token_logprobs`` for this role:
+        ``chunk_tokens`` when ``logprob_chunk_tokens`` asks for chunked log-probs."""
+        n = int(getattr(self.cfg, "logprob_chunk_tokens", 0) or 0)
+        return {"chunk_tokens": n} if n > 0 else {}
 
     def update(self, samples: Sequence[TrainSample], *, loss: str, loss_kwargs: dict[str, Any],
                agg: str = "token-mean", temperature: float = 1.0) -> dict[str, float]:
         """One update on ``samples``: one optimiser step (official), or ``cfg.mini_batches``
         steps on disjoint shuffled mini-batches (PPO's minibatches); returns metrics (loss, grad
-        norm, clip fraction...; means over the mini-batches).
+        norm, clip fraction...; means over the mini-batches). Each step is
+        :func:`~crl_bench.training.update.micro_batch_step`.
 
         ``temperature`` must be the one the log-probs were recorded at
         (``SamplingParams.logprob_temperature``), so that the ratio is 1 for on-policy samples.
         """
-        samples = [s for s in samples if s.n_tokens > 0]
-        if self.cfg.max_samples_per_update and len(samples) > self.cfg.max_samples_per_update:
-            samples = self._rng.sample(samples, self.cfg.max_samples_per_update)
+        samples = select_samples(samples, self.cfg, self._rng)
         n_parts = min(self.cfg.mini_batches, len(samples))
         if n_parts <= 1:
             parts = [samples]
@@ -167,26 +176,36 @@ class RoleTrainer:
             order = list(samples)
             self._rng.shuffle(order)
             parts = [order[i::n_parts] for i in range(n_parts)]
-        factor = _schedule_factor(self.updates, self.cfg, self.total_steps)
+        lr = self.step_lr()
+        by_prompt = getattr(self.backend, "share_prompt_prefix", False)
         with self.lock:
-            prepared = [self._prepare(part) for part in parts]
+            plans = [plan_step(part, self.cfg, by_prompt=by_prompt) for part in parts]
+            collated = [collate_on_device(self, p.chunks) for p in plans]
             # "old" log-probs are recomputed for every mini-batch before the first step: they are
             # the policy that played the batch, not the one after the earlier mini-batches
-            recomputed = [self._recompute(p, temperature) if self.cfg.recompute_old_logprobs
-                          else ([], 0.0) for p in prepared]
-            results = [self._step(p, r, loss=loss, loss_kwargs=loss_kwargs, agg=agg,
-                                  temperature=temperature, lr=self.cfg.lr * factor)
-                       for p, r in zip(prepared, recomputed)]
+            recomputed = [recompute_old(self, c, temperature) if self.cfg.recompute_old_logprobs
+                          else ([], 0.0) for c in collated]
+            results = []
+            for plan, c, old in zip(plans, collated, recomputed):
+                metrics = {"samples": float(len(plan.samples)),
+                           "active_samples": float(len(plan.active))}
+                if not plan.active:  # nothing carries a gradient (all advantages or weights 0)
+                    metrics.update(loss=0.0, grad_norm=0.0, skipped=1.0)
+                else:
+                    metrics.update(micro_batch_step(
+                        self, plan.chunks, plan.totals, loss=loss, loss_kwargs=loss_kwargs,
+                        agg=agg, temperature=temperature, lr=lr, collated=c, old=old))
+                    metrics.update(tokens=plan.totals["tokens"], skipped=0.0)
+                results.append(metrics)
             if any(not r.get("skipped") for r in results):
                 self.updates += 1
                 self.backend.after_update(self.adapter)
         if len(results) == 1:
             return results[0]
         stepped = [r for r in results if not r.get("skipped")]
-        metrics: dict[str, float] = {
-            "samples": float(len(samples)),
-            "active_samples": sum(r["active_samples"] for r in results),
-            "optimizer_steps": float(len(stepped)), "skipped": 0.0 if stepped else 1.0}
+        metrics = {"samples": float(len(samples)),
+                   "active_samples": sum(r["active_samples"] for r in results),
+                   "optimizer_steps": float(len(stepped)), "skipped": 0.0 if stepped else 1.0}
         for key in ("tokens", "model_tokens", "encoded_tokens", "time_recompute_s",
                     "time_forward_s", "time_backward_s"):
             if key != "encoded_tokens" or any(key in r for r in results):
@@ -196,181 +215,6 @@ class RoleTrainer:
         if not stepped:
             metrics.update(loss=0.0, grad_norm=0.0)
         return metrics
-
-    def _prepare(self, samples: list[TrainSample]) -> dict[str, Any]:
-        active = [s for s in samples if s.weight != 0.0 and s.advantage != 0.0]
-        chunks = micro_batches(order_for_micro_batches(
-            active, by_prompt=getattr(self.backend, "share_prompt_prefix", False)),
-            self.cfg.micro_batch_size, self.cfg.micro_batch_tokens)
-        # the masks and advantages meet the model's log-probs: on the model's device (CUDA)
-        device = getattr(self.backend, "device", None)
-        collated = [self._collate(chunk) for chunk in chunks]
-        if device is not None and str(device) != "cpu":
-            collated = [tuple(t.to(device) for t in c) for c in collated]
-        return {"samples": samples, "active": active, "chunks": chunks, "collated": collated}
-
-    def scoring_kwargs(self) -> dict[str, Any]:
-        """Extra keyword arguments of the backend's ``forward_token_logprobs`` for this role:
-        ``chunk_tokens`` when ``logprob_chunk_tokens`` asks for chunked log-probs."""
-        n = int(getattr(self.cfg, "logprob_chunk_tokens", 0) or 0)
-        return {"chunk_tokens": n} if n > 0 else {}
-
-    def _recompute(self, prepared: dict[str, Any], temperature: float) -> tuple[list[Any], float]:
-        """This trainer's log-probs of the mini-batch before the update (official: the ratio is
-        exactly 1 at the first micro-step), on the very micro-batches the update runs, so that
-        padding and batch shapes are the same too."""
-        import torch
-
-        t_start = time.perf_counter()
-        out: list[Any] = []
-        with torch.no_grad():
-            for ids, attn, _, _, cmask in prepared["collated"]:
-                lp = self.backend.forward_token_logprobs(self.adapter, ids, attn,
-                                                         temperature=temperature,
-                                                         score_mask=cmask[:, 1:] > 0,
-                                                         **self.scoring_kwargs())
-                out.append(lp.float().detach() * cmask[:, 1:])
-        return out, time.perf_counter() - t_start
-
-    def _step(self, prepared: dict[str, Any], recomputed: tuple[list[Any], float], *, loss: str,
-              loss_kwargs: dict[str, Any], agg: str, temperature: float, lr: float
-              ) -> dict[str, float]:
-        """One optimiser step on one (mini-)batch."""
-        import torch
-
-        samples, active, chunks = prepared["samples"], prepared["active"], prepared["chunks"]
-        metrics: dict[str, float] = {"samples": float(len(samples)), "active_samples": float(len(active))}
-        if not active:  # nothing carries a gradient (all advantages or weights are zero)
-            metrics.update(loss=0.0, grad_norm=0.0, skipped=1.0)
-            return metrics
-        loss_fn = self._loss_fn(loss)
-        # The loss is aggregated over *every* sample, as the official loss is (ROLL's agg_loss
-        # over the whole batch, the count-aware weight folded into the advantage): a sample with
-        # advantage 0 or weight 0 adds no gradient but still counts in the token / sequence
-        # denominator. Only the active samples are run through the model (the others' terms
-        # are exactly 0), each micro-batch scaled by its share of the *whole* batch: its trained
-        # tokens / all trained tokens (token-mean), its sequences / all sequences (seq-mean-*,
-        # whose in-chunk loss is already a mean over the chunk's sequences).
-        total_tokens = sum(s.n_tokens for s in samples)
-        total_seqs = len(samples)
-        active_tokens = sum(s.n_tokens for s in active)
-        sums: dict[str, float] = {}
-        total_loss = 0.0
-        old_lps, recompute_s = recomputed
-        clock = {"time_recompute_s": recompute_s, "time_forward_s": 0.0, "time_backward_s": 0.0}
-        stats = getattr(self.backend, "train_stats", None)
-        encoded_before = stats["model_tokens"] if stats else 0
-        with self.begin_step():
-            for ci, chunk in enumerate(chunks):
-                ids, attn, lp_old, adv, cmask = prepared["collated"][ci]
-                t_fwd = time.perf_counter()
-                # only the completion positions go through the vocabulary projection
-                logprobs = self.backend.forward_token_logprobs(self.adapter, ids, attn,
-                                                               temperature=temperature,
-                                                               score_mask=cmask[:, 1:] > 0,
-                                                               **self.scoring_kwargs())
-                logprobs = logprobs.float()
-                # align: token t (t >= 1) is predicted at position t-1 of the log-prob tensor
-                lp = logprobs * cmask[:, 1:]
-                old = old_lps[ci] if old_lps else lp_old[:, 1:]
-                out, m = loss_fn(lp, old, adv[:, 1:], cmask[:, 1:], agg=agg, **loss_kwargs)
-                chunk_tokens = sum(s.n_tokens for s in chunk)
-                share = (chunk_tokens / total_tokens if agg == "token-mean"
-                         else len(chunk) / total_seqs)
-                t_bwd = time.perf_counter()
-                clock["time_forward_s"] += t_bwd - t_fwd
-                (out * share).backward()
-                clock["time_backward_s"] += time.perf_counter() - t_bwd
-                total_loss += float(out.detach()) * share
-                # diagnostics (clip fractions, ratios) are means over the active tokens
-                m_share = chunk_tokens / active_tokens
-                for k, v in m.items():
-                    sums[k] = sums.get(k, 0.0) + float(v) * m_share
-        grad_norm = self.finish_step(lr)
-        metrics.update(sums)
-        metrics.update(clock)
-        metrics.update(token_counts(active, stats, encoded_before))
-        metrics.update(loss=total_loss, grad_norm=float(grad_norm), lr=lr,
-                       tokens=float(total_tokens), skipped=0.0)
-        return metrics
-
-    @staticmethod
-    def _collate(chunk: Sequence[TrainSample]) -> tuple[Any, Any, Any, Any, Any]:
-        """Right-padded [B, T] tensors: ids, attention mask, old log-probs, advantages, completion mask."""
-        import torch
-
-        length = max(len(s.prompt_ids) + len(s.completion_ids) for s in chunk)
-        b = len(chunk)
-        ids = torch.zeros((b, length), dtype=torch.long)
-        attn = torch.zeros((b, length), dtype=torch.long)
-        lp_old = torch.zeros((b, length), dtype=torch.float32)
-        adv = torch.zeros((b, length), dtype=torch.float32)
-        cmask = torch.zeros((b, length), dtype=torch.float32)
-        for i, s in enumerate(chunk):
-            p, c = len(s.prompt_ids), len(s.completion_ids)
-            if len(s.old_logprobs) != s.n_tokens:
-                raise ValueError(f"sample {i}: {len(s.old_logprobs)} log-probs for {s.n_tokens} "
-                                 "trained completion tokens")
-            ids[i, :p + c] = torch.tensor(list(s.prompt_ids) + list(s.completion_ids), dtype=torch.long)
-            attn[i, :p + c] = 1
-            if s.completion_mask is None:
-                lp_old[i, p:p + c] = torch.tensor(s.old_logprobs, dtype=torch.float32)
-                cmask[i, p:p + c] = 1.0
-            else:
-                if len(s.completion_mask) != c:
-                    raise ValueError(f"sample {i}: completion_mask has {len(s.completion_mask)} "
-                                     f"entries for {c} completion tokens")
-                row = torch.tensor([1.0 if m else 0.0 for m in s.completion_mask])
-                cmask[i, p:p + c] = row
-                where = torch.nonzero(row, as_tuple=True)[0] + p
-                lp_old[i, where] = torch.tensor(s.old_logprobs, dtype=torch.float32)
-            adv[i, p:p + c] = s.advantage * s.weight
-        return ids, attn, lp_old, adv, cmask
-
-
-def token_counts(active: Sequence[TrainSample], stats: dict[str, int] | None,
-                 encoded_before: int) -> dict[str, float]:
-    """``model_tokens``: the tokens of the samples run through the model; ``encoded_tokens``
-    (when the backend counts, in ``stats = backend.train_stats``, read before the update as
-    ``encoded_before``): what it actually encoded, shared prompt prefixes once per micro-batch."""
-    counts = {"model_tokens": float(sum(s.length for s in active))}
-    if stats:
-        counts["encoded_tokens"] = float(stats["model_tokens"] - encoded_before)
-    return counts
-
-
-def order_for_micro_batches(samples: Sequence[TrainSample], *, by_prompt: bool
-                            ) -> list[TrainSample]:
-    """The order :func:`micro_batches` cuts. ``by_prompt``: sorted by prompt tokens, so a GRPO
-    group's samples sit in one micro-batch and a backend that shares prompt prefixes
-    (``HFBackend(share_prompt_prefix=True)``) encodes the group's prompt once; otherwise longest
-    first (similar lengths together, less padding)."""
-    if by_prompt:
-        return sorted(samples, key=lambda s: tuple(s.prompt_ids))
-    return sorted(samples, key=lambda s: s.length, reverse=True)
-
-
-def micro_batches(samples: Sequence[TrainSample], size: int, max_tokens: int = 0
-                  ) -> list[list[TrainSample]]:
-    """Consecutive chunks of ``samples`` (sorted longest first by the caller) with at most
-    ``size`` samples and, when ``max_tokens > 0``, at most ``max_tokens`` padded tokens
-    (chunk length x its longest sequence); a sample longer than ``max_tokens`` goes alone."""
-    if size < 1:
-        raise ValueError(f"micro-batch size must be >= 1, got {size}")
-    chunks: list[list[TrainSample]] = []
-    current: list[TrainSample] = []
-    longest = 0
-    for s in samples:
-        n = len(s.prompt_ids) + len(s.completion_ids)
-        grown = max(longest, n)
-        if current and (len(current) >= size or (max_tokens > 0 and grown * (len(current) + 1) > max_tokens)):
-            chunks.append(current)
-            current, grown = [], n
-        current.append(s)
-        longest = grown
-    if current:
-        chunks.append(current)
-    return chunks
 
 
 @contextlib.contextmanager
