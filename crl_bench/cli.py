@@ -328,11 +328,30 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     plan = build_plan(cfg, args.gpus, args.gpu_memory, checkpointing=args.checkpointing == "on",
                       precision=args.precision, peak_tflops=args.peak_tflops, mfu=args.mfu,
                       hbm_tbps=args.hbm_tbps, sync_gbps=args.sync_gbps)
-    print(json.dumps(to_dict(plan), indent=1) if args.json else format_plan(plan))
+    topology = _plan_topology(cfg, args.gpus)
+    if args.json:
+        print(json.dumps(to_dict(plan) | {"topology": topology}, indent=1))
+    else:
+        print(format_plan(plan))
+        if topology is not None:
+            from crl_bench.distributed.plan import format_topology
+
+            print("\n" + "\n".join(format_topology(topology)))
     if not plan.fits:
         print(f"crl-bench plan: refused: {refusal(plan)}", file=sys.stderr)
         return 1
     return 0
+
+
+def _plan_topology(cfg: object, gpus: int) -> dict | None:
+    """The Ray topology a run of ``cfg`` on ``gpus`` GPUs builds (None where no Ray plan has
+    that layout: a role with one GPU)."""
+    from crl_bench.distributed.plan import built_topology, layout_plan
+
+    try:
+        return built_topology(cfg, layout_plan(cfg, gpus))
+    except ValueError:
+        return None
 
 
 if __name__ == "__main__":

@@ -182,12 +182,18 @@ def test_cpu_peak_within_20_percent_of_the_plan(tmp_path):
 # -- the plan of a run -------------------------------------------------------------------------
 def test_split_follows_the_paper16_ray_plan():
     split = split_gpus(16)
-    paper16 = PLANS["paper16"]
+    paper16 = PLANS["paper16-split"]
     assert split["actor_engine_gpus"] == paper16.generation_engines == paper16.actor_generation_gpus
     assert split["actor_ranks"] == paper16.learner_ranks == paper16.actor_training_gpus
     assert split["extractor_engine_gpus"] + split["extractor_ranks"] == paper16.extractor_gpus
-    gpus = sum(v for k, v in split.items() if not k.endswith("colocated"))
+    gpus = sum(v for k, v in split.items() if k.endswith(("_engine_gpus", "_ranks")))
     assert gpus == paper16.required()["GPU"] == 16
+    # colocated (paper's default, as officially): each role's 8 GPUs hold its engines and ranks
+    both = split_gpus(16, "colocated")
+    paper16 = PLANS["paper16"]
+    assert both["actor_engine_gpus"] == both["actor_ranks"] == paper16.learner_ranks == 8
+    assert both["extractor_gpus"] == paper16.extractor_gpus == paper16.extractor_ranks == 8
+    assert both["sleep"] and paper16.required()["GPU"] == 16
     with pytest.raises(ValueError, match="1 or more"):
         split_gpus(0)
 
@@ -200,7 +206,15 @@ official micro-batch of 8 full-length trajectories, every logit at once."""
 
 def test_the_paper_preset_fits_16x80_and_8x141():
     assert build_plan(_paper(), 16, 80).fits, refusal(build_plan(_paper(), 16, 80))
-    assert build_plan(_paper(), 8, 141).fits, refusal(build_plan(_paper(), 8, 141))
+    split = {"model.placement": "split"}
+    assert build_plan(_paper(**split), 8, 141).fits, refusal(build_plan(_paper(**split), 8, 141))
+    # colocated on 8 GPUs: the actor's 4 ranks keep 22.8 GB of states beside an engine at 0.85
+    # of the GPU during the rollout; the plan names the share that fits, and it does
+    plan = build_plan(_paper(), 8, 141)
+    assert not plan.fits
+    fix = "--set model.actor_gpu_memory_utilization=0.81"
+    assert fix in refusal(plan)
+    assert build_plan(_paper(**{"model.actor_gpu_memory_utilization": 0.81}), 8, 141).fits
 
 
 def test_paper_without_budgets_on_16x80_is_refused_with_fixes_that_fit():

@@ -103,7 +103,8 @@ def test_paper_engine_settings_are_the_official_ones_and_the_plans():
     from crl_bench.run.parts.models import engine_settings
 
     cfg = PRESETS["paper"]()
-    specs = {s.role: s for s in role_specs(cfg, split_gpus(16))}
+    assert cfg.model.placement == "colocated"  # a role's training and inference on its GPUs
+    specs = {s.role: s for s in role_specs(cfg, split_gpus(16, "colocated"))}
     for role, want in OFFICIAL.items():
         got = engine_settings(cfg, role)
         assert got == want, role
@@ -225,7 +226,7 @@ TOY = {
     "model.actor": "tiny-sft", "model.extractor": "tiny-sft", "model.backend": "hf",
     "model.device": "cpu", "model.dtype": "float32", "threads": 1,
     "model.actor_max_model_len": 1024, "model.extractor_max_model_len": 1056,
-    "model.extractor_tensor_parallel": 2,
+    "model.extractor_tensor_parallel": 2, "model.placement": "split",
     "rollout.groups": 1, "rollout.group_size": 4, "rollout.max_new_tokens": 16,
     "rollout.max_episode_tokens": 1024, "rollout.sequence_length": 1024,
     "rollout.env_max_steps": {"minihack": 3},

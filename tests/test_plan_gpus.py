@@ -72,8 +72,12 @@ def test_any_gpu_count_is_laid_out(gpus, layout):
     assert (1 if split["all_colocated"] else sum(per_role)) == gpus
 
 
+SPLIT = {"model.placement": "split"}
+"""The layout with a role's engines and learner ranks on GPUs of their own (``paper16-split``)."""
+
+
 def test_plan_16_gpus_estimates_each_part(capsys):
-    assert main(["plan", "--gpus", "16", "--gpu-memory", "80"]) == 0
+    assert main(["plan", "--gpus", "16", "--gpu-memory", "80", "--set", "model.placement=split"]) == 0
     out = capsys.readouterr().out
     # official yaml (ComplementaryRL, examples/singletask-agentic/single_task_complementaryrl.yaml):
     # actor_train and actor_infer on GPUs 0-7 (:87, :111), the memory model on 8-15 (:247, :291),
@@ -83,9 +87,9 @@ def test_plan_16_gpus_estimates_each_part(capsys):
                  "extractor generation", "extractor update", "extractor weight sync"):
         assert f"  {part} " in out
     assert "an estimate" in out and "not a measurement" in out and "PaLM" in out
-    plan = build_plan(paper(), 16, 80)
+    plan = build_plan(paper(**SPLIT), 16, 80)
     parts = {p["part"]: p for p in plan.step["parts"]}
-    cfg = paper()
+    cfg = paper(**SPLIT)
     seq, episodes = 32768, cfg.rollout.groups * cfg.rollout.group_size
     tokens = episodes * seq
     # the actor update, by hand: tokens x (8N + 16 LHQT) + the chunks' vocabulary projection
@@ -111,17 +115,18 @@ def test_plan_16_gpus_estimates_each_part(capsys):
 def test_plan_6_gpus(capsys):
     # 3 GPUs per role: one engine GPU, two learner ranks; the extractor's tensor parallel 4
     # shrinks to the one engine GPU it has, and the plan says so
-    assert main(["plan", "--gpus", "6", "--gpu-memory", "141"]) == 0
+    assert main(["plan", "--gpus", "6", "--gpu-memory", "141", "--set",
+                 "model.placement=split"]) == 0
     out = capsys.readouterr().out
     assert "actor: 1 vLLM engine x 1 GPU + 2 learner ranks x 1 GPU, on 3 GPUs of its own" in out
     assert "tensor parallel 1 instead of the configured 4" in out
     # on 80 GB the actor's states over 2 ranks do not fit: refused, naming fixes that do fit
-    plan = build_plan(paper(), 6, 80)
+    plan = build_plan(paper(**SPLIT), 6, 80)
     assert not plan.fits
     text = refusal(plan)
     assert "--gpus 9" in text and "--lora" in text
-    assert build_plan(paper(), 9, 80).fits
-    assert build_plan(paper(**{"model.lora_r": 16}), 6, 80).fits
+    assert build_plan(paper(**SPLIT), 9, 80).fits
+    assert build_plan(paper(**{"model.lora_r": 16}, **SPLIT), 6, 80).fits
 
 
 def test_plan_1_gpu_full_fine_tuning_is_refused_with_fixes(capsys):

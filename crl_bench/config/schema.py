@@ -58,6 +58,7 @@ SamplePolicy = Literal["pool", "buffer"]
 UpdateMode = Literal["in_place", "replace"]
 ExtractionStyle = Literal["short", "official"]
 MergeFormat = Literal["items", "ops"]
+Placement = Literal["split", "colocated"]
 MergeStyle = Literal["ours", "official"]
 Fence = Literal["always", "official"]
 AnswerTemplate = Literal["free", "content", "sentence", "action"]
@@ -171,6 +172,12 @@ class ModelConfig(_Section):
     """``vllm`` backend: GPUs of one actor engine (tensor parallel; official: 1 per engine)."""
     extractor_tensor_parallel: int = 1
     """GPUs of one extractor engine (official ``memory_model`` ``tensor_parallel_size`` 4)."""
+    placement: Placement = "split"
+    """Where a role's vLLM engines run against its learner ranks on GPUs (``crl-bench plan``,
+    Ray plans from ``layout_plan``): ``split``, engines and ranks on GPUs of their own (half of
+    the role's GPUs each); ``colocated``, every GPU of the role holds an engine's share and a
+    rank, the engines sleeping (vLLM sleep level 1) while the ranks update (official: actor_train
+    and actor_infer both on GPUs 0-7, the memory model's engine and trainer on 8-15)."""
 
 
 @_section("rollout")
@@ -658,6 +665,12 @@ PAPER = Preset("paper", "the paper's configuration for GPUs (Qwen2.5-7B-Instruct
                    # (the utilizations are the base's defaults)
                    "model.actor_max_model_len": 32768,
                    "model.extractor_max_model_len": 65536, "model.extractor_tensor_parallel": 4,
+                   # a role's training and inference on the same GPUs (yaml device_mapping
+                   # list(range(0,8)) for actor_train :87 and actor_infer :111; the memory
+                   # model's engine and trainer both list(range(8, 16)) :247, :291)
+                   "model.placement": "colocated",
+                   # a checkpoint every 100 steps (yaml :29 save_steps: 100)
+                   "checkpoint_every": 100,
                    # the actor sees the whole conversation, 4,096 new tokens per turn, top-k 100
                    "rollout.groups": 16, "rollout.group_size": 8, "rollout.top_k": 100,
                    "rollout.max_new_tokens": 4096, "rollout.conversation": "full",

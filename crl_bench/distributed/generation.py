@@ -26,6 +26,8 @@ import os
 from typing import Any, Sequence
 
 from crl_bench.distributed import remote_class, require_ray
+from crl_bench.distributed.weight_sync import (  # noqa: F401  (re-exported)
+    EngineWeightPusher, EnginesWeightSyncClient)
 from crl_bench.llm.types import StaleWeights
 
 
@@ -116,6 +118,90 @@ class GenerationEngineImpl:
         self.calls = 0
         self.tokens = 0
         self.versions: dict[str, int] = {}
+        self.asleep = False
+        self.log: list[tuple[str, Any]] = []
+        """What this engine was asked to do, in order (``generate``, ``sleep``, ``wake_up``,
+        ``weights`` with the version and the path they came by): the run's call order read
+        back from the engine."""
+        self._group: Any = None  # the weight-push process group (broadcast path)
+
+    # -- sleep / wake-up (colocated: the learner rank updates on this engine's GPU) -------------
+    def sleep_mode(self) -> bool:
+        """vLLM's sleep mode is on: the engine was built with ``enable_sleep_mode`` (CUDA only;
+        :func:`crl_bench.run.parts.models.engine_settings` asks for it when colocated)."""
+        llm = getattr(self.backend, "llm", None)
+        config = getattr(getattr(llm, "llm_engine", None), "vllm_config", None)
+        return bool(getattr(getattr(config, "model_config", None), "enable_sleep_mode", False))
+
+    def sleep(self, level: int = 1) -> bool:
+        """Free this engine's GPU memory for the learner's update: the prefix cache is reset (its
+        blocks would be stale after the push that follows), then vLLM's ``LLM.sleep(level)``
+        (level 1: weights backed up in host memory, KV cache dropped) when the engine has sleep
+        mode; on CPU (no sleep mode) only the reset, recorded. Returns whether vLLM slept."""
+        if self.asleep:
+            raise RuntimeError("sleep() on a sleeping engine: wake_up() first")
+        self._reset_prefix_cache()
+        slept = False
+        if self.sleep_mode():
+            self.backend.llm.sleep(level=level)
+            slept = True
+        self.asleep = True
+        self.log.append(("sleep", {"level": level, "vllm": slept}))
+        return slept
+
+    def wake_up(self) -> bool:
+        """Back from :meth:`sleep`: vLLM's ``LLM.wake_up()`` (weights back on the GPU, the KV
+        cache reallocated) when it slept; recorded either way."""
+        if not self.asleep:
+            raise RuntimeError("wake_up() on an engine that is awake")
+        woke = False
+        if self.sleep_mode():
+            self.backend.llm.wake_up()
+            woke = True
+        self.asleep = False
+        self.log.append(("wake_up", {"vllm": woke}))
+        return woke
+
+    def _reset_prefix_cache(self) -> None:
+        """Forget KV computed with the previous weights: vLLM's prefix cache, the HF backend's
+        KV kept across calls."""
+        llm = getattr(self.backend, "llm", None)
+        if llm is not None and hasattr(llm, "reset_prefix_cache"):
+            llm.reset_prefix_cache()
+        store = getattr(self.backend, "_kv_store", None)
+        if store is not None:
+            store.clear()
+
+    def events(self) -> list[tuple[str, Any]]:
+        """:attr:`log`: the calls this engine served, in order."""
+        return list(self.log)
+
+    # -- weights by broadcast (crl_bench.distributed.weight_sync) -----------------------------
+    def join_weight_group(self, address: str, port: int, rank: int, world_size: int,
+                          backend: str) -> None:
+        """Join the weight-push process group at ``rank`` (the sender, learner rank 0, is 0)."""
+        from crl_bench.distributed.weight_sync import open_group
+
+        self._group = open_group(address, port, rank, world_size, backend)
+
+    def receive_weights(self, role: str, metas: list[tuple[list[int], str]],
+                        version: int) -> None:
+        """Receive ``role``'s weights by broadcast into this engine's model (in place), reset
+        the prefix cache and commit ``version``."""
+        from crl_bench.distributed.weight_sync import receive_into
+
+        if self._group is None:
+            raise RuntimeError("receive_weights before join_weight_group")
+        if self.asleep:
+            raise RuntimeError("weights pushed into a sleeping engine: wake_up() first")
+        if hasattr(self.backend, "weight_versions"):
+            raise RuntimeError("a vllm engine receives pushed weights in its workers "
+                               "(EngineWeightPusher), not through receive_weights")
+        receive_into(self._group, self.backend.trainable_parameters(role), metas)
+        self.backend.after_update(role)  # hf: drops the KV kept across calls
+        self._reset_prefix_cache()
+        self.versions[role] = int(version)
+        self.log.append(("weights", {"role": role, "version": int(version), "by": "broadcast"}))
 
     def pid(self) -> int:
         return os.getpid()
@@ -126,16 +212,24 @@ class GenerationEngineImpl:
         import ray
 
         settings = dict(getattr(self.backend, "engine_settings", None) or self.settings)
+        ctx = ray.get_runtime_context()
         return {"pid": os.getpid(), "kind": self.kind, "model": self.spec.get("model_name"),
                 "roles": tuple(self.spec.get("roles", ())), "settings": settings,
                 "gpus": [str(g) for g in ray.get_gpu_ids()],
-                "resources": dict(ray.get_runtime_context().get_assigned_resources())}
+                "resources": dict(ctx.get_assigned_resources()),
+                "placement_group": ctx.get_placement_group_id(),
+                "sleep_mode": self.sleep_mode(), "node": ctx.get_node_id()}
 
     def generate(self, prompts: list[list[int]], sampling: Any, adapter: str | None = None,
                  max_new_tokens: list[int] | int | None = None,
                  versions: dict[str, int] | None = None) -> list[Any]:
         """``versions``: the weight versions the caller expects; a (restarted) engine that does
         not have them refuses with :class:`StaleWeights` instead of sampling from old weights."""
+        if self.asleep:
+            raise RuntimeError("generate() on a sleeping engine (its learner is updating): "
+                               "wake_up() first")
+        if not self.log or self.log[-1][0] != "generate":
+            self.log.append(("generate", {}))  # consecutive calls: one rollout
         kwargs: dict[str, Any] = {}
         if hasattr(self.backend, "weight_versions"):
             # a vllm engine checks what vLLM committed (and stamps every completion)
@@ -154,11 +248,17 @@ class GenerationEngineImpl:
     def load_weights(self, role: str, weights: Sequence[Any], version: int | None = None) -> None:
         from crl_bench.training.precision import load_role_weights
 
+        if self.asleep:
+            raise RuntimeError("weights pushed into a sleeping engine: wake_up() first")
         load_role_weights(self.backend, role, weights)
         if hasattr(self.backend, "weight_versions"):  # vllm: the HF copy's weights into vLLM
             self.backend.after_update(role, version=version)
+        else:
+            self.backend.after_update(role)  # hf: drops the KV kept across calls
+        self._reset_prefix_cache()
         if version is not None:
             self.versions[role] = version
+        self.log.append(("weights", {"role": role, "version": version, "by": "object_store"}))
 
     # the vLLM weight-sync control plane of this engine (vllm backend, full fine-tuning): what
     # EnginesWeightSyncClient calls while a sender broadcasts into the engine's workers
@@ -181,8 +281,10 @@ class GenerationEngineImpl:
         self._sync().update_weights(update_info)
 
     def finish_weight_update(self, role: str, version: int) -> None:
-        self._sync().finish_weight_update(str(version))
+        self._sync().finish_weight_update(str(version))  # resets vLLM's prefix cache
         self.versions[role] = int(version)
+        self.log.append(("weights", {"role": role, "version": int(version),
+                                     "by": f"vllm:{self.backend.transport}"}))
 
     def weights(self, role: str) -> list[Any]:
         from crl_bench.training.precision import role_weights
@@ -195,62 +297,6 @@ class GenerationEngineImpl:
 
 def generation_engine_class() -> Any:
     return remote_class(GenerationEngineImpl)
-
-
-class EnginesWeightSyncClient:
-    """vLLM's ``VLLMWeightSyncClient`` over generation engine actors: each call goes to every
-    engine at once. Picklable (actor handles), so the driver hands it to the process that holds
-    the trained weights. Engine k's workers join the transfer group at rank ``1 + k``."""
-
-    def __init__(self, engines: list[Any], role: str) -> None:
-        self.engines = list(engines)
-        self.role = role
-        self.pending_version: int | None = None
-
-    def _all(self, refs: list[Any]) -> None:
-        require_ray().get(refs)
-
-    def init_weight_transfer_engine(self, init_info: dict[str, Any]) -> None:
-        base = int(init_info.get("rank_offset", 1))
-        self._all([e.init_weight_transfer_engine.remote(
-            dict(init_info, rank_offset=base + k) if "rank_offset" in init_info else init_info)
-            for k, e in enumerate(self.engines)])
-
-    def start_weight_update(self) -> None:
-        self._all([e.start_weight_update.remote() for e in self.engines])
-
-    def update_weights(self, update_info: Any) -> None:
-        self._all([e.update_weights.remote(update_info) for e in self.engines])
-
-    def finish_weight_update(self, weight_version: str | None = None) -> None:
-        version = weight_version if weight_version is not None else self.pending_version
-        if version is None:
-            raise ValueError("finish_weight_update needs a weight version (or pending_version).")
-        self._all([e.finish_weight_update.remote(self.role, int(version)) for e in self.engines])
-
-
-class EngineWeightPusher:
-    """Runs where the trained weights are (learner rank 0; every FSDP rank, whose gathers are
-    collectives): joins the engines' workers once, then :meth:`push` sends ``module``'s weights
-    into every engine in place, in ``wire_dtype`` (the engines' dtype, e.g. bf16 from fp32
-    masters). Transport: NCCL when ``device`` is a GPU, gloo otherwise."""
-
-    def __init__(self, module: Any, client: EnginesWeightSyncClient, *, device: str = "cpu",
-                 rank: int = 0, wire_dtype: Any = None) -> None:
-        from crl_bench.llm.vllm_weight_sync import (ModelWeights, start_sender, trainer_init_info,
-                                                    transport_for)
-
-        self.client = client
-        info = trainer_init_info(transport_for(device, colocated=False),
-                                 world_size=1 + len(client.engines), rank=rank)
-        self.sender = start_sender(info, client, ModelWeights(module, wire_dtype))
-
-    def push(self, version: int) -> None:
-        self.client.pending_version = int(version)
-        self.sender.send_weights()
-
-    def close(self) -> None:
-        self.sender.shutdown()
 
 
 class RemoteGenerationBackend:
@@ -273,15 +319,28 @@ class RemoteGenerationBackend:
     @classmethod
     def start(cls, local: Any, kind: str, spec: dict[str, Any], n_engines: int = 1, *,
               options: dict[str, Any] | None = None, threads: int = 1,
-              settings: dict[str, Any] | None = None) -> "RemoteGenerationBackend":
+              settings: dict[str, Any] | None = None, placement_group: Any = None,
+              bundles: list[int] | None = None) -> "RemoteGenerationBackend":
         """``n_engines`` engine actors of ``kind`` built from ``spec`` with the role's engine
         ``settings`` (``max_model_len``, ``gpu_memory_utilization``, ``tensor_parallel_size``),
-        each with Ray ``options`` (its GPUs: the tensor-parallel size)."""
+        each with Ray ``options`` (its GPUs: the tensor-parallel size). ``placement_group`` and
+        ``bundles`` (colocated: the role's group, :meth:`ResourcePlan.engine_bundles`): engine k
+        starts in bundle ``bundles[k]``, beside the learner rank of that GPU."""
         actor = generation_engine_class()
+        opts = [dict(options or {"num_cpus": 1}) for _ in range(n_engines)]
+        if placement_group is not None:
+            from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+            if bundles is None or len(bundles) != n_engines:
+                raise ValueError(f"{n_engines} engines in a placement group need one bundle "
+                                 f"index each, got {bundles}")
+            for o, b in zip(opts, bundles):
+                o["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
+                    placement_group, placement_group_bundle_index=b)
         # max_restarts: Ray brings a dead engine back (with its initial weights: the last pushed
         # ones are loaded again before it is used)
-        engines = [actor.options(**(options or {"num_cpus": 1}), max_restarts=2, max_task_retries=0)
-                   .remote(kind, spec, threads, settings) for _ in range(n_engines)]
+        engines = [actor.options(**o, max_restarts=2, max_task_retries=0)
+                   .remote(kind, spec, threads, settings) for o in opts]
         require_ray().get([e.pid.remote() for e in engines])
         return cls(local, engines)
 
@@ -337,6 +396,18 @@ class RemoteGenerationBackend:
                 raise RuntimeError("every generation engine is dead and none came back")
             time.sleep(0.5)
 
+    def sleep(self) -> None:
+        """Every engine to sleep (colocated: before the learner ranks on their GPUs update)."""
+        self._ray.get([e.sleep.remote() for e in self.engines])
+
+    def wake_up(self) -> None:
+        """Every engine awake again (after the update, before the weights are pushed)."""
+        self._ray.get([e.wake_up.remote() for e in self.engines])
+
+    def events(self) -> list[list[tuple[str, Any]]]:
+        """Each engine's call log (:meth:`GenerationEngineImpl.events`)."""
+        return self._ray.get([e.events.remote() for e in self.engines])
+
     def weight_sync_client(self, role: str) -> EnginesWeightSyncClient:
         """The client an :class:`EngineWeightPusher` (on learner rank 0) drives to send
         ``role``'s full weights into every engine in place; tell this backend each version it
@@ -358,7 +429,10 @@ class RemoteGenerationBackend:
         """Every engine loaded ``role``'s weights as ``version`` from ``ref``, an object ref
         another process put (learner rank 0): generations now ask for that version, and an
         engine Ray restarts is refilled from the same ref (the driver never fetches it)."""
-        self._weights[role] = ref
+        if ref is None:  # pushed in place (broadcast / IPC): nothing to refill an engine from
+            self._weights.pop(role, None)
+        else:
+            self._weights[role] = ref
         self._versions[role] = int(version)
 
     def push_weights(self, role: str, weights: Any) -> None:

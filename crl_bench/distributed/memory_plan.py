@@ -315,10 +315,29 @@ class RoleSpec:
     precision: Precision = FSDP2_MIXED
     logprob_chunk: int = 0  # the section's logprob_chunk_tokens
     lora_r: int = 0  # 0: full fine-tuning (states sharded); > 0: LoRA adapters of this rank
+    sleep: bool = False  # colocated: the engines sleep while the learner ranks update
 
 
-def split_gpus(gpus: int) -> dict[str, Any]:
+PLACEMENTS = ("split", "colocated")
+"""``model.placement``: a role's engines and learner ranks on GPUs of their own, or together."""
+
+SLEEP_KEEPS = "workspace"
+"""What a sleeping engine still holds on its GPU while the learner updates: vLLM's sleep level 1
+"will offload the model weights and discard the KV cache" (the weights are backed up in CPU
+memory; docs.vllm.ai/en/latest/features/sleep_mode/), which the official pipeline uses
+(ROLL's vLLM strategy, ``sleep_level`` default 1: roll/distributed/strategy/vllm_strategy.py:62;
+``offload_states`` resets the prefix cache then sleeps: roll/third_party/vllm/vllm_0_10_2/llm.py:
+185-187; verl's hybrid engine likewise). The plan counts the engine's workspace line (CUDA
+graphs, allocator pools outside the sleep allocator) as kept: an assumption, not measured."""
+
+
+def split_gpus(gpus: int, placement: str = "split") -> dict[str, Any]:
     """How ``crl-bench plan`` lays a run on ``gpus`` GPUs (any count >= 1).
+
+    ``placement="colocated"`` (``model.placement``, the ``paper`` preset's, as officially): each
+    role's GPUs all hold both its engines and its learner ranks (``<role>_engine_gpus`` =
+    ``<role>_ranks`` = the role's GPUs), the engines asleep while the ranks update (``sleep``).
+    The rest of this docstring is the ``split`` layout.
 
     Half the GPUs for each role, the actor taking the odd one (the paper's 16: 8 actor, 8
     extractor; the official yaml maps ``actor_train``/``actor_infer`` to GPUs 0-7 and the memory
@@ -334,14 +353,21 @@ def split_gpus(gpus: int) -> dict[str, Any]:
     """
     if not isinstance(gpus, int) or gpus < 1:
         raise ValueError(f"--gpus {gpus}: give the number of GPUs the run has (1 or more)")
-    out: dict[str, Any] = {"all_colocated": gpus == 1}
+    if placement not in PLACEMENTS:
+        raise ValueError(f"model.placement={placement!r}: use one of {', '.join(PLACEMENTS)}")
+    out: dict[str, Any] = {"all_colocated": gpus == 1, "placement": placement,
+                           "sleep": placement == "colocated"}
     shares = {"actor": gpus - gpus // 2 if gpus > 1 else 1, "extractor": gpus // 2 or 1}
     for role, g in shares.items():
-        if g == 1:
-            out.update({f"{role}_engine_gpus": 1, f"{role}_ranks": 1, f"{role}_colocated": True})
+        if placement == "colocated":
+            out.update({f"{role}_engine_gpus": g, f"{role}_ranks": g, f"{role}_colocated": True,
+                        f"{role}_gpus": g})
+        elif g == 1:
+            out.update({f"{role}_engine_gpus": 1, f"{role}_ranks": 1, f"{role}_colocated": True,
+                        f"{role}_gpus": 1})
         else:
             out.update({f"{role}_engine_gpus": g // 2, f"{role}_ranks": g - g // 2,
-                        f"{role}_colocated": False})
+                        f"{role}_colocated": False, f"{role}_gpus": g})
     return out
 
 
@@ -380,11 +406,12 @@ def role_specs(cfg: Any, split: dict[str, Any]) -> list[RoleSpec]:
         RoleSpec("actor", actor, a_eng, a_tp, split["actor_ranks"],
                  a.micro_batch_size, a.micro_batch_tokens, episode, actor_scored,
                  float(getattr(m, "actor_gpu_memory_utilization", 0.85)), episodes,
-                 "actor", logprob_chunk=a.logprob_chunk_tokens),
+                 "actor", logprob_chunk=a.logprob_chunk_tokens, sleep=bool(split.get("sleep"))),
         RoleSpec("extractor", extractor, x_eng, x_tp, split["extractor_ranks"],
                  e.micro_batch_size, e.micro_batch_tokens, ext_seq, e.max_new_tokens,
                  float(getattr(m, "extractor_gpu_memory_utilization", 0.7)),
-                 e.buffer_size, "extractor", logprob_chunk=e.logprob_chunk_tokens),
+                 e.buffer_size, "extractor", logprob_chunk=e.logprob_chunk_tokens,
+                 sleep=bool(split.get("sleep"))),
     ]
 
 
@@ -541,6 +568,9 @@ class Hardware:
     """HBM bandwidth of one GPU in TB/s (H100 SXM: 3.35; H200: 4.8)."""
     sync_gbps: float = 50.0
     """GB/s at which updated weights reach the engines (an NCCL broadcast inside a node)."""
+    host_gbps: float = 25.0
+    """GB/s between a GPU and host memory (a sleeping engine's weights go out and come back;
+    PCIe 4.0 x16 is 32 GB/s in theory): an assumption."""
 
 
 def _part(name: str, flops: float, gpus: float, hw: Hardware, *, memory_s: float = 0.0,
@@ -570,6 +600,17 @@ def _generation(role: str, spec: RoleSpec, sequences: int, seq: int, new_tokens:
                       f"{at_once} at once per engine ({waves} wave{'s' if waves > 1 else ''})")
 
 
+def _sleep_part(role: str, spec: RoleSpec, hw: Hardware, times: float = 1.0) -> dict[str, Any]:
+    """A colocated role's engines going to sleep before the update and waking after it: each
+    GPU's share of the bf16 weights to host memory and back (all GPUs at once), ``times`` per
+    step."""
+    per_gpu = 2 * spec.shape.params() / spec.gpus_per_engine
+    return _part(f"{role} sleep + wake", 0, 1, hw,
+                 memory_s=times * 2 * per_gpu / (hw.host_gbps * 1e9),
+                 what=f"{per_gpu / GB:.1f} GB of weights per GPU to host memory and back"
+                      + (f", {times:.2f} times per step" if times != 1.0 else ""))
+
+
 def estimate_step(cfg: Any, specs: list[RoleSpec], engines: dict[str, dict[str, float]],
                   checkpointing: bool, hw: Hardware, shared: bool) -> dict[str, Any]:
     """Seconds per part of one worst-case step (every episode at its longest): actor rollout
@@ -597,6 +638,8 @@ def estimate_step(cfg: Any, specs: list[RoleSpec], engines: dict[str, dict[str, 
     parts.append(_part("actor weight sync", 0, 1, hw, memory_s=sync_bytes / (hw.sync_gbps * 1e9),
                        what=f"{sync_bytes / GB:.2f} GB of bf16 "
                             f"{'adapters' if lora else 'weights'} into the engines"))
+    if actor.sleep:
+        parts.append(_sleep_part("actor", actor, hw))
     for p in parts:
         p["role"] = "actor"
     # the extractor: one extraction per distilled episode of the step, its update amortised
@@ -622,6 +665,8 @@ def estimate_step(cfg: Any, specs: list[RoleSpec], engines: dict[str, dict[str, 
     x_parts.append(_part("extractor weight sync", 0, 1, hw,
                          memory_s=x_sync / (hw.sync_gbps * 1e9),
                          what=f"{pushes:.2f} pushes per step"))
+    if ext.sleep:
+        x_parts.append(_sleep_part("extractor", ext, hw, times=pushes))
     for p in x_parts:
         p["role"] = "extractor"
     actor_s = sum(p["seconds"] for p in parts)
@@ -632,6 +677,48 @@ def estimate_step(cfg: Any, specs: list[RoleSpec], engines: dict[str, dict[str, 
     return {"parts": [*parts, *x_parts], "actor_s": actor_s, "extractor_s": ext_s,
             "step_s": step, "steps": cfg.steps, "run_h": step * cfg.steps / 3600,
             "shared": shared, "hardware": dataclasses.asdict(hw), "formula": FLOPS_FORMULA}
+
+
+def _colocated_check(names: list[str], specs: dict[str, RoleSpec],
+                     engines: dict[str, dict[str, float]], learners: dict[str, dict[str, float]],
+                     gpu_bytes: float, gpu_memory_gb: float, lora_r: int,
+                     notes: dict[str, str], fixes: dict[str, list[str]],
+                     update_fixes: dict[str, list[str]]) -> None:
+    """The two phases of GPUs shared by engines that sleep and learner ranks (``names``: the
+    roles on them): rollout = the engines' ``gpu_memory_utilization`` + the ranks' resident
+    states; update = the ranks' peaks + what the sleeping engines keep."""
+    rollout = sum(specs[n].utilization * gpu_bytes + learner_resident(learners[n]) for n in names)
+    kept = sum(engines[n][SLEEP_KEEPS] for n in names)
+    # the roles update one at a time; the others' states stay resident
+    update = kept + max(learners[n]["total"] + sum(learner_resident(learners[o])
+                                                   for o in names if o != n) for n in names)
+    resident = sum(learner_resident(learners[n]) for n in names)
+    where = ("both roles share each GPU" if len(names) > 1 else
+             f"each {names[0]} GPU holds an engine's share and a learner rank")
+    for n in names:
+        notes[n] = (f"{where}: rollout {rollout / GB:.1f} GB of {gpu_memory_gb:g} (engine "
+                    f"{specs[n].utilization:g} of the GPU + learner states {resident / GB:.1f}), "
+                    f"update {update / GB:.1f} GB (learner + {kept / GB:.1f} kept by the "
+                    "sleeping engine); the engines sleep during the update (vLLM sleep level 1, "
+                    "weights to host memory, KV cache dropped)")
+    problems, late = [], []
+    if rollout > gpu_bytes:
+        sets, util = _colocation_fix(names, specs, resident, gpu_bytes)
+        ok = all(engine(specs[n].shape, specs[n].gpus_per_engine, gpu_bytes, util[n],
+                        specs[n].max_seq)["sequences"] >= 1 for n in names)
+        problems.append(f"lower the engines' share of the GPU so the learner's resident states "
+                        f"fit beside them during the rollout ({' '.join(sets)})" if ok else
+                        "the learners' resident states leave the engines too little memory for "
+                        "one full-length sequence: more GPUs" + ("" if lora_r else
+                                                                  ", or LoRA (--lora)"))
+    if update > gpu_bytes:
+        late.append(f"the update needs {update / GB:.1f} GB beside the sleeping engine: more "
+                    "GPUs (more ranks), or --set model.placement=split")
+    for n in names:
+        if problems:  # the rollout: engines and learners both
+            fixes[n] = problems
+        if late:  # the update: the learners'
+            update_fixes[n] = late
 
 
 def _colocation_fix(role_names: list[str], specs: dict[str, RoleSpec], learners: float,
@@ -645,9 +732,22 @@ def _colocation_fix(role_names: list[str], specs: dict[str, RoleSpec], learners:
     return [f"--set model.{n}_gpu_memory_utilization={util[n]:g}" for n in role_names], util
 
 
+def placement_of(cfg: Any) -> str:
+    """``model.placement`` of a ``RunConfig`` ("split" when the config has none)."""
+    return str(getattr(cfg.model, "placement", "split"))
+
+
+def learner_resident(lines: dict[str, float]) -> float:
+    """What a learner rank keeps on its GPU between updates (while a colocated engine rolls
+    out): its weights, fp32 masters and AdamW moments; the gradients are freed after each step
+    (``zero_grad(set_to_none=True)``, crl_bench/training/role_trainer.py)."""
+    return lines["weights"] + lines["masters"] + lines["optimizer"]
+
+
 def build_plan(cfg: Any, gpus: int, gpu_memory_gb: float, *, checkpointing: bool = True,
                precision: str = "fsdp2", peak_tflops: float = 989.0, mfu: float = 0.4,
-               hbm_tbps: float = 3.35, sync_gbps: float = 50.0) -> MemoryPlan:
+               hbm_tbps: float = 3.35, sync_gbps: float = 50.0,
+               host_gbps: float = 25.0) -> MemoryPlan:
     """The memory plan of ``cfg`` (a ``RunConfig``) on ``gpus`` GPUs of ``gpu_memory_gb`` GB each,
     laid out by :func:`split_gpus`, and the estimated time of a worst-case step per part
     (:func:`estimate_step`, from :data:`FLOPS_FORMULA` at ``mfu`` of ``peak_tflops`` and decode at
@@ -657,13 +757,19 @@ def build_plan(cfg: Any, gpus: int, gpu_memory_gb: float, *, checkpointing: bool
     (``precision``: a name in :data:`PRECISIONS`); LoRA (``lora_r > 0``) replicates the frozen
     bf16 base on every rank beside fp32 adapters. Where an engine shares its GPU with a learner
     (one GPU for a role, or for the run), vLLM takes ``model.<role>_gpu_memory_utilization`` of
-    it and the learner must fit in the rest."""
+    it and the learner must fit in the rest.
+
+    ``model.placement=colocated``: every GPU of a role holds an engine's share and a learner
+    rank, in two phases: the rollout (the engine at its ``gpu_memory_utilization`` beside the
+    rank's resident states, :func:`learner_resident`) and the update (the rank's whole peak
+    beside the sleeping engine's :data:`SLEEP_KEEPS` line); both must fit."""
     if precision not in PRECISIONS:
         raise ValueError(f"unknown precision {precision!r}; known: {', '.join(PRECISIONS)}")
     if gpu_memory_gb <= 0:
         raise ValueError(f"--gpu-memory must be > 0 GB, got {gpu_memory_gb}")
     gpu_bytes = gpu_memory_gb * GB
-    split = split_gpus(gpus)
+    split = split_gpus(gpus, placement_of(cfg))
+    sleep = bool(split["sleep"])
     roles: list[RolePlan] = []
     times: dict[str, dict[str, float]] = {}
     specs = {s.role: dataclasses.replace(s, precision=PRECISIONS[precision],
@@ -683,8 +789,13 @@ def build_plan(cfg: Any, gpus: int, gpu_memory_gb: float, *, checkpointing: bool
     else:
         groups += [[n] for n in ("actor", "extractor") if split[f"{n}_colocated"]]
     shared_fixes: dict[str, list[str]] = {}
+    update_fixes: dict[str, list[str]] = {}
     shared_notes: dict[str, str] = {}
     for names in groups:
+        if sleep:
+            _colocated_check(names, specs, engines, learners, gpu_bytes, gpu_memory_gb,
+                             cfg.model.lora_r, shared_notes, shared_fixes, update_fixes)
+            continue
         used = sum(specs[n].utilization * gpu_bytes for n in names)
         learn = sum(learners[n]["total"] for n in names)
         where = ("both roles' engines and learners share each GPU" if len(names) > 1 else
@@ -728,9 +839,10 @@ def build_plan(cfg: Any, gpus: int, gpu_memory_gb: float, *, checkpointing: bool
         roles.append(RolePlan(spec.role, "engine", spec.engines, spec.gpus_per_engine,
                               spec.shape.name, eng, fits=not e_fixes, fixes=e_fixes, notes=notes))
         lr = learners[spec.role]
-        ok = lr["total"] <= gpu_bytes and not shared_fixes.get(spec.role)
+        ok = (lr["total"] <= gpu_bytes and not shared_fixes.get(spec.role)
+              and not update_fixes.get(spec.role))
         fixes = ([] if lr["total"] <= gpu_bytes else _learner_fixes(spec, gpu_bytes, checkpointing))
-        fixes += shared_fixes.get(spec.role, [])
+        fixes += shared_fixes.get(spec.role, []) + update_fixes.get(spec.role, [])
         states = (f"LoRA r={spec.lora_r}: frozen bf16 base on every rank, "
                   f"{lr['adapter_params'] / 1e6:.1f}M fp32 adapter parameters"
                   if spec.lora_r else f"states sharded over {spec.ranks} rank(s)")
@@ -742,7 +854,7 @@ def build_plan(cfg: Any, gpus: int, gpu_memory_gb: float, *, checkpointing: bool
                    f"{int(lr['scored'])} scored"
                    + (f", log-probs in chunks of {spec.logprob_chunk}" if spec.logprob_chunk
                       else ", log-probs of every scored token at once")]))
-    hw = Hardware(peak_tflops, mfu, hbm_tbps, sync_gbps)
+    hw = Hardware(peak_tflops, mfu, hbm_tbps, sync_gbps, host_gbps)
     step = estimate_step(cfg, [specs["actor"], specs["extractor"]], engines, checkpointing, hw,
                          shared=split["all_colocated"])
     for p in step["parts"]:
@@ -788,6 +900,10 @@ def layout_text(plan: MemoryPlan) -> str:
         lrn = f"{l.count} learner rank{'s' if l.count > 1 else ''} x 1 GPU"
         if s.get("all_colocated"):
             where = "on the run's one GPU, shared with the other role"
+        elif s.get("sleep"):
+            where = (f"together on {s[f'{role}_gpus']} GPUs of its own (colocated: each GPU "
+                     "holds an engine's share and a rank; the engines sleep while the ranks "
+                     "update)")
         elif s.get(f"{role}_colocated"):
             where = "sharing one GPU"
         else:

@@ -8,10 +8,13 @@ missing resource, instead of letting Ray wait forever for a placement group that
 
 Documented plans (:data:`PLANS`, ``--set ray.plan=NAME``):
 
-* ``paper16``: the paper's 16 GPUs (8 actor, 8 extractor): 4 vLLM engines for the 7B actor
-  (1 GPU each), 4 FSDP learner ranks; for the extractor (4B thinking model) one vLLM engine over
-  4 GPUs (tensor parallel 4, the official ``memory_model``) and 4 FSDP learner ranks; 32 env
-  workers on the CPUs of the cluster.
+* ``paper16``: the paper's 16 GPUs (8 actor, 8 extractor), colocated as officially: the 7B
+  actor's 8 vLLM engines (1 GPU each) and 8 FSDP learner ranks share GPUs 0-7, the extractor's
+  (4B thinking model) 2 vLLM engines over 4 GPUs each (tensor parallel 4, the official
+  ``memory_model``) and 8 FSDP learner ranks share GPUs 8-15; the engines sleep while the ranks
+  update; 32 env workers on the CPUs of the cluster.
+* ``paper16-split``: the same 16 GPUs split: per role 4 GPUs of engines (actor 4 x 1, extractor
+  1 x 4) and 4 of learner ranks (``model.placement=split``).
 * ``gpu1``: one GPU shared by everything (both roles as LoRA adapters on one base model):
   generation 0.5, training 0.25, extractor 0.25 of the device (Ray's fractional GPUs; memory is
   not enforced by Ray, the split only makes the placement explicit), 4 env workers.
@@ -23,6 +26,13 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from typing import Any
+
+PLACEMENTS = ("split", "colocated")
+WEIGHT_SYNCS = ("auto", "object_store", "broadcast")
+ENGINE_SHARE = 0.5
+"""Colocated: the share of a GPU Ray gives the engine on it (the learner rank gets the rest).
+Ray does not enforce GPU memory; vLLM takes its ``gpu_memory_utilization`` while awake and
+sleeps while the rank updates (the memory plan's two phases)."""
 
 
 class ResourcePlanError(RuntimeError):
@@ -71,6 +81,17 @@ class ResourcePlan:
     extractor_engines: int = 0
     extractor_engine_gpus: float = 0.0
     extractor_ranks: int = 0
+    placement: str = "split"
+    """``split``: engines and learner ranks on GPUs of their own; ``colocated``: a role's
+    engines and ranks on the same GPUs (one placement group per role, one bundle per GPU, the
+    engine taking :data:`ENGINE_SHARE` of it and the rank the rest; the engines sleep while the
+    ranks update). ``*_generation_gpus`` / ``*_engine_gpus`` and the ranks' GPUs then count the
+    same GPUs twice: :meth:`role_gpus` is what the role holds."""
+    weight_sync: str = "auto"
+    """How a trained role's weights reach its engines (:mod:`crl_bench.distributed.
+    weight_sync`): ``auto`` (CUDA: a GPU-to-GPU transfer, NCCL broadcast or CUDA IPC; CPU: the
+    object store), ``object_store``, ``broadcast`` (a process group created for the push: NCCL
+    on GPUs, gloo on CPUs)."""
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -80,6 +101,17 @@ class ResourcePlan:
         if self.generation_engines < 1 or self.learner_ranks < 1:
             raise ValueError(f"ray plan {self.name!r}: generation_engines and learner_ranks must "
                              "be >= 1")
+        if self.placement not in PLACEMENTS:
+            raise ValueError(f"ray plan {self.name!r}: placement={self.placement!r}; use one of "
+                             f"{', '.join(PLACEMENTS)}")
+        if self.weight_sync not in WEIGHT_SYNCS:
+            raise ValueError(f"ray plan {self.name!r}: weight_sync={self.weight_sync!r}; use one "
+                             f"of {', '.join(WEIGHT_SYNCS)}")
+        if self.colocated and (self.actor_generation_gpus > self.actor_training_gpus
+                               or self.extractor_engine_gpus > self.extractor_gpus):
+            raise ValueError(f"ray plan {self.name!r}: colocated, a role's engines run on its "
+                             "ranks' GPUs: actor_generation_gpus must be <= actor_training_gpus "
+                             "and extractor_engine_gpus <= extractor_gpus")
         if self.extractor_ranks and (self.extractor_engines < 1
                                      or self.extractor_engine_gpus > self.extractor_gpus):
             raise ValueError(f"ray plan {self.name!r}: a sharded extractor (extractor_ranks="
@@ -88,15 +120,51 @@ class ResourcePlan:
 
     # -- per-actor requests --------------------------------------------------------------------
     @property
+    def colocated(self) -> bool:
+        return self.placement == "colocated"
+
+    @property
     def gpus_per_engine(self) -> float:
+        """GPUs one actor engine spans (its tensor-parallel group)."""
         return self.actor_generation_gpus / self.generation_engines
 
     @property
     def gpus_per_rank(self) -> float:
         return self.actor_training_gpus / self.learner_ranks
 
+    def role_gpus(self, role: str) -> float:
+        """GPUs ``role`` holds: colocated, its engines' GPUs are its ranks' GPUs."""
+        if role == "actor":
+            return (self.actor_training_gpus if self.colocated else
+                    self.actor_generation_gpus + self.actor_training_gpus)
+        return self.extractor_gpus
+
+    def role_bundles(self, role: str) -> list[dict[str, float]]:
+        """Colocated: the placement group of ``role``, one bundle per GPU (per rank on CPUs),
+        each holding a learner rank and, for the GPUs an engine starts on, that engine."""
+        if not self.colocated:
+            raise ValueError(f"ray plan {self.name!r} is split: its engines and ranks have "
+                             "bundles of their own")
+        ranks = self.learner_ranks if role == "actor" else self.extractor_ranks
+        gpu = self.role_gpus(role) / max(ranks, 1)
+        b = {"CPU": self.cpus_per_engine + self.cpus_per_rank}
+        return [dict(b, GPU=gpu) if gpu else dict(b) for _ in range(ranks)]
+
+    def engine_bundles(self, role: str) -> list[int]:
+        """Colocated: the bundle of ``role``'s placement group each engine starts in (engine k
+        of tensor-parallel size t on bundle k x t; its other t - 1 GPUs are the next bundles)."""
+        engines = self.generation_engines if role == "actor" else self.extractor_engines
+        per = (self.gpus_per_engine if role == "actor" else self.gpus_per_extractor_engine)
+        ranks = self.learner_ranks if role == "actor" else self.extractor_ranks
+        # on CPUs (no GPUs) the engines take the layout's tensor-parallel spacing from the ranks
+        step = int(per) if per >= 1 else max(1, ranks // max(engines, 1))
+        return [k * step for k in range(engines)]
+
     def engine_options(self) -> dict[str, float]:
-        return {"num_cpus": self.cpus_per_engine, "num_gpus": self.gpus_per_engine}
+        gpus = self.gpus_per_engine
+        if self.colocated:  # its share of the first GPU of its group; vLLM's workers the rest
+            gpus = ENGINE_SHARE * min(gpus, 1.0)
+        return {"num_cpus": self.cpus_per_engine, "num_gpus": gpus}
 
     @property
     def sharded_extractor(self) -> bool:
@@ -109,23 +177,33 @@ class ResourcePlan:
 
     @property
     def gpus_per_extractor_rank(self) -> float:
+        if self.colocated:
+            return self.extractor_gpus / max(self.extractor_ranks, 1)
         return (self.extractor_gpus - self.extractor_engine_gpus) / max(self.extractor_ranks, 1)
 
     def extractor_engine_options(self) -> dict[str, float]:
-        return {"num_cpus": self.cpus_per_engine, "num_gpus": self.gpus_per_extractor_engine}
+        gpus = self.gpus_per_extractor_engine
+        if self.colocated:
+            gpus = ENGINE_SHARE * min(gpus, 1.0)
+        return {"num_cpus": self.cpus_per_engine, "num_gpus": gpus}
 
     def extractor_rank_bundle(self) -> dict[str, float]:
-        """One placement-group bundle per extractor learner rank."""
+        """One placement-group bundle per extractor learner rank (colocated: the rank's share
+        of its GPU, the rest is its engine's)."""
         b = {"CPU": self.cpus_per_rank}
-        if self.gpus_per_extractor_rank:
-            b["GPU"] = self.gpus_per_extractor_rank
+        gpus = (self.extractor_gpus / max(self.extractor_ranks, 1) * (1 - ENGINE_SHARE)
+                if self.colocated else self.gpus_per_extractor_rank)
+        if gpus:
+            b["GPU"] = gpus
         return b
 
     def rank_bundle(self) -> dict[str, float]:
-        """One placement-group bundle per learner rank."""
+        """One placement-group bundle per learner rank (colocated: the rank's share of its
+        GPU)."""
         b = {"CPU": self.cpus_per_rank}
-        if self.gpus_per_rank:
-            b["GPU"] = self.gpus_per_rank
+        gpus = self.gpus_per_rank * ((1 - ENGINE_SHARE) if self.colocated else 1)
+        if gpus:
+            b["GPU"] = gpus
         return b
 
     def env_worker_options(self) -> dict[str, float]:
@@ -133,6 +211,14 @@ class ResourcePlan:
 
     def parts(self) -> list[tuple[str, int, dict[str, float]]]:
         """(part, count, resources of one) for every part of the plan."""
+        if self.colocated:
+            return [
+                *((f"{role} GPU (an engine's share and a learner rank)", len(bundles), bundles[0])
+                  for role in ("actor", "extractor")
+                  for bundles in [self.role_bundles(role)] if bundles),
+                ("experience service", 1, {"CPU": self.cpus_experience}),
+                ("env worker", self.env_workers, {"CPU": self.cpus_per_env_worker}),
+            ]
         return [
             ("actor generation engine", self.generation_engines,
              {"CPU": self.cpus_per_engine, "GPU": self.gpus_per_engine}),
@@ -162,9 +248,15 @@ class ResourcePlan:
 
 PLANS: dict[str, ResourcePlan] = {
     "paper16": ResourcePlan(
-        name="paper16", actor_generation_gpus=4, generation_engines=4, actor_training_gpus=4,
-        learner_ranks=4, extractor_gpus=8, extractor_engines=1, extractor_engine_gpus=4,
-        extractor_ranks=4, env_workers=32, envs_per_worker=4,
+        name="paper16", placement="colocated", actor_generation_gpus=8, generation_engines=8,
+        actor_training_gpus=8, learner_ranks=8, extractor_gpus=8, extractor_engines=2,
+        extractor_engine_gpus=8, extractor_ranks=8, env_workers=32, envs_per_worker=4,
+        cpus_per_env_worker=1, cpus_per_engine=2, cpus_per_rank=2, cpus_extractor=4,
+        cpus_experience=2),
+    "paper16-split": ResourcePlan(
+        name="paper16-split", actor_generation_gpus=4, generation_engines=4,
+        actor_training_gpus=4, learner_ranks=4, extractor_gpus=8, extractor_engines=1,
+        extractor_engine_gpus=4, extractor_ranks=4, env_workers=32, envs_per_worker=4,
         cpus_per_env_worker=1, cpus_per_engine=2, cpus_per_rank=2, cpus_extractor=4,
         cpus_experience=2),
     "gpu1": ResourcePlan(
@@ -216,16 +308,25 @@ def layout_plan(cfg: Any, gpus: int, *, name: str | None = None, on_gpus: bool =
     ``overrides``: other fields (env workers, CPUs)."""
     from crl_bench.distributed.memory_plan import role_specs, split_gpus
 
-    split = split_gpus(gpus)
-    if any(split.get(f"{r}_colocated") for r in ("actor", "extractor")):
+    from crl_bench.distributed.memory_plan import placement_of
+
+    placement = placement_of(cfg)
+    split = split_gpus(gpus, placement)
+    if placement == "split" and any(split.get(f"{r}_colocated") for r in ("actor", "extractor")):
         raise ValueError(f"--gpus {gpus}: a role with one GPU holds its engine and its learner "
-                         "on it (colocated); a Ray plan gives each its own GPUs: use 4 or more")
+                         "on it; a split Ray plan gives each its own GPUs: use 4 or more, or "
+                         "--set model.placement=colocated")
+    if placement == "colocated" and split["all_colocated"]:
+        raise ValueError(f"--gpus {gpus}: a colocated Ray plan gives each role GPUs of its own: "
+                         "use 2 or more")
     a, x = role_specs(layout_config(cfg), split)
     g = 1.0 if on_gpus else 0.0
+    colocated = placement == "colocated"
     fields = dict(
-        name=name or f"layout{gpus}", actor_generation_gpus=g * a.engines * a.gpus_per_engine,
+        name=name or f"layout{gpus}", placement=placement,
+        actor_generation_gpus=g * a.engines * a.gpus_per_engine,
         generation_engines=a.engines, actor_training_gpus=g * a.ranks, learner_ranks=a.ranks,
-        extractor_gpus=g * (x.engines * x.gpus_per_engine + x.ranks),
+        extractor_gpus=g * (x.ranks if colocated else x.engines * x.gpus_per_engine + x.ranks),
         extractor_engines=x.engines, extractor_engine_gpus=g * x.engines * x.gpus_per_engine,
         extractor_ranks=x.ranks)
     fields.update(overrides)
@@ -275,3 +376,53 @@ def check_plan_against_ray(plan: ResourcePlan) -> None:
     ray = require_ray()
     nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
     check_plan(plan, ray.cluster_resources(), nodes)
+
+
+# -- what a Ray run builds, as `crl-bench plan` prints it --------------------------------------
+def built_topology(cfg: Any, plan: ResourcePlan) -> dict[str, Any]:
+    """What a Ray run of ``cfg`` on ``plan`` builds, per role: placement, GPUs, engines (each
+    with its tensor-parallel GPUs and, colocated, the bundle of the role's placement group it
+    starts in), learner ranks, whether the engines sleep during the update, and the weight
+    path (:func:`~crl_bench.distributed.weight_sync.sync_method`). The toy paper-topology test
+    compares it with what the running actors report."""
+    from crl_bench.distributed.weight_sync import sync_method
+
+    out: dict[str, Any] = {"placement": plan.placement, "plan": plan.name,
+                           "gpus": plan.required()["GPU"]}
+    device = str(cfg.model.device)
+    if device == "auto":
+        device = "cuda" if plan.required()["GPU"] else "cpu"
+    for role in ("actor", "extractor"):
+        if role == "actor":
+            engines, ranks, tp = plan.generation_engines, plan.learner_ranks, plan.gpus_per_engine
+        else:
+            if not plan.sharded_extractor:
+                continue
+            engines, ranks = plan.extractor_engines, plan.extractor_ranks
+            tp = plan.gpus_per_extractor_engine
+        out[role] = {
+            "gpus": plan.role_gpus(role), "engines": engines, "gpus_per_engine": tp,
+            "ranks": ranks, "sleep_wake": plan.colocated,
+            "engine_bundles": plan.engine_bundles(role) if plan.colocated else None,
+            "weight_sync": sync_method(plan.weight_sync, device, str(cfg.model.backend),
+                                       plan.colocated)}
+    return out
+
+
+def format_topology(topo: dict[str, Any]) -> list[str]:
+    """``crl-bench plan``'s lines for :func:`built_topology`."""
+    how = ("colocated: each role's engines and learner ranks share its GPUs, one placement "
+           "group per role" if topo["placement"] == "colocated" else
+           "split: engines and learner ranks on GPUs of their own")
+    out = [f"built on Ray (plan {topo['plan']!r}, {topo['gpus']:g} GPUs): {how}"]
+    for role in ("actor", "extractor"):
+        r = topo.get(role)
+        if r is None:
+            continue
+        bundles = (f", engines starting on bundles {r['engine_bundles']}"
+                   if r["engine_bundles"] is not None else "")
+        out.append(f"  {role}: {r['gpus']:g} GPUs; {r['engines']} engine(s) x "
+                   f"{r['gpus_per_engine']:g} GPU{bundles}; {r['ranks']} FSDP rank(s); "
+                   f"{'engines sleep during the update, wake before the push' if r['sleep_wake'] else 'engines stay awake'}; "
+                   f"weights by {r['weight_sync']}")
+    return out

@@ -1,0 +1,98 @@
+"""Weights from the learner into the generation engines by broadcast, and the engines' sleep /
+wake-up around the update (the colocated topology's order), on CPU.
+
+The broadcast path is the one a run takes on GPUs between GPUs of their own (``nccl_broadcast``):
+learner rank 0 and the engines join a process group created for the push (a ``TCPStore`` and a
+``ProcessGroupNCCL``; here ``ProcessGroupGloo``, the same construction and the same broadcast
+calls, :mod:`crl_bench.distributed.weight_sync`) and rank 0 broadcasts each gathered tensor into
+the engines' models in place. Here the learner is the real FSDP2 ``ShardedLearner`` (one gloo
+rank) after a real update, the engine a Ray actor holding the real tiny model.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+
+def test_the_weight_path_follows_device_engines_and_placement():
+    from crl_bench.distributed.weight_sync import sync_method
+
+    # GPUs of their own: one NCCL broadcast from rank 0 (OpenRLHF / verl); colocated: an engine
+    # and a rank on one GPU, where NCCL refuses two members of a group: CUDA IPC (vLLM's ipc)
+    assert sync_method("auto", "cuda", "vllm", colocated=False) == "nccl_broadcast"
+    assert sync_method("auto", "cuda", "vllm", colocated=True) == "cuda_ipc"
+    assert sync_method("auto", "cuda", "hf", colocated=False) == "nccl_broadcast"
+    # without CUDA: the object store, or the broadcast over gloo when asked for
+    assert sync_method("auto", "cpu", "hf", colocated=True) == "object_store"
+    assert sync_method("broadcast", "cpu", "hf", colocated=False) == "gloo_broadcast"
+    assert sync_method("object_store", "cuda", "vllm", colocated=False) == "object_store"
+    with pytest.raises(ValueError, match="auto, object_store or broadcast"):
+        sync_method("ipc", "cuda", "vllm", colocated=True)
+
+
+def test_learner_broadcasts_its_weights_into_an_engine_over_gloo(tmp_path):
+    """The run's code path (the role trainer over a colocated :class:`SyncedLearner`, 2 FSDP
+    rank actors, one engine actor): rollout -> sleep -> update -> wake -> push, read back from
+    the engine; after each push the engine's weights equal the learner's (gathered from its
+    shards by rank 0's broadcast), differ from its initial ones, and it generates with them
+    under the pushed version."""
+    from types import SimpleNamespace
+
+    import ray
+    from _fsdp_worker import CFG, KW, batch
+    from _ray_local import local_ray
+
+    from crl_bench.config.schema import OptimConfig
+    from crl_bench.distributed.generation import PromptBackend, RemoteGenerationBackend
+    from crl_bench.distributed.sharded import ShardedRayLearner, ShardedRoleTrainer
+    from crl_bench.distributed.weight_sync import SyncedLearner
+    from crl_bench.llm.types import SamplingParams
+
+    torch.set_num_threads(1)
+    spec = dict(model_name="tiny-random", roles=("actor",), lora=None, seed=0, dtype="float32",
+                device="cpu")
+
+    class Models:  # the weightless driver's models part, as RayModels has it
+        holds_weights = False
+        raw_backend = PromptBackend("tiny-random", ("actor",))
+
+    prompt = [Models.raw_backend.chat_prompt_ids([{"role": "user", "content": "Hi?"}])]
+    sampling = SamplingParams(temperature=1.0, max_new_tokens=4, seed=3)
+    with local_ray(3):
+        gen = RemoteGenerationBackend.start(Models.raw_backend, "hf", spec, 1,
+                                            options={"num_cpus": 0.5})
+        learner = ShardedRayLearner(2, spec, "actor", OptimConfig(**CFG), total_steps=4, seed=0,
+                                    bundle={"CPU": 0.5})
+        try:
+            engine = gen.engines[0]
+            start = ray.get(engine.weights.remote("actor"))
+            synced = SyncedLearner(learner, gen, method="gloo_broadcast", colocated=True,
+                                   kind="hf")
+            info = SimpleNamespace(run=SimpleNamespace(path=tmp_path))
+            trainer = ShardedRoleTrainer(Models(), info, synced, "actor", gen=gen)
+            for step in (1, 2):
+                gen.generate(prompt, sampling, "actor")  # the rollout
+                assert trainer.update(batch(step), **KW)["skipped"] == 0.0
+                served = ray.get(engine.weights.remote("actor"))
+                trained = learner.weights()
+                assert len(served) == len(trained) == len(start)
+                assert all(torch.equal(s, t) for s, t in zip(served, trained)), step
+            assert any(not torch.equal(s, w) for s, w in zip(served, start))
+            assert gen.version("actor") == 2
+            assert len(gen.generate(prompt, sampling, "actor")) == 1  # asks for version 2
+            log = gen.events()[0]
+            assert [k for k, _ in log] == ["generate", "sleep", "wake_up", "weights"] * 2 + [
+                "generate"]
+            assert [x["version"] for k, x in log if k == "weights"] == [1, 2]
+            assert {x["by"] for k, x in log if k == "weights"} == {"broadcast"}
+            # on CPU the engine has no vLLM sleep mode: each sleep was the recorded reset only
+            assert {(x["level"], x["vllm"]) for k, x in log if k == "sleep"} == {(1, False)}
+            with pytest.raises(RuntimeError, match="sleep\\(\\) on a sleeping engine"):
+                gen.sleep()
+                gen.sleep()
+        finally:
+            learner.close()
+            gen.close()
