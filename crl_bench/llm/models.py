@@ -168,7 +168,7 @@ def _registered(name: str) -> Callable[[Path], None]:
     return build
 
 
-READER_VERSION = 3
+READER_VERSION = 4
 READER_SEED = 0
 
 
