@@ -252,7 +252,7 @@ def test_paper_extractor_sampling_and_evaluation_are_the_launched_ones():
     assert (paper.extractor.temperature, paper.extractor.top_p, paper.extractor.top_k) == (1.0, 0.99, 50)
     assert (paper.eval.every, paper.eval.episodes_per_task, paper.eval.modes) == (1, 128, "with_experience")
     x = paper.experience
-    assert (x.ask_offer, x.ask_style, x.gate_invalid_credit, x.query, x.usage_per) \
+    assert (x.ask_offer, x.ask_style, x.gate_invalid_credit, x.query, paper.retrieval.usage_per) \
         == ("all", "official", True, "family", "batch")
 
 

@@ -51,8 +51,9 @@ def test_paper_preset_is_the_papers_configuration():
     assert cfg.actor.loss == "ppo_clip" and cfg.actor.loss_kwargs()["clip_eps"] == 0.2
     assert cfg.extractor.loss == "cispo" and cfg.extractor.buffer_size == 64
     assert (cfg.extractor.loss_kwargs()["eps_low"], cfg.extractor.loss_kwargs()["eps_high"]) == (0.1, 0.1)
+    r = cfg.retrieval
+    assert (r.k, r.oversample, r.lam, r.recent_s, r.drop_recent_top1_p) == (1, 16, 0.4, 300.0, 0.5)
     x = cfg.experience
-    assert (x.k, x.oversample, x.lam, x.recent_s, x.drop_recent_top1_p) == (1, 16, 0.4, 300.0, 0.5)
     # warm-up 6: the official loop skips the actor update while global_step (from 0) <=
     # memory_warmup_interval 5 (multi_agentic_pipeline.py:1202, 1470); ours count from 1
     assert (x.merge_every, x.merge_chunk, x.max_asks, x.bank_fill_steps, x.capacity) == (5, 5, 2, 6, 20_000)

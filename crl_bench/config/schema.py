@@ -41,6 +41,7 @@ from typing import Any, Callable, ClassVar, Literal
 
 from crl_bench.algorithms import Aggregation
 from crl_bench.config.errors import ConfigError  # raised by the config and its validation
+from crl_bench.experience.retrieval import RetrievalSettings
 
 DEFAULT_AGENT = "comp_rl"
 """The agent of a run that names none (``RunConfig()``, ``crl-bench run``, ``run_experiment``)."""
@@ -69,7 +70,6 @@ AskStyle = Literal["short", "official"]
 AskAnswerRole = Literal["auto", "user", "tool"]
 AskTag = Literal["ask", "knowledge_search_and_ask"]
 Query = Literal["goal_observation", "family"]
-UsagePer = Literal["pick", "batch"]
 EvalModes = Literal["both", "with_experience"]
 ExtractorRuns = Literal["inline", "thread", "process"]
 PromptLayout = Literal["ours", "official"]
@@ -86,8 +86,24 @@ the Python API (a section's constructor or attribute). A name is looked up here 
 longer a field."""
 
 
+ALIASES: dict[str, str] = {f"experience.{name}": f"retrieval.{name}" for name in (
+    "k", "oversample", "lam", "recent_s", "drop_recent_top1_p", "usage_per")}
+"""Old spelling -> the setting's name now, both accepted where a setting is given by name:
+``--set``, a preset's changes, a stored ``config.json`` (the retrieval settings were fields of
+``experience``; they are one section now, handed to the experience manager whole). From Python
+the attribute is the new one (``cfg.retrieval.k``)."""
+
+
+def canonical_key(key: str) -> str:
+    """``key`` under its name now (:data:`ALIASES`)."""
+    return ALIASES.get(key, key)
+
+
 def refuse_deprecated(key: str) -> None:
     """Raise :class:`ConfigError` when ``key`` (dotted, ``--set`` spelling) is an old name."""
+    if key in ALIASES:  # reached from Python only: names given as text are translated
+        raise ConfigError(f"{key} is {ALIASES[key]} now: use cfg.{ALIASES[key]} (in --set and "
+                          "a stored config.json either spelling works).")
     new = DEPRECATED.get(key)
     if new is not None:
         raise ConfigError(f"{key} was renamed {new}: use {new} instead (in --set, in Python, or "
@@ -416,11 +432,6 @@ class ExperienceConfig(_Section):
     embed_max_tokens: int = 256
     """The embedder reads at most this many tokens of a text; 0: the model's own maximum
     (official: no cut below it, ``embedding/embedding_worker.py:72-76``; ``paper``)."""
-    k: int = 1
-    oversample: int = 16
-    lam: float = 0.4
-    recent_s: float = 300.0
-    drop_recent_top1_p: float = 0.5
     capacity: int = 20_000
     merge_every: int = 5
     """Merge the bank every this many steps (agents with ``method.merge``, which switches it)."""
@@ -480,14 +491,18 @@ class ExperienceConfig(_Section):
     """The retrieval query: "goal_observation" (goal + first observation, every family) or
     "family" (official ``build_memory_query``: MiniHack ``Observation: ...`` without the goal,
     WebShop ``Goal: ...``, others goal + observation)."""
-    usage_per: UsagePer = "pick"
-    """When retrieval usage counts are updated inside one retrieval batch: "pick" (each pick is
-    seen by the next query of the batch) or "batch" (official: after the whole batch, so a
-    group's with-experience rollouts usually share one entry)."""
     bank_fill_steps: int = 1
     """The first this many steps only fill the bank; the actor is not updated (paper text: 5;
     official code: 6, see the ``paper`` preset). Not the learning-rate warm-up
     (``actor.warmup_steps``)."""
+
+
+@_section("retrieval")
+@dataclass
+class RetrievalSection(_Section, RetrievalSettings):
+    """How entries are retrieved (``--set retrieval.k=2``): the fields, their defaults, ranges
+    and checks are :class:`crl_bench.experience.retrieval.RetrievalSettings`, handed to the
+    experience manager whole. The old spellings ``experience.k`` etc. are :data:`ALIASES`."""
 
 
 @_section("eval")
@@ -504,6 +519,10 @@ class EvalConfig(_Section):
     temperature: float | None = None
     """The actor's sampling temperature in evaluation: None samples as in training
     (``rollout.temperature``); 0 is greedy decoding (the policy's most likely move)."""
+    swe_verified: bool = False
+    """Evaluate SWE tasks on SWE-bench Verified where its data exists (a SWE-bench Verified
+    instances file named by ``$CRL_BENCH_SWE_VERIFIED``; without it SWE evaluates on its own task
+    set). The paper does (``paper``); training stays on the task's own set."""
 
 
 @_section("")
@@ -511,10 +530,6 @@ class EvalConfig(_Section):
 class RunConfig(_Section):
     agent: str = DEFAULT_AGENT
     """The agent's registered name (``--agent``)."""
-    swe_verified: bool = False
-    """Evaluate SWE tasks on SWE-bench Verified where its data exists (a SWE-bench Verified
-    instances file named by ``$CRL_BENCH_SWE_VERIFIED``; without it SWE evaluates on its own task
-    set). The paper does (``paper``); training stays on the task's own set."""
     method: dict[str, Any] = field(default_factory=dict)
     """The agent's own options over its defaults (``--set method.merge=false``); the agent checks
     the names (``crl_bench.agent.Agent.with_options``)."""
@@ -530,6 +545,7 @@ class RunConfig(_Section):
     actor: ActorConfig = field(default_factory=ActorConfig)
     extractor: ExtractorConfig = field(default_factory=ExtractorConfig)
     experience: ExperienceConfig = field(default_factory=ExperienceConfig)
+    retrieval: RetrievalSection = field(default_factory=RetrievalSection)
     eval: EvalConfig = field(default_factory=EvalConfig)
     checkpoint_every: int = 1
     threads: int = 0
@@ -572,7 +588,7 @@ class Preset:
     def __call__(self) -> RunConfig:
         cfg = RunConfig()
         for key, value in self.changes.items():
-            *path, name = key.split(".")
+            *path, name = canonical_key(key).split(".")
             obj: Any = cfg
             for part in path:
                 obj = getattr(obj, part)
@@ -721,9 +737,10 @@ PAPER = Preset("paper", "the paper's configuration for GPUs (Qwen2.5-7B-Instruct
                    "experience.bank_fill_steps": 6, "experience.ask_offer": "all",
                    "experience.ask_on_last_turn": True, "experience.memory_warmup": 5,
                    "experience.ask_style": "official", "experience.gate_invalid_credit": True,
-                   "experience.query": "family", "experience.usage_per": "batch",
+                   "experience.query": "family", "retrieval.usage_per": "batch",
                    # yaml eval_steps: 1, val_batch_size: 128, eval_memory_split off
                    "eval.every": 1, "eval.episodes_per_task": 128, "eval.modes": "with_experience",
+                   "eval.swe_verified": True,  # the paper evaluates SWE on SWE-bench Verified
                })
 """The official MiniHack single-task configuration (the ComplementaryRL fork of ROLL at ab2574f,
 ``examples/singletask-agentic/single_task_complementaryrl.yaml``; every mechanism, its source and
@@ -737,7 +754,6 @@ PPO-clip actor, CISPO extractor, mean advantages) is the official value too.
   docs/vllm.md). Memory: each role keeps a frozen copy of its base beside the trained one, plus
   AdamW state (the official run spreads this over 16 GPUs).
 * Extractor: 8,192 new tokens (yaml ``memory_model ... max_new_tokens: 8192``), the full
-                   "eval.swe_verified": True,  # the paper evaluates SWE on SWE-bench Verified
   conversation with the actor's reasoning, only the with-experience half distilled, the official
   training buffer (64, popped whole, once per new credit), malformed outputs not trained, updates
   replace entries, merge calls trained, entries keyed by their episode's start, bank writes
@@ -787,8 +803,10 @@ def _coerce(value: Any, current: Any, key: str) -> Any:
 
 
 def apply_overrides(cfg: RunConfig, overrides: dict[str, Any]) -> RunConfig:
-    """Apply ``{"actor.lr": 2e-5, "steps": 4}``; unknown keys list the valid ones."""
+    """Apply ``{"actor.lr": 2e-5, "steps": 4}``; unknown keys list the valid ones; an old
+    spelling (:data:`ALIASES`) sets the setting's name now."""
     for key, value in overrides.items():
+        key = canonical_key(key)
         if key.startswith("method."):  # the agent's options: an old one is refused here
             refuse_deprecated(key)
         obj: Any = cfg
@@ -913,15 +931,25 @@ def config_from_dict(data: Any) -> RunConfig:
     if not isinstance(data, dict):
         raise ConfigError(f"expected a JSON object of run settings, got {type(data).__name__}")
     sections = {"model": ModelConfig, "rollout": RolloutConfig, "actor": ActorConfig,
-                "extractor": ExtractorConfig, "experience": ExperienceConfig, "eval": EvalConfig}
-    kwargs = dict(data)
+                "extractor": ExtractorConfig, "experience": ExperienceConfig, "eval": EvalConfig,
+                "retrieval": RetrievalSection}
+    kwargs = {key: dict(value) if isinstance(value, dict) and key in sections else value
+              for key, value in data.items()}
+    for old, new in ALIASES.items():  # a run stored before a setting moved: its old spelling
+        (section, name), (new_section, new_name) = old.split("."), new.split(".")
+        if isinstance(kwargs.get(section), dict) and name in kwargs[section]:
+            moved = kwargs[section].pop(name)
+            if isinstance(kwargs.setdefault(new_section, {}), dict):
+                kwargs[new_section].setdefault(new_name, moved)
     for name, cls in sections.items():
         if name in kwargs:
             if not isinstance(kwargs[name], dict):
                 raise ConfigError(f"section {name!r} must be a JSON object, got {kwargs[name]!r}")
             try:
                 kwargs[name] = cls(**kwargs[name])
-            except TypeError as exc:
+            except ConfigError:
+                raise
+            except (TypeError, ValueError) as exc:  # ValueError: retrieval's own checks
                 raise ConfigError(f"section {name!r}: {exc}") from None
     try:
         return RunConfig(**kwargs)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from crl_bench.algorithms.ranges import Range
 from crl_bench.config.errors import ConfigError
+from crl_bench.experience.retrieval import setting_ranges
 
 if TYPE_CHECKING:  # pragma: no cover
     from crl_bench.config.schema import RunConfig
@@ -83,11 +84,6 @@ FIELD_RANGES: dict[str, Range] = {
     "extractor.max_reuse": Range(1, MAX_STEPS),
     "extractor.credit_horizon": Range(1, MAX_STEPS),
     "extractor.max_trajectory_chars": Range(0, 1 << 24, note="0: no cut"),
-    "experience.k": Range(1, 64),
-    "experience.oversample": Range(1, 1024),
-    "experience.lam": Range(0, 1),
-    "experience.recent_s": Range(0, 1e9),
-    "experience.drop_recent_top1_p": Range(0, 1),
     "experience.capacity": Range(1, 100_000_000),
     "experience.merge_every": Range(1, MAX_STEPS, note="merging is switched off by method.merge=false"),
     "experience.merge_chunk": Range(1, 1024),
@@ -105,6 +101,8 @@ FIELD_RANGES: dict[str, Range] = {
     "eval.every": Range(0, MAX_STEPS, note="0: only at the end"),
     "eval.episodes_per_task": Range(1, MAX_EPISODES_PER_STEP),
     "eval.temperature": Range(0, 10, note="0: greedy; unset: as in training"),
+    # declared on the fields of crl_bench.experience.retrieval.RetrievalSettings
+    **{f"retrieval.{name}": rng for name, rng in setting_ranges().items()},
 }
 """Allowed range of every numeric field, by dotted name (``--set`` spelling)."""
 
@@ -265,7 +263,7 @@ def check_device_usable(device: str) -> None:
 
 
 _SECTION_TYPES = ("ModelConfig", "RolloutConfig", "ActorConfig", "ExtractorConfig",
-                  "ExperienceConfig", "EvalConfig")
+                  "ExperienceConfig", "RetrievalSection", "EvalConfig")
 
 
 def _sections(cfg: "RunConfig") -> list[tuple[str, Any]]:

@@ -92,6 +92,8 @@ class ExperienceBank:
         self.capacity = capacity
         self.embedder_name = embedder_name
         self.read_only = read_only
+        self._build_index = build_index
+        self._synchronous = synchronous
         self.index_config = dc_replace(index) if index else IndexConfig()  # own copy: tunable
         self._lock = RWLock()
         self._sql_lock = threading.Lock()  # the one write connection is used by one thread at a time
@@ -540,12 +542,25 @@ class ExperienceBank:
 
         Taken between two write transactions (readers go on meanwhile); the copy is complete
         or absent (written to a temporary name, then renamed). Run checkpoints keep one, so a
-        resumed run starts from the bank as it was at its checkpoint (restore it with
+        resumed run starts from the bank as it was at its checkpoint (:meth:`restore`, or
         :func:`restore_bank` before the bank is opened).
         """
         if self._closed:
             raise RuntimeError(f"the bank at {self.path} is closed")
         return bank_files.backup(self._conn, self._sql_lock, dest)
+
+    def restore(self, backup: str | Path) -> None:
+        """Replace this bank's contents with ``backup`` (a copy from :meth:`backup`, e.g. a
+        checkpoint's) as if it had been restored before the bank was opened: the bank is closed,
+        the file replaced (:func:`restore_bank`) and opened again with the same settings, its
+        mirrors and index built afresh from the restored table. For a run resuming from a
+        checkpoint (its experience part's state); nothing else may use the bank meanwhile."""
+        self._check_open(write=True)
+        self.close()
+        restore_bank(backup, self.path)
+        self.__init__(self.path, self.dim, self.capacity, self.embedder_name,  # type: ignore[misc]
+                      build_index=self._build_index, index=self.index_config,
+                      synchronous=self._synchronous)
 
     def close(self) -> None:
         """Close every connection and give the writer lock up (further use raises). Safe to

@@ -17,7 +17,7 @@ import random
 import threading
 import time
 from collections import OrderedDict, deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Literal, Mapping, Sequence
 
 import numpy as np
@@ -26,6 +26,7 @@ from crl_bench.experience.bank import (
     ExperienceBank, ExperienceEntry, render_entry_text)
 from crl_bench.experience.embedder import Embedder
 from crl_bench.experience.locks import RWLock
+from crl_bench.experience.retrieval import RetrievalSettings
 
 Generate = Callable[[list[list[dict[str, str]]]], Sequence[Any]]
 OpKind = Literal["add", "update", "return", "upvote", "downvote"]
@@ -42,62 +43,21 @@ class Operation:
 
 
 @dataclass
-class RetrievalConfig:
-    """How entries are retrieved (the official defaults in the field comments; docs/fidelity.md)."""
+class RetrievalConfig(RetrievalSettings):
+    """How entries are retrieved: a run's :class:`~crl_bench.experience.retrieval.
+    RetrievalSettings` (defaults, ranges, checks) plus what the run sets itself."""
 
-    k: int = 1
-    """Entries returned per query."""
-    oversample: int = 16
-    """Candidates fetched per returned entry, for diversification (k * oversample)."""
     diversify: bool = True
-    """Re-rank candidates by rank, usage count and recency (False = plain cosine top-k)."""
-    lam: float = 0.4
-    """Weight of log(1 + times retrieved) in the diversification score."""
-    recent_s: float = 300.0
-    """An entry retrieved less than this many seconds ago counts as recently retrieved. Seconds
-    of the manager's clock: in a run that is the logical :func:`step_clock` (``step_s`` per actor
-    step), so that a resumed run takes the same decisions as an uninterrupted one."""
-    step_s: float = 300.0
-    """Seconds one actor step stands for on the run's logical clock (:func:`step_clock`). An
-    official step (16 groups x 8 multi-turn episodes of a 7B actor, then the update) takes longer
-    than the official ``recent_s`` = 300 s, so with ``step_s = recent_s`` "retrieved recently"
-    means "already retrieved in this step" (the K rollouts of a group and the step's other
-    groups); an entry last retrieved ``d`` steps ago is recent iff ``d * step_s < recent_s``."""
-    drop_recent_top1_p: float = 0.5
-    """Probability of moving a recently retrieved top-1 to the end of the order."""
-    batch_size: int = 32
-    """Most queries embedded and searched together."""
-    batch_wait_ms: float = 5.0
-    """Longest a batch waits for more queries before it runs (milliseconds)."""
+    """Re-rank candidates by rank, usage count and recency (False = plain cosine top-k; the
+    agent's ``method.diversify``)."""
     seed: int = 0
-    """Seed of the random demotion."""
-    query_cache: int = 4096
-    """Query texts whose embeddings are kept (LRU): the K rollouts of a GRPO group, and every
-    epoch over the same tasks, ask with the same goal text. 0 = no cache."""
-    usage_per: str = "pick"
-    """"pick": inside one retrieval batch, each pick updates the usage counts the next query's
-    diversification sees (a group's rollouts spread over entries). "batch" (official,
-    ``async_memory_manager.py:907``): usage is recorded after the whole batch, every query of
-    the batch ranks with the counts from before it (a group usually shares one entry)."""
+    """Seed of the random demotion (the run's seed)."""
 
-    def __post_init__(self) -> None:
-        if self.k < 1:
-            raise ValueError(f"k must be >= 1, got {self.k}")
-        if self.oversample < 1:
-            raise ValueError(f"oversample must be >= 1 (1 = no extra candidates), got "
-                             f"{self.oversample}")
-        if self.lam < 0 or self.recent_s < 0:
-            raise ValueError("lam and recent_s must be >= 0")
-        if not (self.step_s > 0 and math.isfinite(self.step_s)):
-            raise ValueError(f"step_s must be a finite number > 0, got {self.step_s}")
-        if not 0.0 <= self.drop_recent_top1_p <= 1.0:
-            raise ValueError(f"drop_recent_top1_p is a probability, got {self.drop_recent_top1_p}")
-        if self.batch_size < 1 or self.batch_wait_ms < 0:
-            raise ValueError("batch_size must be >= 1 and batch_wait_ms >= 0")
-        if self.query_cache < 0:
-            raise ValueError("query_cache must be >= 0")
-        if self.usage_per not in ("pick", "batch"):
-            raise ValueError(f"usage_per must be 'pick' or 'batch', got {self.usage_per!r}")
+    @classmethod
+    def of(cls, settings: RetrievalSettings, **run: Any) -> "RetrievalConfig":
+        """``settings`` whole, with the run's own values (``diversify``, ``seed``)."""
+        values = {f.name: getattr(settings, f.name) for f in fields(RetrievalSettings)}
+        return cls(**values, **run)
 
 
 def retrieval_query(family: str, goal: str, observation: str, style: str = "goal_observation",
@@ -155,20 +115,22 @@ def diversified_order(candidates: Sequence[tuple[int, float]], times_retrieved: 
     return order
 
 
-def step_clock(step_of: Callable[[], int], step_s: float, origin: float = 0.0
-               ) -> Callable[[], float]:
+def step_clock(step_of: Callable[[], int], step_s: float,
+               origin: float | Callable[[], float] = 0.0) -> Callable[[], float]:
     """A logical clock for :class:`ExperienceManager`: ``origin + step_of() * step_s`` seconds.
 
     A run passes its current actor step (``RunContext.step``) and the bank's creation time as
-    ``origin`` (so stored ``last_retrieved`` values still read as dates). Recency decisions then
-    depend only on step differences, never on how long a step took on this machine, and a
+    ``origin`` (so stored ``last_retrieved`` values still read as dates; a function is asked at
+    every reading, so that a bank restored from a checkpoint brings its own). Recency decisions
+    then depend only on step differences, never on how long a step took on this machine, and a
     resumed run (which restores the step) takes the same decisions as the uninterrupted run.
     """
     if not (step_s > 0 and math.isfinite(step_s)):
         raise ValueError(f"step_s must be a finite number > 0, got {step_s}")
+    origin_of = origin if callable(origin) else (lambda: origin)
 
     def now() -> float:
-        return float(origin) + int(step_of()) * float(step_s)
+        return float(origin_of()) + int(step_of()) * float(step_s)
     return now
 
 

@@ -259,9 +259,11 @@ def check_checkpoint_fingerprint(run: Any, checkpoint: Path, cfg: Any) -> None:
 
 
 def _changed_fields(started: dict[str, Any], cfg: Any) -> list[str]:
-    """``"field: old -> new"`` for each fingerprint field ``cfg`` changed since ``started``."""
-    from crl_bench.config.schema import RunConfig
+    """``"field: old -> new"`` for each fingerprint field ``cfg`` changed since ``started``
+    (a field recorded under its old spelling is compared under its name now)."""
+    from crl_bench.config.schema import RunConfig, canonical_key
 
+    started = {canonical_key(key): value for key, value in started.items()}
     now = fingerprint_fields(cfg)
     defaults = fingerprint_fields(RunConfig())
     changed = []
@@ -344,16 +346,11 @@ def _run_locked(run: Any, *, agent: str | None, tasks: str | None, preset: str |
     if not resuming:
         record_fingerprint(run, cfg)  # what config.json says now is what a resume must find
     try:
-        if checkpoint is not None and (checkpoint / "bank.sqlite").is_file():
-            from crl_bench.experience.bank import restore_bank
-
-            # entries written after the checkpoint belong to work that is redone now
-            restore_bank(checkpoint / "bank.sqlite", run.bank_path)
-        elif checkpoint is None and resuming:
+        if checkpoint is None and resuming:
             _restore_start_bank(run)  # the dead attempt's entries must not be retrieved
         trainer.setup()
         if checkpoint is not None:
-            try:
+            try:  # each part's state, the bank too (the experience part's)
                 start = trainer.load_checkpoint(checkpoint)
             except Exception as exc:
                 raise CheckpointLoadError(

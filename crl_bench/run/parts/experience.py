@@ -56,11 +56,8 @@ class ExperienceSide(Part):
         """The bank, the embedder and the manager."""
         from crl_bench.experience.manager import RetrievalConfig
 
-        cfg = self.info.cfg
-        x = cfg.experience
-        retrieval = RetrievalConfig(k=x.k, oversample=x.oversample, diversify=diversify, lam=x.lam,
-                                    recent_s=x.recent_s, drop_recent_top1_p=x.drop_recent_top1_p,
-                                    seed=cfg.seed, usage_per=x.usage_per)
+        cfg = self.info.cfg  # the retrieval section whole, with the agent's switch and the seed
+        retrieval = RetrievalConfig.of(cfg.retrieval, diversify=diversify, seed=cfg.seed)
         self.manager = self.new_manager(retrieval)
         self.search_ask = search_ask
         self.gate = gate
@@ -77,8 +74,8 @@ class ExperienceSide(Part):
         embedder = load_embedder(x.embedder, max_tokens=x.embed_max_tokens)
         bank = ExperienceBank(self.info.run.bank_path, dim=embedder.dim, capacity=x.capacity,
                               embedder_name=embedder.name)
-        clock = step_clock(lambda: self.info.step, retrieval.step_s,
-                           origin=float(bank.meta.get("created_at", 0.0)))
+        clock = step_clock(lambda: self.info.step, retrieval.step_s,  # the bank's own creation
+                           origin=lambda: float(bank.meta.get("created_at", 0.0)))  # (restored too)
         return ExperienceManager(bank, embedder, retrieval, clock=clock)
 
     def build_extractor(self, extractor_step: Any, *, train: bool, merge: bool = True) -> None:
@@ -257,11 +254,13 @@ class ExperienceSide(Part):
                 "trainer": self.trainer.state_dict() if self.trainer is not None else None}
 
     def load_state_dict(self, state: dict[str, Any], folder: Path) -> None:
-        """Restores the trainer, the manager and the track (the bank file itself is restored
-        before the run is built, :func:`crl_bench.runner.api.run_experiment`) and resubmits the
-        batches the checkpoint's bank lacks."""
+        """Restores the bank (the checkpoint's copy replaces the run's bank file: entries written
+        after the checkpoint belong to work that is redone now), the trainer, the manager and the
+        track, and resubmits the batches the checkpoint's bank lacks."""
         import numpy as np
 
+        if self.manager is not None and (folder / "bank.sqlite").is_file():
+            self.manager.bank.restore(folder / "bank.sqlite")
         if not state:
             return
         if self.trainer is not None and state.get("trainer") is not None:
