@@ -69,6 +69,12 @@ def test_learner_broadcasts_its_weights_into_an_engine_over_gloo(tmp_path):
         try:
             engine = gen.engines[0]
             start = ray.get(engine.weights.remote("actor"))
+            # meta-device initialisation: rank 1 read no weights, its shards came from rank 0's
+            # loaded model; gathered, the learner's weights are the loaded model's
+            inits = ray.get([r.__ray_call__.remote(lambda rank: rank.learner.init)
+                             for r in learner.ranks])
+            assert inits == ["rank 0 loaded", "meta, filled from rank 0"]
+            assert all(torch.equal(a, b) for a, b in zip(learner.weights(), start))
             synced = SyncedLearner(learner, gen, method="gloo_broadcast", colocated=True,
                                    kind="hf")
             info = SimpleNamespace(run=SimpleNamespace(path=tmp_path))

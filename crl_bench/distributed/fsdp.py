@@ -68,6 +68,40 @@ def check_sharded_config(backend_spec: dict[str, Any], role: str, optim: Any) ->
                           f"{role}.mini_batches=1")
 
 
+def _materialise_from_rank0(model: Any, backend: Any, spec: dict[str, Any]) -> str:
+    """Fill a sharded model built on the meta device: allocate each rank's shards on the
+    backend's device (``to_empty``), rank 0 loads the model once into host memory (the same
+    weights ``HFBackend`` would load, seed included) and broadcasts its full state dict into every
+    rank's shards (``set_model_state_dict(full_state_dict=True, broadcast_from_rank0=True)``) and
+    its buffers (rotary frequencies are not in the state dict) over the learners' group.
+    Returns how this rank was initialised."""
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+    from crl_bench.llm.models import load_causal_lm
+
+    device = torch.device(backend.device)
+    model.to_empty(device=device)
+    full_sd: dict[str, Any] = {}
+    buffers: dict[str, Any] = {}
+    if dist.get_rank() == 0:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(int(spec.get("seed", 0)))  # HFBackend's seed for a random init
+            loaded = load_causal_lm(backend.path, dtype="float32", device="cpu")
+        full_sd = loaded.state_dict()
+        buffers = {n: b for n, b in loaded.named_buffers()}
+        del loaded
+    set_model_state_dict(model, full_sd, options=StateDictOptions(full_state_dict=True,
+                                                                  broadcast_from_rank0=True))
+    for name, buf in model.named_buffers():
+        if dist.get_rank() == 0:
+            buf.copy_(buffers[name].to(device))
+        dist.broadcast(buf, src=0)
+    del full_sd, buffers
+    return "rank 0 loaded" if dist.get_rank() == 0 else "meta, filled from rank 0"
+
+
 class ShardedLearner:
     """One rank of an FSDP2 learner for one role (full fine-tuning).
 
@@ -104,7 +138,12 @@ class ShardedLearner:
         self.role, self.cfg = role, optim
         spec = dict(backend_spec, roles=(role,), lora=None, dtype="float32",
                     share_prompt_prefix=False)
-        self.backend = HFBackend(**spec)
+        # meta-device initialisation (as verl and torchtune do): every rank builds the model on
+        # the meta device (no weights read, no memory), shards it, materialises only its shards
+        # on its device, and rank 0 broadcasts the loaded weights into them; rank 0 alone reads
+        # the checkpoint, into host memory (before: every rank loaded the full fp32 model on its
+        # device and a deep copy of it, 2 x 30 GB per GPU at 7B)
+        self.backend = HFBackend(**spec, empty_init=True)
         # the frozen base copy serves generation with adapter=None; a learner never generates
         self.backend._models.pop("base", None)
         self.model = model = self.backend.trainable_model(role)
@@ -119,6 +158,7 @@ class ShardedLearner:
         for unit in self.units:  # the shares already divide by the batch: sum over ranks
             unit.set_gradient_divide_factor(1.0)
             unit.set_force_sum_reduction_for_comms(True)  # plain SUM (gloo has no PREMUL_SUM)
+        self.init = _materialise_from_rank0(model, self.backend, spec)
         self.trainer = RoleTrainer(self.backend, role, optim, total_steps=total_steps, seed=seed)
         self._rng = random.Random(seed)  # RoleTrainer's max_samples_per_update draws
 

@@ -76,7 +76,10 @@ class HFBackend:
                  lora: LoraSpec | None = LoraSpec(), separate_bases: bool = False,
                  shared_adapter: bool = False, dtype: str = "auto", device: str = "auto",
                  seed: int = 0, max_batch_size: int = 64,
-                 share_prompt_prefix: bool = True) -> None:
+                 share_prompt_prefix: bool = True, empty_init: bool = False) -> None:
+        """``empty_init``: build the models on the meta device from the config, reading no
+        weights (a sharded learner materialises its shards and fills them from rank 0:
+        ``crl_bench.distributed.fsdp.ShardedLearner``)."""
         import torch
 
         roles = tuple(roles)
@@ -117,6 +120,12 @@ class HFBackend:
         adapter_names = [SHARED] if shared_adapter else list(roles)
 
         def load() -> Any:
+            if empty_init:
+                from transformers import AutoConfig, AutoModelForCausalLM
+
+                with torch.device("meta"):
+                    model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(self.path))
+                return model.to(self.dtype).eval()
             return load_causal_lm(self.path, dtype=str(self.dtype).replace("torch.", ""),
                                   device=self.device)
 
