@@ -30,6 +30,7 @@ for DIR in experiments benchmarks; do
   [ -f "$CODE/$DIR/learning_minihack.py" ] && { DRIVER=$DIR/learning_minihack.py; break; }
 done
 [ -n "${DRIVER:-}" ] || { echo "no learning_minihack.py in $CODE"; exit 2; }
+ANALYSIS=$(dirname "$DRIVER")/minihack_landmark.py
 
 OVR=(--preset cpu --set model.actor=smollm2-135m-reader --set model.extractor=smollm2-135m
   --set threads=1 --set rollout.history=0 --set rollout.example_pick=placeholder
@@ -62,10 +63,11 @@ for AGENT in grpo static_exp comp_rl exp_only; do
       "$RUN/status.json" 2>/dev/null || echo missing)
     echo "$(date -u +%FT%TZ) end $AGENT seed $SEED: $STATE"
     [ "$STATE" = done ] || continue
-    (cd "$REPO" && "$PY" experiments/minihack_landmark.py export "$RUN" --records "$RECORDS")
+    # exported and summarised by the frozen code too, so a record's format is its run's
+    (cd "$CODE" && PYTHONPATH="$CODE" "$PY" "$ANALYSIS" export "$RUN" --records "$REPO/$RECORDS")
     PATHS=("$RECORDS/${AGENT}__seed${SEED}.jsonl")
     if [ -f "$RUN/bank.sqlite" ]; then
-      (cd "$REPO" && "$PY" experiments/minihack_landmark.py banks "$RUN" --out "$BANKS")
+      (cd "$CODE" && PYTHONPATH="$CODE" "$PY" "$ANALYSIS" banks "$RUN" --out "$REPO/$BANKS")
       PATHS+=("$BANKS")
     fi
     commit_paths "Reader comparison: $AGENT seed $SEED's records$([ -f "$RUN/bank.sqlite" ] && echo ' and bank') (code $COMMIT)" "${PATHS[@]}"
