@@ -114,7 +114,11 @@ class GenerationEngineImpl:
         # settings: the role's engine settings (crl_bench.run.parts.models.engine_settings);
         # a vllm engine is built with them, an hf engine (CPU) keeps them as its description
         self.kind, self.spec, self.settings = kind, dict(spec), dict(settings or {})
-        self.backend = make_backend(kind, dict(spec, **self.settings) if kind == "vllm" else spec)
+        build = dict(self.settings)
+        if build.pop("sleep_mode", False) and kind == "vllm" and torch.cuda.is_available():
+            # colocated: vLLM's sleep / wake-up need its sleep-mode allocator from the start
+            build["vllm_kwargs"] = dict(build.get("vllm_kwargs") or {}, enable_sleep_mode=True)
+        self.backend = make_backend(kind, dict(spec, **build) if kind == "vllm" else spec)
         self.calls = 0
         self.tokens = 0
         self.versions: dict[str, int] = {}
