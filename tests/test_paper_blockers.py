@@ -159,6 +159,59 @@ def test_paper_checkpointing_is_what_the_plan_assumes():
     assert not build_plan(cfg, 16, 80, checkpointing=False).fits
 
 
+def test_paper_checkpoints_every_100_steps_and_cpu_presets_every_step():
+    """A 91 GB checkpoint every step (checkpoint_every=1) was the paper preset's; the official
+    yaml saves every 100 (examples/singletask-agentic/single_task_complementaryrl.yaml:29
+    ``save_steps: 100``). The run loop still checkpoints at the last step (run/loop.py)."""
+    from crl_bench.config.schema import PRESETS
+
+    assert PRESETS["paper"]().checkpoint_every == 100
+    for name in ("tiny", "cpu", "quick"):
+        assert PRESETS[name]().checkpoint_every == 1, name
+
+
+def test_plan_prints_the_colocated_topology_it_builds(capsys):
+    """``crl-bench plan --gpus 16`` prints the Ray topology built from its layout: the official
+    placement (yaml: actor_train and actor_infer on GPUs 0-7, :87 and :111; the memory model's
+    engine and trainer on 8-15, :247 and :291), 8 actor engines of 1 GPU (one per GPU, bundles
+    0-7) and 8 ranks, 2 extractor engines of 4 GPUs (tensor_parallel_size 4, :261; bundles 0 and
+    4) and 8 ranks, engines asleep during the update, weights by CUDA IPC; split, 4 + 4 per role
+    and an NCCL broadcast. The printed lines are built_topology's of the plan layout_plan gives
+    the Ray run (equal to PLANS['paper16'])."""
+    import dataclasses
+
+    from crl_bench.cli import main
+    from crl_bench.config.schema import PRESETS, apply_overrides
+    from crl_bench.distributed.plan import PLANS, built_topology, format_topology, layout_plan
+
+    assert main(["plan", "--gpus", "16", "--gpu-memory", "80"]) == 0
+    out = capsys.readouterr().out
+    cfg = PRESETS["paper"]()
+    built = layout_plan(cfg, 16)
+    assert dataclasses.replace(built, name="paper16") == dataclasses.replace(
+        PLANS["paper16"], env_workers=built.env_workers, envs_per_worker=built.envs_per_worker,
+        cpus_per_env_worker=built.cpus_per_env_worker, cpus_per_engine=built.cpus_per_engine,
+        cpus_per_rank=built.cpus_per_rank, cpus_extractor=built.cpus_extractor,
+        cpus_experience=built.cpus_experience)
+    topo = built_topology(cfg, built)
+    for line in format_topology(topo):
+        assert line in out, line
+    assert topo["placement"] == "colocated" and topo["gpus"] == 16
+    assert {k: topo["actor"][k] for k in ("gpus", "engines", "gpus_per_engine", "ranks")} == {
+        "gpus": 8, "engines": 8, "gpus_per_engine": 1, "ranks": 8}
+    assert topo["actor"]["engine_bundles"] == list(range(8))
+    assert {k: topo["extractor"][k] for k in ("gpus", "engines", "gpus_per_engine", "ranks")} == {
+        "gpus": 8, "engines": 2, "gpus_per_engine": 4, "ranks": 8}
+    assert topo["extractor"]["engine_bundles"] == [0, 4]
+    for role in ("actor", "extractor"):
+        assert topo[role]["sleep_wake"] and topo[role]["weight_sync"] == "cuda_ipc"
+    split = built_topology(apply_overrides(cfg, {"model.placement": "split"}),
+                           PLANS["paper16-split"])
+    assert (split["actor"]["engines"], split["actor"]["ranks"]) == (4, 4)
+    assert (split["extractor"]["engines"], split["extractor"]["ranks"]) == (1, 4)
+    assert not split["actor"]["sleep_wake"] and split["actor"]["weight_sync"] == "nccl_broadcast"
+
+
 def test_extractor_engines_serve_the_trained_weights(tmp_path):
     """Silent bug: Search-and-Ask answers came from the extractor's initial weights for the whole
     run (the trained weights reached the driver's HF copy, never the engine that answers). With
