@@ -42,9 +42,9 @@ def _optim():
 
 @pytest.fixture(scope="module")
 def worker():
-    from crl_bench.extractor.worker import ExtractorWorker
+    from crl_bench.extractor.worker import ProcessHost
 
-    w = ExtractorWorker("hf", SPEC, SamplingParams(temperature=1.0, max_new_tokens=6),
+    w = ProcessHost("hf", SPEC, SamplingParams(temperature=1.0, max_new_tokens=6),
                         _optim(), total_steps=4, trainer_seed=1)
     yield w
     w.close()
@@ -107,9 +107,9 @@ def test_an_error_in_the_worker_is_raised_here_with_its_traceback(worker):
 
 
 def test_a_dead_worker_is_a_clear_error_not_a_hang_and_weights_answer_during_generation():
-    from crl_bench.extractor.worker import ExtractorWorker, WorkerDied
+    from crl_bench.extractor.worker import ProcessHost, WorkerDied
 
-    w = ExtractorWorker("hf", SPEC, SamplingParams(temperature=1.0, max_new_tokens=4000))
+    w = ProcessHost("hf", SPEC, SamplingParams(temperature=1.0, max_new_tokens=4000))
     try:
         import threading
 
@@ -140,9 +140,9 @@ def test_a_dead_worker_is_a_clear_error_not_a_hang_and_weights_answer_during_gen
 
 def test_the_worker_does_not_outlive_its_parent(tmp_path):
     """A parent SIGKILLed (no cleanup) takes its worker with it."""
-    code = ("import sys, time; from crl_bench.extractor.worker import ExtractorWorker; "
+    code = ("import sys, time; from crl_bench.extractor.worker import ProcessHost; "
             "from crl_bench.llm.types import LoraSpec, SamplingParams; "
-            f"w = ExtractorWorker('hf', {SPEC!r}, SamplingParams()); "
+            f"w = ProcessHost('hf', {SPEC!r}, SamplingParams()); "
             "print(w.pid, flush=True); time.sleep(600)")
     parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
                               env=dict(os.environ, OMP_NUM_THREADS="1"))
@@ -186,7 +186,7 @@ def _loop(tmp_path, name, **overrides):
 def _extractor_batch(ctx, seed):
     from crl_bench.llm.types import TrainSample
 
-    gens = ctx.ext_worker.generate(MESSAGES, seed=seed)
+    gens = ctx.ext_host.generate(MESSAGES, seed=seed)
     return [TrainSample(g.prompt_ids, g.completion_ids, g.logprobs, a)
             for g, a in zip(gens, (1.0, -0.5))]
 
@@ -198,7 +198,7 @@ def _extractor_work(ctx, batch):
     ctx.extractor_trainer.update(batch, loss=e.loss, loss_kwargs=e.loss_kwargs(), agg=e.agg,
                                  temperature=1.0)
     gens = ctx.extractor_generate(MESSAGES)
-    return ctx.ext_worker.weights(), [(g.completion_ids, g.logprobs) for g in gens]
+    return ctx.ext_host.weights(), [(g.completion_ids, g.logprobs) for g in gens]
 
 
 def test_checkpoint_then_resume_continues_the_worker_exactly(tmp_path):
@@ -208,7 +208,7 @@ def test_checkpoint_then_resume_continues_the_worker_exactly(tmp_path):
     a = _loop(tmp_path, "a")
     try:
         ctx = a.ctx
-        assert ctx.extractor_runs == "process" and ctx.ext_worker is not None
+        assert ctx.extractor_runs == "process" and ctx.ext_host is not None
         _extractor_work(ctx, _extractor_batch(ctx, 1))  # the extractor has trained: Adam state
         a.save_checkpoint(1)
         ckpt = a.run.last_checkpoint()
@@ -246,8 +246,8 @@ def test_a_tiny_comp_rl_run_with_the_extractor_in_its_process(tmp_path):
 
     def record(moment, step, trainer):
         if moment == "checkpoint" and step == 3:  # inside save_checkpoint, after the pull
-            at_checkpoint["weights"] = trainer.ctx.ext_worker.weights()
-            at_checkpoint["updates"] = trainer.ctx.ext_worker.updates
+            at_checkpoint["weights"] = trainer.ctx.ext_host.weights()
+            at_checkpoint["updates"] = trainer.ctx.ext_host.updates
 
     loop_mod.HOOKS.append(record)
     try:
@@ -275,7 +275,7 @@ def test_a_worker_killed_mid_run_ends_the_run_with_a_clear_error(tmp_path):
 
     def kill_worker(moment, step, trainer):
         if moment == "episodes" and step == 1:
-            os.kill(trainer.ctx.ext_worker.pid, signal.SIGKILL)
+            os.kill(trainer.ctx.ext_host.pid, signal.SIGKILL)
 
     loop_mod.HOOKS.append(kill_worker)
     try:
@@ -299,7 +299,7 @@ def test_process_with_shared_parameters_runs_as_thread(tmp_path, capsys):
     ctx.seed_everything()
     try:
         load_agent("comp_rl_shared_params").build(ctx)
-        assert ctx.extractor_runs == "thread" and ctx.ext_worker is None
+        assert ctx.extractor_runs == "thread" and ctx.ext_host.local
         assert ctx.extractor.asynchronous
     finally:
         ctx.close()

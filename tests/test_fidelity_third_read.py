@@ -386,7 +386,7 @@ def test_paper_takes_actor_log_probs_on_raw_logits(tmp_path):
                                         "actor.recompute_old_logprobs": True})):
         ctx = make_ctx(tmp_path / str(n), **overrides)
         try:
-            ctx.actor.trainer.update = lambda samples, **kw: (seen.append(kw["temperature"]), {})[1]
+            ctx.actor.host.update = lambda samples, **kw: (seen.append(kw["temperature"]), {})[1]
             ctx.actor.update([], torch.zeros(0))
         finally:
             ctx.close()

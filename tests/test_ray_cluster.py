@@ -53,19 +53,19 @@ def test_tiny_run_on_two_nodes(two_nodes, tmp_path, monkeypatch):
     from crl_bench.runner.api import run_experiment
 
     started = []
-    orig = ext_mod.RemoteExtractorTrack.start.__func__
+    orig = ext_mod.RayHost.start.__func__
 
     def start(cls, *args, **kwargs):  # wrapped, not replaced: the real actor starts
-        track = orig(cls, *args, **kwargs)
-        started.append(ray.get(track.actor.pid.remote()))
-        return track
+        host = orig(cls, *args, **kwargs)
+        started.append(host.describe()["pid"])
+        return host
 
-    monkeypatch.setattr(ext_mod.RemoteExtractorTrack, "start", classmethod(start))
+    monkeypatch.setattr(ext_mod.RayHost, "start", classmethod(start))
 
     torch.set_num_threads(1)
     # comp_rl: the bank in the experience service, the extractor track writing to it
     out = run_experiment("comp_rl", "minihack", "tiny", 0, tmp_path / "run", steps=STEPS,
-                         overrides={"threads": 1}, progress=False,
+                         overrides={"threads": 1, "extractor.runs": "process"}, progress=False,
                          ray={"address": two_nodes.address, "plan": "cpu"})
     status = json.loads((out / "status.json").read_text())
     assert status["state"] == "done" and status["step"] == STEPS
@@ -92,7 +92,8 @@ def test_tiny_run_on_two_nodes(two_nodes, tmp_path, monkeypatch):
     assert (out / "bank.sqlite").is_file()
     assert metrics[-1]["bank/size"] > 0 and any(m.get("bank/retrievals", 0) > 0 for m in metrics)
     assert any(e["with_experience"] for e in train) and any(not e["with_experience"] for e in train)
-    # the extractor track ran in its own actor (another process), and its stats reached the loop
+    # the extractor's model and trainer ran in their own actor (another process), and the
+    # track's stats reached the loop
     import os
 
     assert len(started) == 1 and started[0] != os.getpid()

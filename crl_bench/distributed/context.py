@@ -19,13 +19,13 @@ cluster at start):
 * the experience manager (bank + index) -> the experience service actor
   (:class:`~crl_bench.distributed.experience.RemoteManager`), pinned to the driver's node.
 
-* the extractor track (its model, CISPO trainer and background thread) -> the extractor actor
-  (:class:`~crl_bench.distributed.extractor.RemoteExtractorTrack`), talking to the service; its
-  newest weights come back to the driver before each rollout (Search-and-Ask answers are
-  generated on the driver; checkpoints save the driver's adapters). With shared actor/extractor
-  parameters (the ablation) the track stays on the driver.
+* the extractor's model and trainer go where ``extractor.runs`` says, as in one process: with
+  ``process`` into a Ray actor (:class:`~crl_bench.distributed.extractor.RayHost`, the Ray form
+  of the process host), with ``thread`` / ``inline`` on the driver behind the model lock; the
+  track (its thread, the bank writes to the service, the credit) stays on the driver. With full
+  fine-tuning the extractor is served and trained like the actor (its engines and FSDP ranks).
 
-What stays on the driver: the plan, advantages, records and checkpoints.
+What stays on the driver: the plan, advantages, the extractor track, records and checkpoints.
 
 Synchronous: every verb returns when its remote work is done, in the single-process order, so a
 run with one generation engine plays the same tokens as the single-process run for a seed
@@ -34,7 +34,6 @@ run with one generation engine plays the same tokens as the single-process run f
 
 from __future__ import annotations
 
-import functools
 from typing import Any, Callable
 
 from crl_bench.distributed import require_ray
@@ -42,6 +41,7 @@ from crl_bench.distributed.plan import ResourcePlan, check_plan_against_ray, get
 from crl_bench.run.context import RunContext
 from crl_bench.run.parts import ActorSide, ExperienceSide, Models, Player, RunInfo
 from crl_bench.run.parts.models import role_sampling
+from crl_bench.training.host import backend_spec
 
 
 class RayCluster:
@@ -83,20 +83,6 @@ class RayCluster:
             require_ray().shutdown()
 
 
-def _spec_of(info: RunInfo, backend: Any) -> dict[str, Any]:
-    """Keyword arguments that rebuild ``backend`` in another process: what the built backend
-    holds (model, roles, LoRA shape, role layout), with device and dtype as configured (they
-    are resolved on the node the copy lands on) and the run's seed (same initial weights)."""
-    m = info.cfg.model
-    spec: dict[str, Any] = dict(model_name=backend.model_name, roles=tuple(backend.roles),
-                                lora=getattr(backend, "lora", None), dtype=m.dtype,
-                                device=m.device, seed=info.cfg.seed)
-    for key in ("shared_adapter", "separate_bases"):
-        if hasattr(backend, key):
-            spec[key] = getattr(backend, key)
-    return spec
-
-
 class RayModels(Models):
     """The actor's generation on engine actors
     (:class:`~crl_bench.distributed.generation.RemoteGenerationBackend`); the driver keeps the
@@ -126,7 +112,7 @@ class RayModels(Models):
             self._build_weightless(extractor)
             return
         super().build(extractor=extractor, shared_params=shared_params)
-        spec = _spec_of(self.info, self.raw_backend)
+        spec = backend_spec(self.raw_backend, self.info.cfg.model, self.info.cfg.seed)
         self.actor_spec = spec
         local_ext = self.ext_backend  # the extractor keeps generating on the driver
         self.gen = RemoteGenerationBackend.start(
@@ -251,44 +237,6 @@ def check_engine_gpus(plan: ResourcePlan, cfg: Any) -> None:
                               f"{field}.")
 
 
-class _LearnerTrainer:
-    """Stands where the actor's RoleTrainer stands: ``update`` runs on the ranks, then the
-    driver's model gets the new weights; checkpoints hold the ranks' optimiser state."""
-
-    def __init__(self, models: Models, learner: Any, local: Any) -> None:
-        self.models = models
-        self.learner = learner
-        self.local = local  # the driver's RoleTrainer: its counters and parameters
-        self.adapter = local.adapter
-        self.params = local.params
-        self.cfg = local.cfg
-
-    @property
-    def updates(self) -> int:
-        return self.local.updates
-
-    def update(self, samples: Any, **kwargs: Any) -> dict[str, float]:
-        from crl_bench.training.precision import load_role_weights
-
-        metrics = self.learner.update(samples, **kwargs)
-        if not metrics.get("skipped"):
-            with self.models.lock:
-                load_role_weights(self.models.raw_backend, self.adapter, self.learner.weights())
-            self.local.updates += 1
-        return metrics
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"ray_learner": self.learner.state_dict(), "updates": self.local.updates}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        from crl_bench.training.precision import role_weights
-
-        self.learner.load_state_dict(state["ray_learner"])
-        self.local.updates = int(state["updates"])
-        # the models part loaded the checkpoint's adapters into the driver's model first
-        self.learner.load_weights(role_weights(self.models.raw_backend, self.adapter))
-
-
 class RayActorSide(ActorSide):
     """The actor's update on :class:`~crl_bench.distributed.learner.DataParallelLearner` ranks
     (placement group, gloo on CPU, NCCL on GPU)."""
@@ -314,18 +262,18 @@ class RayActorSide(ActorSide):
 
             self.learner = ShardedRayLearner(plan.learner_ranks, self.models.actor_spec, "actor",
                                              cfg.actor, **options)
-            self.trainer = ShardedRoleTrainer(self.models, self.info, self.learner, "actor")
+            self.host = ShardedRoleTrainer(self.models, self.info, self.learner, "actor")
             return
-        super().build_trainer()
         self.learner = DataParallelLearner(plan.learner_ranks, self.models.actor_spec, "actor",
-                                           cfg.actor, **options)
+                                           cfg.actor, driver=(self.models.raw_backend,
+                                                              self.models.lock), **options)
         self.learner.load_weights(role_weights(self.models.raw_backend, "actor"))
-        self.trainer = _LearnerTrainer(self.models, self.learner, self.trainer)
+        self.host = self.learner
 
     def before_checkpoint(self) -> None:
         """A sharded learner's weights into the driver's model, whose adapters the checkpoint
         saves (the only time the driver needs them)."""
-        sync = getattr(self.trainer, "sync_driver", None)
+        sync = getattr(self.host, "sync_driver", None)
         if sync is not None:
             sync()
 
@@ -334,57 +282,21 @@ class RayActorSide(ActorSide):
             self.learner.close()
 
 
-class _RemoteExtractorTrainer:
-    """Stands where the extractor's trainer stands when the extractor lives in its actor:
-    update counts and checkpoint state come from there."""
-
-    def __init__(self, track: Any, models: Models) -> None:
-        self.track = track
-        self.models = models
-        self.adapter = "extractor"
-
-    @property
-    def updates(self) -> int:
-        return self.track.updates()
-
-    def state_dict(self) -> dict[str, Any]:
-        return require_ray().get(self.track.actor.trainer_state.remote())
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        from crl_bench.training.precision import role_weights
-
-        ray = require_ray()
-        ray.get(self.track.actor.load_trainer_state.remote(state))
-        # the models part loaded the checkpoint's adapters into the driver's model first
-        ray.get(self.track.actor.load_weights.remote(role_weights(self.models.ext_raw, "extractor")))
-
-
 class RayExperienceSide(ExperienceSide):
     """The bank and its index in the experience service actor
     (:class:`~crl_bench.distributed.experience.RemoteManager`, on the driver's node: the bank
-    file and checkpoint backups live in the run directory); the extractor track (its model,
-    CISPO trainer and thread) in the extractor actor
-    (:class:`~crl_bench.distributed.extractor.RemoteExtractorTrack`), talking to the service.
-    With shared actor/extractor parameters (the ablation), or when the plan says so, the track
-    stays on the driver."""
+    file and checkpoint backups live in the run directory); the extractor's host where
+    ``extractor.runs`` says (:meth:`process_host`: a Ray actor), or, with full fine-tuning, its
+    engines and FSDP ranks (:meth:`new_host`). The track stays on the driver."""
 
     manager_has_state = False  # the service reopens the bank; its counters start afresh
 
     def __init__(self, info: RunInfo, models: Models, cluster: RayCluster) -> None:
         super().__init__(info, models)
         self.cluster = cluster
-        self._pulled = 0
-        self._train_extractor = False
         self.ext_learner: Any = None
         """The extractor's FSDP ranks (a sharded extractor)."""
 
-    def build_extractor(self, extractor_step: Any, *, train: bool, merge: bool = True) -> None:
-        """As in one process; with a sharded extractor (the driver holds no extractor weights)
-        the trainer is built in :meth:`new_track` on the extractor's FSDP ranks instead of
-        on the driver."""
-        self._train_extractor = train
-        sharded = getattr(self.models, "ext_gen", None) is not None
-        super().build_extractor(extractor_step, train=train and not sharded, merge=merge)
     def new_manager(self, retrieval: Any) -> Any:
         from crl_bench.distributed.experience import RemoteManager
 
@@ -393,85 +305,67 @@ class RayExperienceSide(ExperienceSide):
                                    step_clock=True, num_cpus=self.cluster.plan.cpus_experience,
                                    embed_max_tokens=x.embed_max_tokens)
 
-    def new_track(self, settings: dict[str, Any], *, train: bool) -> Any:
-        from crl_bench.distributed.extractor import RemoteExtractorTrack
-        from crl_bench.training.precision import role_weights
+    def new_host(self, *, train: bool) -> Any:
+        """As in one process; a sharded extractor (full fine-tuning: the driver holds no
+        extractor weights) is served and trained like the actor: generation on its engines
+        (``extractor_engines``), its update on FSDP ranks (``extractor_ranks``, placed like the
+        actor's), each update's weights pushed by rank 0 into the engines, which also answer
+        Search-and-Ask: the answers come from the trained weights."""
+        from crl_bench.training.host import LocalHost
 
-        ext_raw = self.models.ext_raw
-        if getattr(self.models, "ext_gen", None) is not None:
-            return self._sharded_track(settings)
-        if not self.cluster.plan.extractor_actor or getattr(ext_raw, "shared_adapter", False):
-            return super().new_track(settings, train=train)
-        cfg, p = self.info.cfg, self.cluster.plan
-        track = RemoteExtractorTrack.start(
-            self.manager.actor, cfg.model.backend, _spec_of(self.info, ext_raw), cfg.extractor,
-            self.models.extractor_sampling, settings, train=train, total_steps=cfg.steps,
-            seed=cfg.seed + 1, threads=self.cluster.threads,
-            options={"num_cpus": p.cpus_extractor, "num_gpus": p.extractor_gpus})
-        require_ray().get(track.actor.load_weights.remote(role_weights(ext_raw, "extractor")))
-        self.trainer = _RemoteExtractorTrainer(track, self.models) if train else None
-        return track
-
-    def _sharded_track(self, settings: dict[str, Any]) -> Any:
-        """The extractor served and trained like the actor: its track's thread on the driver
-        (only remote calls: bank writes to the experience service, generation on the
-        extractor's engines), its update on FSDP ranks (``extractor_ranks``, placed like the
-        actor's), each update's weights pushed by rank 0 into the extractor's engines, which
-        also answer Search-and-Ask: the answers come from the trained weights."""
+        m = self.models
+        if getattr(m, "ext_gen", None) is None:
+            return super().new_host(train=train)
+        if not train:
+            return LocalHost(m.ext_raw, "extractor", sampling=m.extractor_sampling,
+                             lock=m.lock, generator=m.ext_backend)
         from crl_bench.distributed.sharded import ShardedRayLearner, ShardedRoleTrainer
-        from crl_bench.extractor.track import ExtractorTrack
 
         cfg, plan = self.info.cfg, self.cluster.plan
-        self.trainer = None
-        if self._train_extractor:
-            self.ext_learner = ShardedRayLearner(
-                plan.extractor_ranks, self.models.ext_spec, "extractor", cfg.extractor,
-                total_steps=cfg.steps, seed=cfg.seed + 1, bundle=plan.extractor_rank_bundle(),
-                threads=self.cluster.threads)
-            self.trainer = ShardedRoleTrainer(self.models, self.info, self.ext_learner,
-                                              "extractor", gen=self.models.ext_gen)
-        return ExtractorTrack(self.manager, self.generate, self.trainer, cfg.extractor,
-                              log=self.log, **settings)
+        self.ext_learner = ShardedRayLearner(
+            plan.extractor_ranks, m.ext_spec, "extractor", cfg.extractor,
+            total_steps=cfg.steps, seed=cfg.seed + 1, bundle=plan.extractor_rank_bundle(),
+            threads=self.cluster.threads)
+        return ShardedRoleTrainer(m, self.info, self.ext_learner, "extractor", gen=m.ext_gen)
+
+    def process_host(self, *, train: bool) -> Any:
+        """``extractor.runs=process`` on Ray: the extractor's model and trainer in a Ray actor
+        (:class:`~crl_bench.distributed.extractor.RayHost`; the plan's ``cpus_extractor`` and
+        ``extractor_gpus``), built like the driver's extractor role, starting from its
+        weights."""
+        from crl_bench.distributed.extractor import RayHost
+        from crl_bench.training.precision import role_weights
+
+        cfg, p, ext_raw = self.info.cfg, self.cluster.plan, self.models.ext_raw
+        host = RayHost.start(
+            cfg.model.backend, backend_spec(ext_raw, cfg.model, cfg.seed), "extractor",
+            self.models.extractor_sampling, cfg.extractor if train else None,
+            total_steps=cfg.steps, trainer_seed=cfg.seed + 1, rng_seed=cfg.seed + 2,
+            threads=self.cluster.threads,
+            options={"num_cpus": p.cpus_extractor, "num_gpus": p.extractor_gpus})
+        with self.models.lock:
+            host.load_weights(role_weights(ext_raw, "extractor"))
+        return host
 
     def describe(self) -> dict[str, Any]:
-        """The extractor's learner ranks, read back from the running actors."""
-        if self.ext_learner is None:
+        """Where the extractor runs (``extractor.runs`` and its host's process, read back from
+        a Ray host) and its learner ranks (a sharded extractor)."""
+        import os
+
+        if self.host is None:
             return {}
         ray = require_ray()
-        return {"extractor_ranks": ray.get([r.describe.remote() for r in self.ext_learner.ranks])}
-
-    def pull_extractor(self) -> None:
-        """The extractor actor's newest weights into the driver's model (Search-and-Ask answers
-        are generated here; checkpoints save the driver's adapters)."""
-        from crl_bench.training.precision import load_role_weights
-
-        if not isinstance(self.trainer, _RemoteExtractorTrainer):
-            return
-        n = self.trainer.updates
-        if n != self._pulled:
-            weights = self.extractor.weights()
-            with self.models.lock:
-                load_role_weights(self.models.ext_raw, "extractor", weights)
-                if hasattr(self.models.ext_raw, "weight_versions"):
-                    # a vllm backend: the weights into its engine too (Search-and-Ask answers
-                    # are sampled there, not from the HF copy)
-                    self.models.ext_raw.after_update("extractor")
-            self._pulled = n
-
-    def take_metrics(self) -> list[dict[str, Any]]:
-        from crl_bench.distributed.extractor import RemoteExtractorTrack
-
-        if isinstance(self.extractor, RemoteExtractorTrack):
-            for m in self.extractor.take_metrics():
-                self.log(m)
-        return super().take_metrics()
+        out: dict[str, Any] = {"extractor": {"runs": self.runs, "host": type(self.host).__name__}}
+        describe = getattr(self.host, "describe", None)
+        out["extractor"].update(describe() if describe is not None else {"pid": os.getpid()})
+        if self.ext_learner is not None:
+            out["extractor_ranks"] = ray.get([r.describe.remote() for r in self.ext_learner.ranks])
+        return out
 
     def close(self) -> None:
         try:
-            super().close()
+            super().close()  # the host too (a sharded extractor's: its ranks)
         finally:
-            if self.ext_learner is not None:
-                self.ext_learner.close()
             if self.manager is not None:
                 self.manager.close()
 
@@ -516,10 +410,9 @@ class RayPlayer(Player):
         manager = self.experience.manager
         if manager is not None:
             manager.set_step(self.info.step)
-        self.experience.pull_extractor()
         versions = tuple(t.updates if t is not None else -1
-                         for t in (self.actor.trainer, self.experience.trainer))
-        self.models.sync_engines(versions, direct=getattr(self.actor.trainer, "pushed_roles", ()))
+                         for t in (self.actor.host, self.experience.trainer))
+        self.models.sync_engines(versions, direct=getattr(self.actor.host, "pushed_roles", ()))
         if self.pool is not None:
             self.pool.revive(timeout_s=0.5)
         return super().play(phase, step, plan, sampling_seed=sampling_seed)

@@ -278,7 +278,9 @@ def deal_chunks(chunks: list[list[Any]], n_ranks: int) -> list[list[list[Any]]]:
 
 
 class DataParallelLearner:
-    """``n_ranks`` learner ranks for one role; the driver-side face of the learner.
+    """``n_ranks`` learner ranks for one role; the driver-side face of the learner, the role's
+    :class:`~crl_bench.training.host.RoleHost` on Ray with LoRA (it generates through the
+    generation engines, not here).
 
     Args:
         n_ranks: data-parallel ranks.
@@ -287,11 +289,17 @@ class DataParallelLearner:
         bundle: resources of one rank (``{"CPU": 1}`` or ``{"CPU": 2, "GPU": 1}``); see
             :meth:`~crl_bench.distributed.plan.ResourcePlan.rank_bundle`.
         strategy: placement-group strategy (PACK: as few nodes as possible).
+        driver: ``(backend, lock)``: the driver's model, whose role weights follow every update
+            (checkpoints save them; an extractor sharing the actor's model generates with
+            them) and are pushed into the ranks on resume.
     """
+
+    local = True  # the driver's model holds the weights (after every update)
 
     def __init__(self, n_ranks: int, backend_spec: dict[str, Any], role: str, optim: Any, *,
                  total_steps: int, seed: int = 0, bundle: dict[str, float] | None = None,
-                 strategy: str = "PACK", threads: int = 1) -> None:
+                 strategy: str = "PACK", threads: int = 1,
+                 driver: tuple[Any, Any] | None = None) -> None:
         if getattr(optim, "mini_batches", 1) != 1:
             from crl_bench.config.schema import ConfigError
 
@@ -302,6 +310,8 @@ class DataParallelLearner:
         self.n_ranks = n_ranks
         self.role = role
         self.cfg = optim
+        self.driver = driver
+        self.updates = 0
         self._rng = random.Random(seed)  # the same draws as RoleTrainer's max_samples_per_update
         # the same micro-batch order as RoleTrainer's (HFBackend shares prompt prefixes by default)
         self._by_prompt = bool(backend_spec.get("share_prompt_prefix", True))
@@ -328,7 +338,18 @@ class DataParallelLearner:
             for rank, chunks in zip(self.ranks, per_rank)])
         metrics.update(results[0])
         metrics.update(tokens=totals["tokens"], skipped=0.0)
+        self.updates += 1
+        if self.driver is not None:
+            from crl_bench.training.precision import load_role_weights
+
+            backend, lock = self.driver
+            with lock:
+                load_role_weights(backend, self.role, self.weights())
         return metrics
+
+    def generate(self, message_lists: list[list[dict]], stop: Sequence[str] = (),
+                 seed: int | None = None) -> list[Any]:
+        raise NotImplementedError(f"the {self.role} role generates on the generation engines")
 
     def weights_ref(self) -> Any:
         """An object ref of rank 0's trainable weights (pass it to engines: no driver copy)."""
@@ -342,13 +363,25 @@ class DataParallelLearner:
         self._ray.get([r.load_weights.remote(ref) for r in self.ranks])
 
     def state_dict(self) -> dict[str, Any]:
-        return {"trainer": self._ray.get(self.ranks[0].state_dict.remote()),
-                "rng": self._rng.getstate()}
+        return {"ray_learner": {"trainer": self._ray.get(self.ranks[0].state_dict.remote()),
+                                "rng": self._rng.getstate()},
+                "updates": self.updates}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        ref = self._ray.put(state["trainer"])
+        """Restore :meth:`state_dict`; with a ``driver``, its weights (the checkpoint's, loaded
+        into the driver's model first) into every rank."""
+        inner = state["ray_learner"]
+        ref = self._ray.put(inner["trainer"])
         self._ray.get([r.load_state_dict.remote(ref) for r in self.ranks])
-        self._rng.setstate(state["rng"])
+        self._rng.setstate(inner["rng"])
+        self.updates = int(state["updates"])
+        if self.driver is not None:
+            from crl_bench.training.precision import role_weights
+
+            self.load_weights(role_weights(self.driver[0], self.role))
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"weights": self.weights(), "state": self.state_dict()}
 
     def close(self) -> None:
         stop_ranks(self.ranks, self.placement_group)

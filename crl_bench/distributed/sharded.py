@@ -184,8 +184,8 @@ CHECKPOINTS = "learner_checkpoints"
 
 
 class ShardedRoleTrainer:
-    """Stands where the actor's RoleTrainer stands in a Ray run with full fine-tuning:
-    ``update`` runs on the sharded ranks, rank 0 pushes the new weights into the generation
+    """The role's :class:`~crl_bench.training.host.RoleHost` in a Ray run with full
+    fine-tuning: ``generate`` on the role's engines, ``update`` on the sharded ranks, rank 0 pushes the new weights into the generation
     engines under the next version, and the driver's copy of the model is refreshed only when it
     is read: before a checkpoint (:meth:`sync_driver`), or after each update when the extractor
     shares the actor's model. Checkpoint state: a sharded checkpoint folder in the run directory.
@@ -209,6 +209,39 @@ class ShardedRoleTrainer:
         self.updates = 0
         self.pushed_roles = (role,)  # the context does not push these through the driver
         self.driver_updates = 0  # the driver's copy holds the weights after this many updates
+
+    role = property(lambda self: self.adapter)
+    local = True
+    """Nothing for a checkpoint to bring back through the driver: the ranks write their own
+    sharded checkpoint (:meth:`state_dict`)."""
+
+    def generate(self, message_lists: list[list[dict]], stop: Sequence[str] = (),
+                 seed: int | None = None) -> list[Any]:
+        """The extractor role on its engines (the actor generates through the rollout engine)."""
+        import dataclasses
+
+        from crl_bench.llm.roles import extractor_generate
+
+        if self.adapter != "extractor":
+            raise NotImplementedError("the actor generates through the rollout engine")
+        sampling = self.models.extractor_sampling
+        if seed is not None:
+            sampling = dataclasses.replace(sampling, seed=seed)
+        return extractor_generate(self.models.ext_backend, sampling, message_lists, tuple(stop))
+
+    def weights(self) -> list[Any]:
+        """The full weights, pulled from rank 0."""
+        return self.learner.weights()
+
+    def load_weights(self, weights: Sequence[Any]) -> None:
+        raise NotImplementedError("the sharded learner's weights come from its own sharded "
+                                  "checkpoints (load_state_dict)")
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"weights": self.weights(), "state": self.state_dict()}
+
+    def close(self) -> None:
+        self.learner.close()
 
     def update(self, samples: Any, **kwargs: Any) -> dict[str, float]:
         metrics = self.learner.update(samples, **kwargs)

@@ -1,25 +1,21 @@
-"""The extractor's model and trainer in their own OS process (``extractor.runs: process``).
+"""The process form of a role host (``extractor.runs: process``): the extractor's model and
+trainer in an OS process of their own.
 
 On one machine without GPUs the actor loop and the extractor otherwise share one model behind
 one lock (:class:`~crl_bench.llm.roles.LockedBackend`): while the extractor distils,
-merges or trains, the actor waits. :class:`ExtractorWorker` starts a child process (one torch
-thread by default) that builds its own copy of the extractor's model from the same keyword
-arguments as the main backend (model, roles, LoRA shape, dtype, device, seed: the same initial
-weights; the main backend's extractor weights are pushed in after the start all the same) and
-serves, one call at a time:
-
-* ``generate(message_lists, stop)``: :func:`crl_bench.llm.roles.extractor_generate` on the
-  child's model (the same tokens and log-probs as in the main process for the same weights and
-  sampling seed; without a seed the child's own torch RNG draws, seeded with the run seed);
-* ``update(samples, **kwargs)``: a :class:`~crl_bench.training.role_trainer.RoleTrainer` step on the
-  child's model, ``updates``, ``state_dict`` / ``load_state_dict`` (with the child's RNG);
-* ``weights`` / ``load_weights``: the extractor role's trainable weights
-  (:func:`~crl_bench.distributed.learner.role_weights`), for checkpoints;
-* ``snapshot``: weights, trainer state and RNG taken in one call (a checkpoint's consistent cut).
+merges or trains, the actor waits. :class:`ProcessHost` starts a child process (one torch
+thread by default) that builds a :class:`~crl_bench.training.host.LocalHost` of the extractor
+role from the main backend's keyword arguments (:func:`~crl_bench.training.host.backend_spec`:
+model, roles, LoRA shape, dtype, device, seed: the same initial weights; the main backend's
+extractor weights are pushed in after the start all the same) and serves its
+:class:`~crl_bench.training.host.RoleHost` calls, one at a time: ``generate`` (the same tokens
+and log-probs as in the main process for the same weights and sampling seed; without a seed the
+child's own torch RNG draws, seeded with the run seed), ``update``, ``updates``, ``weights`` /
+``load_weights``, ``state_dict`` / ``load_state_dict`` (with the child's RNG) and ``snapshot``
+(weights, trainer state and RNG in one call: a checkpoint's consistent cut).
 
 The extractor track (its thread, the bank writes, the credit, the checkpoints) stays in the
-main process: only its model calls cross over. :class:`WorkerTrainer` stands where the
-extractor's ``RoleTrainer`` stands.
+main process: only its model calls cross over.
 
 Failure modes are errors, never hangs: an exception in the child is raised in the parent as
 :class:`WorkerError` carrying the child's traceback; a child that exits (killed, out of memory)
@@ -64,27 +60,14 @@ class WorkerDied(RuntimeError):
     """The extractor worker's process is gone (or stopped answering within the call's timeout)."""
 
 
-def worker_spec(backend: Any, model_cfg: Any, seed: int) -> dict[str, Any]:
-    """Keyword arguments that rebuild ``backend``'s extractor role in the worker: the model
-    name, roles, LoRA shape and role layout the backend holds, device, dtype and (hf) batch
-    size as configured, and the run seed (same LoRA initialisation)."""
-    spec: dict[str, Any] = {"model_name": backend.model_name, "roles": tuple(backend.roles),
-                            "lora": getattr(backend, "lora", None), "dtype": model_cfg.dtype,
-                            "device": model_cfg.device, "seed": seed}
-    if model_cfg.backend == "hf":
-        spec["max_batch_size"] = model_cfg.max_batch_size
-    spec.update({k: getattr(backend, k) for k in ("shared_adapter", "separate_bases")
-                 if hasattr(backend, k)})
-    return spec
-
-
 # ------------------------------------------------------------------------------- parent side
-class ExtractorWorker:
-    """The parent's handle on the child (see the module docstring).
+class ProcessHost:
+    """The extractor role's host in a child process (see the module docstring): the parent's
+    handle, a :class:`~crl_bench.training.host.RoleHost`.
 
     Args:
         backend_kind: the backend registry name ("hf", ...).
-        spec: the backend's keyword arguments (:func:`worker_spec`).
+        spec: the backend's keyword arguments (:func:`~crl_bench.training.host.backend_spec`).
         sampling: the extractor's :class:`~crl_bench.llm.types.SamplingParams`.
         optim: the extractor's :class:`~crl_bench.config.schema.ExtractorConfig` (None: frozen,
             no trainer in the child).
@@ -98,6 +81,9 @@ class ExtractorWorker:
                  *, total_steps: int = 1, trainer_seed: int = 0, rng_seed: int = 0,
                  threads: int = 1, start_timeout_s: float = START_TIMEOUT_S) -> None:
         from multiprocessing.connection import Connection
+
+        self.role = "extractor"
+        self.local = False  # its weights are a copy: a checkpoint brings them back first
 
         from crl_bench.llm.roles import WaitTimingLock
 
@@ -255,50 +241,10 @@ class ExtractorWorker:
         return WorkerDied(self._broken)
 
 
-class WorkerTrainer:
-    """Stands where the extractor's ``RoleTrainer`` stands (``ctx.extractor_trainer``) when the
-    extractor runs in a worker: updates happen there; checkpoint state comes from there.
-
-    ``local``: the main process's backend whose extractor adapter the checkpoints save; after a
-    checkpoint is loaded into it, :meth:`load_state_dict` pushes those weights into the worker.
-    """
-
-    adapter = "extractor"
-
-    def __init__(self, worker: ExtractorWorker, local: Any) -> None:
-        self.worker = worker
-        self.local = local
-        self._held: dict[str, Any] | None = None
-
-    @property
-    def updates(self) -> int:
-        return self.worker.updates
-
-    def update(self, samples: Sequence[Any], **kwargs: Any) -> dict[str, float]:
-        return self.worker.update(samples, **kwargs)
-
-    def hold_snapshot(self) -> list[Any]:
-        """Take the worker's weights and state in one call; the state is what the next
-        :meth:`state_dict` returns (a checkpoint's weights and optimizer state agree)."""
-        snap = self.worker.snapshot()
-        self._held = snap["state"]
-        return snap["weights"]
-
-    def state_dict(self) -> dict[str, Any]:
-        held, self._held = self._held, None
-        return held if held is not None else self.worker.state_dict()
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        from crl_bench.training.precision import role_weights
-
-        # the loop loaded the checkpoint's adapters into the main model first
-        self.worker.load_weights(role_weights(self.local, "extractor"))
-        self.worker.load_state_dict(state)
-
-
 # -------------------------------------------------------------------------------- child side
 class _Server:
-    """What the child holds: the backend, the trainer, the sampling parameters."""
+    """What the child holds: a :class:`~crl_bench.training.host.LocalHost` of the extractor
+    role (its backend, trainer and sampling settings), and the child's RNG in its state."""
 
     def __init__(self, backend_kind: str, spec: dict[str, Any], sampling: Any, optim: Any,
                  total_steps: int, trainer_seed: int, rng_seed: int, threads: int) -> None:
@@ -306,48 +252,37 @@ class _Server:
 
         import torch
 
-        from crl_bench.llm.backend import backend_class
-        from crl_bench.training.role_trainer import RoleTrainer
+        from crl_bench.training.host import LocalHost
 
         torch.set_num_threads(max(1, int(threads)))
         random.seed(rng_seed)
         torch.manual_seed(rng_seed)
-        spec = dict(spec)
-        self.weights_lock = threading.RLock()
-        """Held by an update and by every read or write of the weights and state."""
-        self.backend = backend_class(backend_kind)(spec.pop("model_name"), **spec)
-        self.sampling = sampling
-        self.trainer = (RoleTrainer(self.backend, "extractor", optim, total_steps=total_steps,
-                                    seed=trainer_seed) if optim is not None else None)
+        self.host = LocalHost.from_spec(backend_kind, spec, "extractor", sampling, optim,
+                                        total_steps=total_steps, seed=trainer_seed)
 
     def generate(self, message_lists: list[list[dict]], stop: tuple[str, ...],
                  seed: int | None) -> list[Any]:
-        import dataclasses
-
-        from crl_bench.llm.roles import extractor_generate
-
-        sampling = self.sampling if seed is None else dataclasses.replace(self.sampling, seed=seed)
-        return extractor_generate(self.backend, sampling, message_lists, stop)
-
-    def _trainer(self) -> Any:
-        if self.trainer is None:
-            raise RuntimeError("this extractor worker has no trainer (the extractor is frozen)")
-        return self.trainer
+        return self.host.generate(message_lists, stop, seed)
 
     def update(self, samples: list[Any], **kwargs: Any) -> dict[str, float]:
-        with self.weights_lock:
-            return self._trainer().update(samples, **kwargs)
+        return self.host.update(samples, **kwargs)
 
     def updates(self) -> int:
-        return self.trainer.updates if self.trainer is not None else 0
+        return self.host.updates
+
+    def weights(self) -> list[Any]:
+        return self.host.weights()
+
+    def load_weights(self, weights: list[Any]) -> None:
+        self.host.load_weights(weights)
 
     def state_dict(self) -> dict[str, Any]:
         import random
 
         import torch
 
-        with self.weights_lock:
-            state = self.trainer.state_dict() if self.trainer is not None else {}
+        with self.host.lock:  # between updates
+            state = self.host.state_dict()
         state["worker_rng"] = {"torch": torch.get_rng_state(), "python": random.getstate()}
         return state
 
@@ -358,30 +293,13 @@ class _Server:
 
         state = dict(state)
         rng = state.pop("worker_rng", None)
-        if self.trainer is not None and state:
-            with self.weights_lock:
-                self.trainer.load_state_dict(state)
+        self.host.load_state_dict(state)
         if rng is not None:
             torch.set_rng_state(rng["torch"])
             random.setstate(rng["python"])
 
-    def weights(self) -> list[Any]:
-        from crl_bench.training.precision import role_weights
-
-        with self.weights_lock:
-            return role_weights(self.backend, "extractor")
-
-    def load_weights(self, weights: list[Any]) -> None:
-        from crl_bench.training.precision import load_role_weights
-
-        with self.weights_lock:
-            if self.trainer is not None:  # the masters too, where there are
-                self.trainer.load_weights(weights)
-            else:
-                load_role_weights(self.backend, "extractor", weights)
-
     def snapshot(self) -> dict[str, Any]:
-        with self.weights_lock:
+        with self.host.lock:
             return {"weights": self.weights(), "state": self.state_dict()}
 
 

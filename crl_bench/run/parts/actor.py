@@ -10,23 +10,29 @@ from crl_bench.run.parts.models import Models
 
 
 class ActorSide(Part):
-    """Returns, advantages and the actor's update; :attr:`trainer` is the actor's
-    :class:`~crl_bench.training.role_trainer.RoleTrainer` (None: a frozen actor). Its checkpoint state
-    is the trainer's (optimiser, schedule, counters)."""
+    """Returns, advantages and the actor's update; :attr:`host` is the actor's
+    :class:`~crl_bench.training.host.RoleHost` (None: a frozen actor): here a
+    :class:`~crl_bench.training.host.LocalHost` over the actor's backend and
+    :class:`~crl_bench.training.role_trainer.RoleTrainer`, on Ray its learner ranks. Its
+    checkpoint state is the host's (optimiser, schedule, counters)."""
 
     name = "actor"
 
     def __init__(self, info: RunInfo, models: Models) -> None:
         self.info = info
         self.models = models
-        self.trainer: Any = None
+        self.host: Any = None
 
     def build_trainer(self) -> None:
+        """The actor's host: its backend and trainer in this process."""
+        from crl_bench.training.host import LocalHost
         from crl_bench.training.role_trainer import RoleTrainer
 
-        cfg = self.info.cfg
-        self.trainer = RoleTrainer(self.models.raw_backend, "actor", cfg.actor,
-                                   total_steps=cfg.steps, lock=self.models.lock, seed=cfg.seed)
+        cfg, m = self.info.cfg, self.models
+        trainer = RoleTrainer(m.raw_backend, "actor", cfg.actor, total_steps=cfg.steps,
+                              lock=m.lock, seed=cfg.seed)
+        self.host = LocalHost(m.raw_backend, "actor", sampling=m.actor_sampling,
+                              trainer=trainer, lock=m.lock)
 
     def returns(self, trajectories: list[Any]) -> Any:
         """Outcome reward per episode: the task score (1/0 for success tasks, WebShop's reward in
@@ -62,7 +68,7 @@ class ActorSide(Part):
         the loss is the run's own)."""
         from crl_bench.training.role_trainer import TrainSample, timed
 
-        if self.trainer is None:
+        if self.host is None:
             raise RuntimeError("update_actor() needs build_actor_trainer() in the agent's build()")
         a = self.info.cfg.actor
         if a.sample_unit == "trajectory":
@@ -80,14 +86,14 @@ class ActorSide(Part):
             name = loss  # an unknown name raises with the registered ones and the closest
             kwargs = {**LOSSES.entry(loss).metadata.get("defaults", {}), **(loss_args or {})}
         with timed(self.info.timings, "timing_s/actor_update"):
-            m = self.trainer.update(samples, loss=name, loss_kwargs=kwargs, agg=a.agg,
+            m = self.host.update(samples, loss=name, loss_kwargs=kwargs, agg=a.agg,
                                     temperature=(a.logprob_temperature
                                                  or self.models.actor_sampling.logprob_temperature))
         return {f"losses/actor_{k}": v for k, v in m.items()}
 
     def state_dict(self, folder: Path) -> dict[str, Any]:
-        return {"trainer": self.trainer.state_dict()} if self.trainer is not None else {}
+        return {"trainer": self.host.state_dict()} if self.host is not None else {}
 
     def load_state_dict(self, state: dict[str, Any], folder: Path) -> None:
-        if self.trainer is not None and "trainer" in state:
-            self.trainer.load_state_dict(state["trainer"])
+        if self.host is not None and "trainer" in state:
+            self.host.load_state_dict(state["trainer"])

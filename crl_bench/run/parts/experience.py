@@ -3,9 +3,12 @@ extractor's trainer; the pre-rollout flush.
 
 Where the extractor works is ``extractor.runs``: ``inline`` (inside the actor loop's step),
 ``thread`` (a background thread; its model calls share the actor's model behind one lock) or
-``process`` (the track's thread stays here, the extractor's model and trainer live in a worker
-process of their own, :class:`~crl_bench.extractor.worker.ExtractorWorker`: the actor loop waits
-only where it calls the extractor itself, Search-and-Ask, while the track's call runs there)."""
+``process`` (the track's thread stays here, the extractor's model and trainer live in a process
+of their own: the actor loop waits only where it calls the extractor itself, Search-and-Ask,
+while the track's call runs there). The extractor's model and trainer are a role host
+(:class:`~crl_bench.training.host.RoleHost`): a :class:`~crl_bench.training.host.LocalHost`
+(inline, thread) or a :class:`~crl_bench.extractor.worker.ProcessHost` (process; on Ray a
+:class:`~crl_bench.distributed.extractor.RayHost`, :meth:`ExperienceSide.new_host`)."""
 
 from __future__ import annotations
 
@@ -20,8 +23,9 @@ from crl_bench.run.parts.models import Models
 class ExperienceSide(Part):
     """``manager``: the :class:`~crl_bench.experience.manager.ExperienceManager` over
     ``RUN_DIR/bank.sqlite`` (None: no bank); ``extractor``: the
-    :class:`~crl_bench.extractor.track.ExtractorTrack` (None: no extractor); ``trainer``: the
-    extractor's :class:`~crl_bench.training.role_trainer.RoleTrainer` (None: frozen). ``search_ask`` /
+    :class:`~crl_bench.extractor.track.ExtractorTrack` (None: no extractor); ``host``: the
+    extractor's :class:`~crl_bench.training.host.RoleHost` (its model and trainer, wherever they
+    run); ``trainer``: the host when the extractor trains (None: frozen). ``search_ask`` /
     ``gate``: the with-experience episodes may query the bank mid-episode / the actor judges
     each retrieved entry first.
 
@@ -45,8 +49,9 @@ class ExperienceSide(Part):
         self.gate = False
         self.runs = "inline"
         """Where the extractor runs (``extractor.runs`` as resolved by :meth:`build_extractor`)."""
-        self.worker: Any = None
-        """The :class:`~crl_bench.extractor.worker.ExtractorWorker` (``runs == "process"``)."""
+        self.host: Any = None
+        """The extractor's :class:`~crl_bench.training.host.RoleHost`."""
+        self._held_state: dict[str, Any] | None = None
         self._metrics: list[dict[str, Any]] = []
         self._metrics_lock = threading.Lock()
 
@@ -83,17 +88,11 @@ class ExperienceSide(Part):
         on each step's episodes. ``train``: give the extractor its own optimiser (on the shared
         adapter when the parameters are shared). ``merge``: the bank is merged every
         ``experience.merge_every`` steps (False: never)."""
-        from crl_bench.training.role_trainer import RoleTrainer
-
         if self.manager is None:
             raise RuntimeError("build_experience() must come before build_extractor()")
         cfg = self.info.cfg
         x = cfg.experience
         self.runs = self._resolve_runs()
-        if train and self.runs != "process":  # else the worker's (new_track)
-            self.trainer = RoleTrainer(self.models.ext_raw, "extractor", cfg.extractor,
-                                       total_steps=cfg.steps, lock=self.models.lock,
-                                       seed=cfg.seed + 1)
         settings = dict(extractor_step=extractor_step,
                         temperature=self.models.extractor_sampling.logprob_temperature,
                         merge_every=x.merge_every if merge else 0, merge_chunk=x.merge_chunk,
@@ -106,15 +105,31 @@ class ExperienceSide(Part):
 
     def new_track(self, settings: dict[str, Any], *, train: bool) -> Any:
         """The :class:`~crl_bench.extractor.track.ExtractorTrack` with ``settings`` (its keyword
-        arguments but ``log``) over this side's manager, the extractor model and trainer."""
+        arguments but ``log``) over this side's manager and the extractor's host
+        (:meth:`new_host`)."""
         from crl_bench.extractor.track import ExtractorTrack
 
-        if self.runs == "process":
-            self._start_worker(train=train)
+        self.host = self.new_host(train=train)
+        self.trainer = self.host if train else None
         return ExtractorTrack(self.manager, self.generate, self.trainer,
                               self.info.cfg.extractor, log=self.log, **settings)
 
-    # -- the extractor in its own process (extractor.runs: process) ----------------------------
+    # -- where the extractor runs (extractor.runs) ---------------------------------------------
+    def new_host(self, *, train: bool) -> Any:
+        """The extractor's role host: in this process behind the model lock (inline, thread),
+        or in a process of its own (:meth:`process_host`). ``train``: with its own optimiser
+        (on the shared adapter when the parameters are shared)."""
+        from crl_bench.training.host import LocalHost
+        from crl_bench.training.role_trainer import RoleTrainer
+
+        if self.runs == "process":
+            return self.process_host(train=train)
+        cfg, m = self.info.cfg, self.models
+        trainer = (RoleTrainer(m.ext_raw, "extractor", cfg.extractor, total_steps=cfg.steps,
+                               lock=m.lock, seed=cfg.seed + 1) if train else None)
+        return LocalHost(m.ext_raw, "extractor", sampling=m.extractor_sampling, trainer=trainer,
+                         lock=m.lock, generator=m.ext_backend)
+
     def _resolve_runs(self) -> str:
         """``extractor.runs``; "process" with parameters shared between actor and extractor
         (one set of weights, trained by both roles) runs as "thread", and says so."""
@@ -129,46 +144,55 @@ class ExperienceSide(Part):
             runs = "thread"
         return runs
 
-    def _start_worker(self, *, train: bool) -> None:
-        """The extractor's model (and trainer) in a worker process built like the main
-        backend's extractor role, starting from its weights; :attr:`trainer` becomes the
-        worker's (:class:`~crl_bench.extractor.worker.WorkerTrainer`)."""
+    def process_host(self, *, train: bool) -> Any:
+        """The extractor's model (and trainer) in a process of its own
+        (:class:`~crl_bench.extractor.worker.ProcessHost`), built like the main backend's
+        extractor role (:func:`~crl_bench.training.host.backend_spec`), starting from its
+        weights."""
+        from crl_bench.extractor.worker import ProcessHost
+        from crl_bench.training.host import backend_spec
         from crl_bench.training.precision import role_weights
-        from crl_bench.extractor.worker import ExtractorWorker, WorkerTrainer, worker_spec
 
         cfg, ext_raw = self.info.cfg, self.models.ext_raw
-        self.worker = ExtractorWorker(
-            cfg.model.backend, worker_spec(ext_raw, cfg.model, cfg.seed),
+        host = ProcessHost(
+            cfg.model.backend, backend_spec(ext_raw, cfg.model, cfg.seed),
             self.models.extractor_sampling, cfg.extractor if train else None,
             total_steps=cfg.steps, trainer_seed=cfg.seed + 1, rng_seed=cfg.seed + 2,
             threads=cfg.threads or 1)
         with self.models.lock:
-            self.worker.load_weights(role_weights(ext_raw, "extractor"))
-        self.trainer = WorkerTrainer(self.worker, ext_raw) if train else None
+            host.load_weights(role_weights(ext_raw, "extractor"))
+        return host
 
     def generate(self, message_lists: list[list[dict]], stop: tuple[str, ...] = ()) -> list[Any]:
-        """The extractor role: in the worker when there is one, else the models' extractor."""
-        if self.worker is not None:
-            return self.worker.generate(message_lists, stop)
-        return self.models.extractor_generate(message_lists, stop)
+        """The extractor role, on its host."""
+        return self.host.generate(message_lists, stop)
 
     def take_wait(self, name: str = "MainThread") -> float:
-        """Seconds thread ``name`` waited on the worker while the track's call ran there."""
-        return self.worker.take_wait(name) if self.worker is not None else 0.0
+        """Seconds thread ``name`` waited on a host of its own (a process) while the track's
+        call ran there (a local host's waits are the model lock's)."""
+        take = getattr(self.host, "take_wait", None)
+        return take(name) if take is not None else 0.0
 
     def before_checkpoint(self) -> None:
-        """The worker's extractor weights into the main model (whose adapters the checkpoint
-        saves), its trainer state taken in the same call for the same checkpoint."""
+        """A host that trains a copy elsewhere (``host.local`` false): its weights into the
+        main model (whose adapters the checkpoint saves), its trainer state taken in the same
+        cut for the same checkpoint."""
         from crl_bench.training.precision import load_role_weights
 
-        if self.worker is None:
+        if self.host is None or self.host.local:
             return
-        if self.trainer is not None:
-            weights = self.trainer.hold_snapshot()
-        else:
-            weights = self.worker.weights()
+        snap = self.host.snapshot()
+        self._held_state = snap["state"]
         with self.models.lock:
-            load_role_weights(self.models.ext_raw, "extractor", weights)
+            load_role_weights(self.models.ext_raw, "extractor", snap["weights"])
+
+    def trainer_state(self) -> dict[str, Any] | None:
+        """The extractor trainer's checkpoint state (the one :meth:`before_checkpoint` took
+        with the weights, when it took one)."""
+        held, self._held_state = self._held_state, None
+        if self.trainer is None:
+            return None
+        return held if held is not None else self.trainer.state_dict()
 
     # -- the extractor's records ---------------------------------------------------------------
     def log(self, metrics: dict[str, Any]) -> None:
@@ -251,7 +275,7 @@ class ExperienceSide(Part):
         pending = self.take_metrics()  # finished batches not yet in a metrics record
         self.put_back_metrics(pending)
         return {"manager": manager_state, "track": track, "track_metrics": pending,
-                "trainer": self.trainer.state_dict() if self.trainer is not None else None}
+                "trainer": self.trainer_state()}
 
     def load_state_dict(self, state: dict[str, Any], folder: Path) -> None:
         """Restores the bank (the checkpoint's copy replaces the run's bank file: entries written
@@ -264,6 +288,10 @@ class ExperienceSide(Part):
         if not state:
             return
         if self.trainer is not None and state.get("trainer") is not None:
+            if not self.host.local:  # the checkpoint's weights, loaded into the main model first
+                from crl_bench.training.precision import role_weights
+
+                self.host.load_weights(role_weights(self.models.ext_raw, "extractor"))
             self.trainer.load_state_dict(state["trainer"])
         self.put_back_metrics(list(state.get("track_metrics", [])))
         if self.manager is not None and state.get("manager"):
@@ -278,7 +306,7 @@ class ExperienceSide(Part):
     def close(self) -> None:
         if self.extractor is not None:
             self.extractor.close()
-        if self.worker is not None:
-            self.worker.close()
+        if self.host is not None:
+            self.host.close()
         if self.manager is not None:
             self.manager.bank.close()
