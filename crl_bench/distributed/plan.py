@@ -56,7 +56,8 @@ class ResourcePlan:
             (full fine-tuning) the extractor is served and trained like the actor: that many
             generation engines on ``extractor_engine_gpus`` GPUs (each engine's share is its
             tensor-parallel size) and FSDP learner ranks on the rest of ``extractor_gpus``; 0:
-            one extractor actor holds the model, its trainer and ``extractor_gpus``.
+            with ``extractor.runs=process`` one extractor actor holds the model and its trainer
+            on ``extractor_gpus`` (``thread`` / ``inline``: the driver).
         env_workers: env worker actors (CPU only; they may live on GPU-less nodes).
         envs_per_worker: a hint for the pool size of each worker (the pool grows on demand).
         cpus_per_env_worker: CPUs reserved per env worker (SWE sandboxes want more).
@@ -76,8 +77,6 @@ class ResourcePlan:
     cpus_per_rank: float = 1.0
     cpus_extractor: float = 0.0
     cpus_experience: float = 0.0
-    extractor_actor: bool = True
-    """Run the extractor track in its own actor (False: on the driver, in a thread)."""
     extractor_engines: int = 0
     extractor_engine_gpus: float = 0.0
     extractor_ranks: int = 0
@@ -426,3 +425,16 @@ def format_topology(topo: dict[str, Any]) -> list[str]:
                    f"{'engines sleep during the update, wake before the push' if r['sleep_wake'] else 'engines stay awake'}; "
                    f"weights by {r['weight_sync']}")
     return out
+
+
+def role_group(plan: ResourcePlan, role: str) -> Any:
+    """Colocated: the placement group of ``role`` (:meth:`ResourcePlan.role_bundles`, PACK),
+    ready; its engines start in :meth:`~ResourcePlan.engine_bundles`, its ranks in bundle r."""
+    from crl_bench.distributed import require_ray
+
+    ray = require_ray()
+    from ray.util.placement_group import placement_group
+
+    group = placement_group(plan.role_bundles(role), strategy="PACK")
+    ray.get(group.ready())
+    return group
