@@ -63,3 +63,22 @@ def test_the_experience_part_restores_the_bank_of_its_checkpoint(tmp_path):
         assert b.experience.manager.clock() == pytest.approx(created_a + 3 * step_s)
     finally:
         b.close()
+
+
+def test_the_ray_experience_service_restores_through_a_bank_call(tmp_path):
+    """On Ray the part's restore is a call into the experience service (``RemoteManager.bank``
+    forwards ``restore`` as ``bank_call``): the service's body restores its open bank the same
+    way (run here in-process: the actor's body without a cluster)."""
+    pytest.importorskip("ray")
+    from crl_bench.distributed.experience import ExperienceServiceImpl
+
+    service = ExperienceServiceImpl(str(tmp_path / "bank.sqlite"), "all-MiniLM-L6-v2", 100,
+                                    {"k": 1, "diversify": False}, step_clock=True)
+    try:
+        _add(service.manager, "kept")
+        service.bank_call("backup", (str(tmp_path / "ckpt.sqlite"),), {})
+        _add(service.manager, "written after the checkpoint")
+        service.bank_call("restore", (str(tmp_path / "ckpt.sqlite"),), {})
+        assert titles(service.manager) == ["kept"]
+    finally:
+        service.manager.bank.close()
