@@ -19,8 +19,12 @@ A new agent is a subclass (or an instance with other options) registered by name
 
     class MyAgent(Agent):
         Config = MyConfig
-        def build(self, ctx): ctx.build_actor_trainer()
+        def build(self, ctx): ctx.build_models(extractor=False); ctx.build_actor_trainer()
         def train_step(self, ctx, step): ...
+
+An agent that builds an extractor too says so: ``roles`` returns ``("actor", "extractor")``
+(and ``shares_parameters`` True when one model serves both); generic code (validation, for one)
+asks these, never the agent's name.
 
     AGENT = MyAgent("my_agent", label="My agent", description="...")
 
