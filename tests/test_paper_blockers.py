@@ -205,6 +205,10 @@ def test_plan_prints_the_colocated_topology_it_builds(capsys):
     assert topo["extractor"]["engine_bundles"] == [0, 4]
     for role in ("actor", "extractor"):
         assert topo[role]["sleep_wake"] and topo[role]["weight_sync"] == "cuda_ipc"
+    # a colocated engine over 4 GPUs is not placed by the Ray run yet: printed, and refused there
+    assert topo["actor"]["refused"] is None
+    assert "model.placement=split" in topo["extractor"]["refused"]
+    assert "    NOT BUILT: " + topo["extractor"]["refused"] in out
     split = built_topology(apply_overrides(cfg, {"model.placement": "split"}),
                            PLANS["paper16-split"])
     assert (split["actor"]["engines"], split["actor"]["ranks"]) == (4, 4)
@@ -272,14 +276,15 @@ def test_extractor_engines_serve_the_trained_weights(tmp_path):
 
 # -- the paper topology at toy size on Ray (CPU) -----------------------------------------------
 # ``paper``'s settings with the 2-layer test model, every role on Ray actors as the memory plan
-# lays the paper out on 8 GPUs (the 16-GPU layout halved: 2 actor engines, 2 actor FSDP ranks, one
-# extractor engine over 2 GPUs, 2 extractor FSDP ranks), without GPUs.
-TOY_GPUS = 8
+# lays the paper out on 4 GPUs, colocated as officially (per role 2 GPUs: the actor's 2 engines and
+# 2 FSDP ranks in one placement group, the extractor's engine "over 2 GPUs" and 2 FSDP ranks in
+# another), without GPUs.
+TOY_GPUS = 4
 TOY = {
     "model.actor": "tiny-sft", "model.extractor": "tiny-sft", "model.backend": "hf",
     "model.device": "cpu", "model.dtype": "float32", "threads": 1,
     "model.actor_max_model_len": 1024, "model.extractor_max_model_len": 1056,
-    "model.extractor_tensor_parallel": 2, "model.placement": "split",
+    "model.extractor_tensor_parallel": 2,
     "rollout.groups": 1, "rollout.group_size": 4, "rollout.max_new_tokens": 16,
     "rollout.max_episode_tokens": 1024, "rollout.sequence_length": 1024,
     "rollout.env_max_steps": {"minihack": 3},
@@ -314,37 +319,68 @@ def test_paper_topology_at_toy_size_on_ray(tmp_path):
     from _ray_local import local_ray
 
     from crl_bench.distributed.memory_plan import role_specs, split_gpus
-    from crl_bench.distributed.plan import layout_config, layout_plan
+    from crl_bench.distributed.plan import built_topology, layout_config, layout_plan
     from crl_bench.config.schema import PRESETS, apply_overrides
     from crl_bench.run.parts.models import engine_settings
 
     pytest.importorskip("ray")
     cfg = apply_overrides(PRESETS["paper"](), dict(TOY))
     assert cfg.actor.activation_checkpointing and cfg.extractor.activation_checkpointing
-    specs = {s.role: s for s in role_specs(layout_config(cfg), split_gpus(TOY_GPUS))}
+    assert cfg.model.placement == "colocated"
+    specs = {s.role: s for s in role_specs(layout_config(cfg), split_gpus(TOY_GPUS, "colocated"))}
     plan = layout_plan(cfg, TOY_GPUS, name="paper-toy", on_gpus=False, env_workers=1,
                        cpus_per_env_worker=0.25, cpus_per_engine=0.25, cpus_per_rank=0.25)
+    printed = built_topology(cfg, plan)  # what `crl-bench plan` prints for this layout
     with local_ray(4):
         run = _toy_run(tmp_path / "run", 1, plan)
         topo = json.loads((run / "ray_topology.json").read_text())
         assert topo["driver_holds_weights"] is False
         assert topo["driver_backends"] == ["PromptBackend"]  # tokenizers, no model
         for role in ("actor", "extractor"):
-            spec = specs[role]
+            spec, want_topo = specs[role], printed[role]
             engines, ranks = topo[f"{role}_engines"], topo[f"{role}_ranks"]
-            assert len(engines) == spec.engines and len(ranks) == spec.ranks, role
+            assert len(engines) == spec.engines == want_topo["engines"], role
+            assert len(ranks) == spec.ranks == want_topo["ranks"], role
             want = engine_settings(cfg, role)
             assert want["tensor_parallel_size"] == spec.gpus_per_engine
             assert want["gpu_memory_utilization"] == spec.utilization
             for e in engines:
-                assert e["settings"] == want and e["roles"] == [role], e
+                assert e["settings"] == dict(want, sleep_mode=True) and e["roles"] == [role], e
             assert {r["rank"] for r in ranks} == set(range(spec.ranks))
             for r in ranks:
                 assert r["world_size"] == spec.ranks and r["role"] == role
                 assert r["activation_checkpointing"] is True
+                assert r["init"] == ("rank 0 loaded" if r["rank"] == 0 else
+                                     "meta, filled from rank 0")
+            # colocated, as printed: the role's engines and ranks in one placement group
+            assert want_topo["sleep_wake"] is True
+            groups = {e["placement_group"] for e in engines} | {r["placement_group"] for r in ranks}
+            assert len(groups) == 1 and None not in groups, groups
             # one process per engine and per rank, none of them the driver
             pids = [e["pid"] for e in engines] + [r["pid"] for r in ranks]
             assert len(set(pids)) == len(pids) and os.getpid() not in pids
+        assert topo["actor_engines"][0]["placement_group"] != topo["extractor_engines"][0][
+            "placement_group"]
+        # the call order each engine served: the engines sleep through every update (nothing
+        # generates between a sleep and its wake-up) and a push comes after the wake-up, by the
+        # printed path: rollout -> sleep -> update -> wake -> push (no push when the update
+        # skipped its batch); the actor's step starts with its rollout
+        events = topo["engine_events"]
+        for role in ("actor", "extractor"):
+            for log in events[role]:
+                kinds = [k for k, _ in log]
+                assert kinds.count("sleep") >= 1, (role, kinds)
+                for i, k in enumerate(kinds):
+                    if k == "sleep":
+                        assert kinds[i + 1] == "wake_up", (role, kinds)
+                    if k == "weights":
+                        assert kinds[i - 1] == "wake_up", (role, kinds)
+                pushes = [x for k, x in log if k == "weights"]
+                assert {x["by"] for x in pushes} <= {printed[role]["weight_sync"]}
+                assert [x["version"] for x in pushes] == list(range(1, len(pushes) + 1))
+        for log in events["actor"]:
+            assert [k for k, _ in log][:3] == ["generate", "sleep", "wake_up"], log
+        assert printed["actor"]["weight_sync"] == "object_store"  # CPU: the fallback
         # the step-1 checkpoint: each role's FSDP ranks wrote their shards; the driver none
         folders = sorted(p.name for p in (run / "learner_checkpoints").iterdir())
         assert [f.split("_update_")[0] for f in folders] == ["actor", "extractor"], folders

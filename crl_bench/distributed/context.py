@@ -103,6 +103,8 @@ class RayModels(Models):
         sharded learner ranks hold every weight (their checkpoints too)."""
         self._engine_roles: tuple[str, ...] = ()
         self._pushed: tuple[int, ...] | None = None
+        self.groups: dict[str, Any] = {}
+        """Colocated: each role's placement group (its engines and its ranks)."""
 
     def build(self, *, extractor: bool, shared_params: bool = False) -> None:
         from crl_bench.distributed.generation import RemoteGenerationBackend
@@ -143,7 +145,8 @@ class RayModels(Models):
         self.gen = RemoteGenerationBackend.start(
             self.raw_backend, m.backend, self.actor_spec, plan.generation_engines,
             options=plan.engine_options(), threads=self.cluster.threads,
-            settings=engine_settings(cfg, "actor"))
+            settings=dict(engine_settings(cfg, "actor"), sleep_mode=plan.colocated),
+            **self._placed("actor"))
         self._engine_roles = ("actor",)
         self.backend = LockedBackend(self.gen, self.lock)
         self.ext_raw = self.raw_backend
@@ -161,10 +164,32 @@ class RayModels(Models):
             self.ext_gen = RemoteGenerationBackend.start(
                 self.ext_raw, m.backend, self.ext_spec, plan.extractor_engines,
                 options=plan.extractor_engine_options(), threads=self.cluster.threads,
-                settings=engine_settings(cfg, "extractor"))
+                settings=dict(engine_settings(cfg, "extractor"), sleep_mode=plan.colocated),
+                **self._placed("extractor"))
             # its own lock: the actor's rollout never waits on the extractor's engines
             self.ext_backend = LockedBackend(self.ext_gen, threading.RLock())
         self.actor_sampling, self.extractor_sampling = role_sampling(cfg)
+
+    def _placed(self, role: str) -> dict[str, Any]:
+        """Colocated: the role's placement group (made here; its ranks join it) and the bundle
+        each engine starts in."""
+        from crl_bench.config.schema import ConfigError
+        from crl_bench.distributed.plan import colocated_tp_problem, role_group
+
+        plan = self.cluster.plan
+        if not plan.colocated:
+            return {}
+        problem = colocated_tp_problem(plan, role)
+        if problem:
+            raise ConfigError(f"ray plan {plan.name!r}: {problem}")
+        self.groups[role] = role_group(plan, role)
+        return {"placement_group": self.groups[role], "bundles": plan.engine_bundles(role)}
+
+    def events(self) -> dict[str, Any]:
+        """Each role's engines' call logs (:meth:`RemoteGenerationBackend.events`)."""
+        return {role: gen.events() for role, gen in (("actor", self.gen),
+                                                     ("extractor", self.ext_gen))
+                if gen is not None}
 
     def describe(self) -> dict[str, Any]:
         """What runs where, read back from the running engine actors (see
@@ -218,6 +243,11 @@ class RayModels(Models):
         for gen in (self.gen, self.ext_gen):
             if gen is not None:
                 gen.close()
+        if self.groups:
+            from ray.util.placement_group import remove_placement_group
+
+            for group in self.groups.values():
+                remove_placement_group(group)
 
 
 def check_engine_gpus(plan: ResourcePlan, cfg: Any) -> None:
@@ -260,9 +290,15 @@ class RayActorSide(ActorSide):
         if self.models.actor_spec.get("lora") is None:
             from crl_bench.distributed.sharded import ShardedRayLearner, ShardedRoleTrainer
 
+            from crl_bench.distributed.weight_sync import synced
+
             self.learner = ShardedRayLearner(plan.learner_ranks, self.models.actor_spec, "actor",
-                                             cfg.actor, **options)
-            self.host = ShardedRoleTrainer(self.models, self.info, self.learner, "actor")
+                                             cfg.actor, group=self.models.groups.get("actor"),
+                                             **options)
+            # colocated: the engines sleep through the update; the push by the plan's path
+            self.host = ShardedRoleTrainer(
+                self.models, self.info, synced(self.learner, self.models.gen, plan, cfg, "actor",
+                                               lock=self.models.lock), "actor")
             return
         self.learner = DataParallelLearner(plan.learner_ranks, self.models.actor_spec, "actor",
                                            cfg.actor, driver=(self.models.raw_backend,
@@ -322,11 +358,15 @@ class RayExperienceSide(ExperienceSide):
         from crl_bench.distributed.sharded import ShardedRayLearner, ShardedRoleTrainer
 
         cfg, plan = self.info.cfg, self.cluster.plan
+        from crl_bench.distributed.weight_sync import synced
+
         self.ext_learner = ShardedRayLearner(
             plan.extractor_ranks, m.ext_spec, "extractor", cfg.extractor,
             total_steps=cfg.steps, seed=cfg.seed + 1, bundle=plan.extractor_rank_bundle(),
-            threads=self.cluster.threads)
-        return ShardedRoleTrainer(m, self.info, self.ext_learner, "extractor", gen=m.ext_gen)
+            threads=self.cluster.threads, group=m.groups.get("extractor"))
+        learner = synced(self.ext_learner, m.ext_gen, plan, cfg, "extractor",
+                         lock=getattr(m.ext_backend, "_lock", None))
+        return ShardedRoleTrainer(m, self.info, learner, "extractor", gen=m.ext_gen)
 
     def process_host(self, *, train: bool) -> Any:
         """``extractor.runs=process`` on Ray: the extractor's model and trainer in a Ray actor
@@ -352,12 +392,17 @@ class RayExperienceSide(ExperienceSide):
         a Ray host) and its learner ranks (a sharded extractor)."""
         import os
 
+        from crl_bench.training.host import LocalHost
+
         if self.host is None:
             return {}
         ray = require_ray()
         out: dict[str, Any] = {"extractor": {"runs": self.runs, "host": type(self.host).__name__}}
         describe = getattr(self.host, "describe", None)
-        out["extractor"].update(describe() if describe is not None else {"pid": os.getpid()})
+        if describe is not None:  # a Ray host: its actor's process
+            out["extractor"].update(describe())
+        elif isinstance(self.host, LocalHost):  # the driver's process
+            out["extractor"]["pid"] = os.getpid()
         if self.ext_learner is not None:
             out["extractor_ranks"] = ray.get([r.describe.remote() for r in self.ext_learner.ranks])
         return out
@@ -469,10 +514,26 @@ class RayRunContext(RunContext):
         return out
 
     def close(self) -> None:
+        self.write_events()
         try:
             super().close()
         finally:
             self.cluster.close()
+
+    def write_events(self) -> None:
+        """``RUN_DIR/ray_topology.json`` gets ``engine_events``: each role's engines' call logs
+        (generate, sleep, wake_up, weights: the run's order, read back before they stop)."""
+        import json
+
+        path = self.info.run.path / "ray_topology.json"
+        try:
+            events = self.models.events()
+        except Exception:  # engines already gone: nothing to add
+            return
+        if path.is_file():
+            doc = json.loads(path.read_text())
+            doc["engine_events"] = events
+            path.write_text(json.dumps(doc, indent=1, default=str))
 
 
 def ray_context(*, address: str | None = None, plan: str | ResourcePlan = "cpu",

@@ -76,7 +76,7 @@ def rank_address() -> tuple[str, int]:
 
 
 def start_ranks(impl: type, n_ranks: int, args: tuple, *, bundle: dict[str, float] | None,
-                strategy: str) -> tuple[list[Any], Any, list[int]]:
+                strategy: str, group: Any = None) -> tuple[list[Any], Any, list[int]]:
     """(rank actors, placement group, pids): ``n_ranks`` actors of ``impl`` (constructed with
     ``(rank, n_ranks, *args)``), one bundle each of a placement group with ``strategy``, joined
     into one process group (``impl.address`` on rank 0, then ``impl.setup(master)`` on all)."""
@@ -85,7 +85,8 @@ def start_ranks(impl: type, n_ranks: int, args: tuple, *, bundle: dict[str, floa
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
     bundle = dict(bundle or {"CPU": 1})
-    group = placement_group([bundle] * n_ranks, strategy=strategy)
+    if group is None:  # colocated: the role's group, rank r in bundle r beside its engine
+        group = placement_group([bundle] * n_ranks, strategy=strategy)
     ray.get(group.ready())
     cls = remote_class(impl)
     ranks = [cls.options(num_cpus=bundle.get("CPU", 1), num_gpus=bundle.get("GPU", 0),
@@ -97,7 +98,8 @@ def start_ranks(impl: type, n_ranks: int, args: tuple, *, bundle: dict[str, floa
 
 
 def stop_ranks(ranks: list[Any], group: Any) -> None:
-    """Leave the process group (best effort), kill the rank actors, free their bundles."""
+    """Leave the process group (best effort), kill the rank actors, free their bundles (``group``
+    None: the role's group, freed by its owner)."""
     ray = require_ray()
     from ray.util.placement_group import remove_placement_group
 
@@ -107,7 +109,8 @@ def stop_ranks(ranks: list[Any], group: Any) -> None:
         pass
     for r in ranks:
         ray.kill(r)
-    remove_placement_group(group)
+    if group is not None:
+        remove_placement_group(group)
 
 
 class LearnerRankImpl:

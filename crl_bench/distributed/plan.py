@@ -378,6 +378,19 @@ def check_plan_against_ray(plan: ResourcePlan) -> None:
 
 
 # -- what a Ray run builds, as `crl-bench plan` prints it --------------------------------------
+def colocated_tp_problem(plan: ResourcePlan, role: str) -> str | None:
+    """Why a Ray run cannot build ``role``'s colocated engines on GPUs (None: it can): an engine
+    over several GPUs is one Ray actor holding a share of its first GPU, and its
+    tensor-parallel workers would need the next bundles' GPUs (vLLM's Ray executor placed in the
+    role's group), which is not built."""
+    tp = plan.gpus_per_engine if role == "actor" else plan.gpus_per_extractor_engine
+    if plan.colocated and tp > 1:
+        return (f"the colocated {role} engines span {tp:g} GPUs each (tensor parallel), which a "
+                f"Ray run does not place yet: use --set model.placement=split (plan "
+                f"paper16-split) or --set model.{role}_tensor_parallel=1")
+    return None
+
+
 def built_topology(cfg: Any, plan: ResourcePlan) -> dict[str, Any]:
     """What a Ray run of ``cfg`` on ``plan`` builds, per role: placement, GPUs, engines (each
     with its tensor-parallel GPUs and, colocated, the bundle of the role's placement group it
@@ -404,7 +417,8 @@ def built_topology(cfg: Any, plan: ResourcePlan) -> dict[str, Any]:
             "ranks": ranks, "sleep_wake": plan.colocated,
             "engine_bundles": plan.engine_bundles(role) if plan.colocated else None,
             "weight_sync": sync_method(plan.weight_sync, device, str(cfg.model.backend),
-                                       plan.colocated)}
+                                       plan.colocated),
+            "refused": colocated_tp_problem(plan, role)}
     return out
 
 
@@ -424,6 +438,8 @@ def format_topology(topo: dict[str, Any]) -> list[str]:
                    f"{r['gpus_per_engine']:g} GPU{bundles}; {r['ranks']} FSDP rank(s); "
                    f"{'engines sleep during the update, wake before the push' if r['sleep_wake'] else 'engines stay awake'}; "
                    f"weights by {r['weight_sync']}")
+        if r.get("refused"):
+            out.append(f"    NOT BUILT: {r['refused']}")
     return out
 
 

@@ -114,7 +114,9 @@ class ShardedRankImpl:
                 "compute_dtype": str(lr.compute_dtype).replace("torch.", ""),
                 "sharded_units": len(lr.units),
                 "gpus": [str(g) for g in ray.get_gpu_ids()],
-                "resources": dict(ray.get_runtime_context().get_assigned_resources())}
+                "resources": dict(ray.get_runtime_context().get_assigned_resources()),
+                "placement_group": ray.get_runtime_context().get_placement_group_id(),
+                "init": getattr(lr, "init", None)}
 
     def shutdown(self) -> None:
         import torch.distributed as dist
@@ -132,7 +134,7 @@ class ShardedRayLearner:
 
     def __init__(self, n_ranks: int, backend_spec: dict[str, Any], role: str, optim: Any, *,
                  total_steps: int, seed: int = 0, bundle: dict[str, float] | None = None,
-                 strategy: str = "PACK", threads: int = 1) -> None:
+                 strategy: str = "PACK", threads: int = 1, group: Any = None) -> None:
         from crl_bench.distributed.fsdp import check_sharded_config
 
         check_sharded_config(backend_spec, role, optim)  # before any actor starts
@@ -140,7 +142,8 @@ class ShardedRayLearner:
         self.n_ranks, self.role, self.cfg = n_ranks, role, optim
         self.ranks, self.placement_group, self.pids = start_ranks(
             ShardedRankImpl, n_ranks, (backend_spec, role, optim, total_steps, seed, threads),
-            bundle=bundle, strategy=strategy)
+            bundle=bundle, strategy=strategy, group=group)
+        self.own_group = group is None  # a colocated role's group is its models part's
 
     def _all(self, method: str, *args: Any, **kwargs: Any) -> list[Any]:
         """``method`` on every rank at once (the collectives need all of them)."""
@@ -177,7 +180,7 @@ class ShardedRayLearner:
         self._all("load", str(path))
 
     def close(self) -> None:
-        stop_ranks(self.ranks, self.placement_group)
+        stop_ranks(self.ranks, self.placement_group if self.own_group else None)
 
 
 CHECKPOINTS = "learner_checkpoints"
