@@ -22,9 +22,10 @@ def test_the_weight_path_follows_device_engines_and_placement():
 
     # GPUs of their own: one NCCL broadcast from rank 0 (OpenRLHF / verl); colocated: an engine
     # and a rank on one GPU, where NCCL refuses two members of a group: CUDA IPC (vLLM's ipc)
-    assert sync_method("auto", "cuda", "vllm", colocated=False) == "nccl_broadcast"
     assert sync_method("auto", "cuda", "vllm", colocated=True) == "cuda_ipc"
     assert sync_method("auto", "cuda", "hf", colocated=False) == "nccl_broadcast"
+    # vllm engines are built with vLLM's ipc transport: split from their ranks, no broadcast
+    assert sync_method("auto", "cuda", "vllm", colocated=False) == "object_store"
     # without CUDA: the object store, or the broadcast over gloo when asked for
     assert sync_method("auto", "cpu", "hf", colocated=True) == "object_store"
     assert sync_method("broadcast", "cpu", "hf", colocated=False) == "gloo_broadcast"

@@ -3,12 +3,14 @@
 :func:`sync_method` picks the path from the plan's ``weight_sync`` setting, the device, the
 engines' kind and the placement:
 
-* ``nccl_broadcast`` (CUDA, engines on GPUs of their own, ``split``): learner rank 0 and every
-  engine join a process group created for the push (not the learners' group) and rank 0
-  broadcasts each gathered bf16 tensor into the engines, GPU to GPU. ``hf`` engines receive it
-  here (:class:`BroadcastPusher`, :func:`receive_into`); ``vllm`` engines receive it in their
-  workers through vLLM's weight-transfer API (``EngineWeightPusher``, transport ``nccl``), as
-  OpenRLHF and verl broadcast from the trainer's rank 0 into vLLM's workers.
+* ``nccl_broadcast`` (CUDA, ``hf`` engines on GPUs of their own, ``split``): learner rank 0
+  and every engine join a process group created for the push (not the learners' group) and
+  rank 0 broadcasts each gathered bf16 tensor into the engines, GPU to GPU
+  (:class:`BroadcastPusher`, :func:`receive_into`), as OpenRLHF and verl broadcast from the
+  trainer's rank 0 into their engines. ``vllm`` engines split from their ranks would receive it
+  in their workers through vLLM's ``nccl`` weight-transfer engine (``EngineWeightPusher``), but
+  they are built with vLLM's ``ipc`` transport (the backend's in-process sender): they take the
+  object store.
 * ``cuda_ipc`` (CUDA, ``colocated``): an engine shares its GPU with a learner rank, and NCCL
   refuses two ranks of one group on the same GPU; each rank hands its engine the gathered
   tensor by a CUDA IPC handle (vLLM's ``ipc`` transport), as verl's hybrid engine and
@@ -46,7 +48,10 @@ def sync_method(setting: str, device: str, engine_kind: str, colocated: bool) ->
             # one rank and one engine per GPU: IPC handles (vLLM's ipc engine); an hf engine has
             # no IPC receiver here, so it takes the object store
             return "cuda_ipc" if engine_kind == "vllm" else "object_store"
-        return "nccl_broadcast"
+        # engines on GPUs of their own: an NCCL broadcast from rank 0. A vllm engine is built
+        # with vLLM's ipc transport (VLLMBackend's in-process sender); receiving a broadcast needs
+        # it built for vLLM's nccl transport, which it is not: the object store
+        return "nccl_broadcast" if engine_kind == "hf" else "object_store"
     return "gloo_broadcast" if setting == "broadcast" else "object_store"
 
 
