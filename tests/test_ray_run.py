@@ -79,11 +79,18 @@ def strip_traj(d: dict) -> dict:
 
 def test_plan_check_names_what_is_missing():
     with pytest.raises(ResourcePlanError) as err:
-        check_plan(PLANS["paper16"], {"CPU": 8.0, "GPU": 2.0})
+        check_plan(PLANS["paper16-split"], {"CPU": 8.0, "GPU": 2.0})
     msg = str(err.value)
-    assert "paper16" in msg and "16 GPU" in msg and "14 GPU missing" in msg
+    assert "paper16-split" in msg and "16 GPU" in msg and "14 GPU missing" in msg
     assert "actor generation engine 4" in msg and "extractor generation engine 4" in msg
     assert "extractor learner rank 4" in msg
+    # colocated (paper16): a role's GPUs each hold an engine's share and a learner rank
+    with pytest.raises(ResourcePlanError) as err:
+        check_plan(PLANS["paper16"], {"CPU": 8.0, "GPU": 2.0})
+    msg = str(err.value)
+    assert "16 GPU" in msg and "14 GPU missing" in msg
+    assert "actor GPU (an engine's share and a learner rank) 8" in msg
+    assert "extractor GPU (an engine's share and a learner rank) 8" in msg
     check_plan(PLANS["cpu"], {"CPU": 2.0})  # fits: no error
     # enough GPUs in total, but no single node holds a 2-GPU generation engine
     plan = ResourcePlan(name="tp2", actor_generation_gpus=2, generation_engines=1, env_workers=1)
