@@ -414,6 +414,7 @@ def follow_table(paths: list[Path]) -> str:
         f = data["follow"]
         actor = data.get("model", "?") + (f" ({data['checkpoint']['run']})"
                                           if data.get("checkpoint") else "")
+        actor += f" [{data.get('model_folder') or Path(path).name}]"
         for r in f["rows"]:
             top = r.get("top_move")
             moves = {m: c for m, c in (r.get("moves") or {}).items() if m != "(other)"}
@@ -574,6 +575,10 @@ def main(argv: list[str] | None = None) -> int:
                                overrides=parse_overrides(args.set), seed=args.seed)
         cfg.validate()
         result["model"] = cfg.model.actor
+        from crl_bench.llm.models import KNOWN_MODELS
+        known = KNOWN_MODELS.get(cfg.model.actor)
+        if known is not None:  # the cache folder names the version (a reader's recipe)
+            result["model_folder"] = known.folder
     if args.retrieval:
         r = retrieval(cfg, held_out, args.keys_per_kind, args.view)
         result["retrieval"] = r
