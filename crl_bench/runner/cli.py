@@ -32,7 +32,8 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="run on a Ray cluster (pip install 'crl-bench[ray]'): ADDRESS of a running "
                         "cluster (HOST:PORT or auto), none: start a local one; see docs/scaling.md")
     p.add_argument("--ray-plan", default="cpu", metavar="PLAN",
-                   help="with --ray: resource plan (cpu, gpu1, paper16; docs/scaling.md)")
+                   help="with --ray: resource plan (cpu, gpu1, paper16, paper16-split; "
+                        "docs/scaling.md)")
     p.add_argument("--no-progress", action="store_true",
                    help="no live progress line (default: one line rewritten in place on a terminal, "
                         "a plain line every 10 s otherwise; CRL_PROGRESS_EVERY=SECONDS changes that)")
