@@ -51,12 +51,18 @@ def test_random_entries_are_independent_of_the_rule():
 
 def test_follow_table_lists_each_row_and_the_bar(tmp_path):
     rows = _rows(100, 2, 40, 15)
-    data = {"model": "smollm2-135m-reader", "follow": {
+    data = {"model": "smollm2-135m-reader", "model_folder": "smollm2-135m-reader-v4-s0", "follow": {
         "temperature": 0.0, "rows": rows, "reader_bar": {"placeholder": reader_bar(rows)}}}
     path = tmp_path / "f.json"
     path.write_text(json.dumps(data))
     text = follow_table([path])
-    assert "| smollm2-135m-reader | 0 | placeholder | take M (M random) | 20/128 = 0.16" in text
+    # the actor is named with its model folder, which carries the version
+    assert ("| smollm2-135m-reader [smollm2-135m-reader-v4-s0] | 0 | placeholder | take M (M random) "
+            "| 20/128 = 0.16") in text
     assert "0/128 = 0.00 [0.00, 0.03] | 100/128 = 0.78 [0.70, 0.84] | east: 30/128" in text
     assert "100/128 = 0.78 [0.70, 0.84]" in text
-    assert "smollm2-135m-reader, temperature 0, example placeholder: **passes**" in text
+    assert "smollm2-135m-reader [smollm2-135m-reader-v4-s0], temperature 0, example placeholder: " \
+        "**passes**" in text
+    data.pop("model_folder")  # older files: the file's name stands in
+    path.write_text(json.dumps(data))
+    assert "| smollm2-135m-reader [f.json] | 0 |" in follow_table([path])
