@@ -14,6 +14,11 @@ half for the extractor; each half into generation engines and learner ranks) and
 * a **vLLM engine**: the bf16 weights over its tensor-parallel GPUs and the KV cache that the rest
   of ``gpu_memory_utilization`` leaves, in tokens and in full-length sequences.
 
+With ``model.placement=colocated`` (the ``paper`` preset, as the official yaml places a role's
+training and inference on the same GPUs) every GPU of a role holds an engine's share and a
+learner rank, checked in two phases: the rollout (the engine awake beside the rank's resident
+states) and the update (the rank's peak beside what a sleeping engine keeps, :data:`SLEEP_KEEPS`).
+
 Activation bytes follow what autograd saves in the transformers implementation of a Qwen2 / Qwen3
 decoder layer with SDPA (flash kernel, no dropout); the count is checked against the bytes saved
 by a real forward pass (tests/test_memory_plan.py) and against a measured peak
