@@ -80,5 +80,17 @@ def test_the_ray_experience_service_restores_through_a_bank_call(tmp_path):
         _add(service.manager, "written after the checkpoint")
         service.bank_call("restore", (str(tmp_path / "ckpt.sqlite"),), {})
         assert titles(service.manager) == ["kept"]
+        # a bank file made at another time: the service's recency clock takes its origin
+        from crl_bench.experience.bank import ExperienceBank
+        time.sleep(0.05)
+        other = ExperienceBank(tmp_path / "other.sqlite", dim=service.manager.bank.dim,
+                               capacity=100, embedder_name=service.manager.bank.meta.get(
+                                   "embedder", "all-MiniLM-L6-v2"))
+        created = float(other.meta["created_at"])
+        other.close()
+        service.bank_call("restore", (str(tmp_path / "other.sqlite"),), {})
+        service.set_step(4)
+        step_s = service.manager.retrieval.step_s
+        assert service.manager.clock() == pytest.approx(created + 4 * step_s)
     finally:
         service.manager.bank.close()

@@ -46,8 +46,10 @@ class ExperienceServiceImpl:
         if step_clock:  # recency on the run's logical clock: the driver sends the step
             from crl_bench.experience.manager import step_clock as make_clock
 
+            # the origin is asked at every reading: a bank restored from a checkpoint (a bank
+            # call swaps the file under the same object) brings its own creation time
             kwargs["clock"] = make_clock(lambda: self.step, retrieval.step_s,
-                                         origin=float(bank.meta.get("created_at", 0.0)))
+                                         origin=lambda: float(bank.meta.get("created_at", 0.0)))
         self.manager = ExperienceManager(bank, emb, retrieval, **kwargs)
         self.calls = 0
 
