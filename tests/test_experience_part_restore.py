@@ -60,7 +60,7 @@ def test_the_experience_part_restores_the_bank_of_its_checkpoint(tmp_path):
         b.info.step = 3
         step_s = b.experience.manager.retrieval.step_s
         # recency on the restored bank's clock: its creation + steps (a resume's exact decisions)
-        assert b.experience.manager.clock() == pytest.approx(created_a + 3 * step_s)
+        assert b.experience.manager.clock() == pytest.approx(created_a + 3 * step_s, abs=1e-3)
     finally:
         b.close()
 
@@ -91,6 +91,6 @@ def test_the_ray_experience_service_restores_through_a_bank_call(tmp_path):
         service.bank_call("restore", (str(tmp_path / "other.sqlite"),), {})
         service.set_step(4)
         step_s = service.manager.retrieval.step_s
-        assert service.manager.clock() == pytest.approx(created + 4 * step_s)
+        assert service.manager.clock() == pytest.approx(created + 4 * step_s, abs=1e-3)
     finally:
         service.manager.bank.close()
