@@ -192,23 +192,18 @@ def package_graph(refs: bool = True) -> dict[str, set[str]]:
     return out
 
 
-def package_layer(package: str) -> int:
-    """A package's layer: the one LAYERS gives the package itself."""
-    return layer_of(package)
-
-
 def test_every_package_sits_in_one_layer():
     """A package is one unit: every module in it is in the package's own layer."""
-    split = sorted(f"{m} (layer {layer_of(m)}) in {package_of(m)} (layer {package_layer(package_of(m))})"
+    split = sorted(f"{m} (layer {layer_of(m)}) in {package_of(m)} (layer {layer_of(package_of(m))})"
                    for m in modules() if m not in FACADES
-                   and layer_of(m) != package_layer(package_of(m)))
+                   and layer_of(m) != layer_of(package_of(m)))
     assert not split, "packages spanning layers:\n" + "\n".join(split)
 
 
 def test_no_package_imports_a_higher_layer():
     g = package_graph()
     upward = sorted(f"{a} -> {b}" for a, targets in g.items() for b in targets
-                    if package_layer(b) > package_layer(a))
+                    if layer_of(b) > layer_of(a))
     assert not upward, "upward imports between packages:\n" + "\n".join(upward)
 
 

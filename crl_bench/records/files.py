@@ -113,6 +113,18 @@ REPAIR_HINT = ("continue with `crl-bench run --resume --repair --out {run}`, whi
                "lines aside to {name}.bad and keeps the rest")
 
 
+def _rewrite_jsonl(path: Path, records: Iterable[dict[str, Any]]) -> None:
+    """Replace a record file by ``records``, one JSON line each, atomically (write, fsync,
+    rename): a crash leaves the old file or the new one, never half of it."""
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "w") as fh:
+        for r in records:
+            fh.write(json.dumps(r, default=_json_default) + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
 def _held_by_other(path: Path) -> bool:
     holder = run_holder(path.parent) if (path.parent / LOCK_FILE).exists() else None
     return holder is not None and holder != os.getpid()
@@ -299,13 +311,7 @@ class RunDir:
             dropped[name] = len(records) - len(keep)
             if not path.exists() and not keep:
                 continue
-            tmp = path.with_suffix(".tmp")
-            with open(tmp, "w") as fh:
-                for r in keep:
-                    fh.write(json.dumps(r, default=_json_default) + "\n")
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, path)
+            _rewrite_jsonl(path, keep)
         for f in (self.path / "trajectories").glob("*_step_*.jsonl.gz"):
             try:
                 file_step = int(f.name.split("_step_")[1].split(".")[0])
@@ -335,13 +341,7 @@ class RunDir:
                     fh.write(f"# {name} line {line}: {why}\n{raw}\n")
                 fh.flush()
                 os.fsync(fh.fileno())
-            tmp = path.with_suffix(".tmp")
-            with open(tmp, "w") as fh:
-                for r in records:
-                    fh.write(json.dumps(r, default=_json_default) + "\n")
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, path)
+            _rewrite_jsonl(path, records)
             moved[name] = [line for line, _, _ in bad]
         return moved
 
