@@ -59,14 +59,6 @@ def group_backend_for(method: str) -> str:
     return {"nccl_broadcast": "nccl", "gloo_broadcast": "gloo"}[method]
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return int(s.getsockname()[1])
-
-
 class WeightGroup:
     """The push's process group, its device (where received tensors land) and its store."""
 
@@ -146,9 +138,11 @@ class BroadcastPusher:
     def __init__(self, engines: list[Any], role: str, method: str) -> None:
         import ray
 
+        from crl_bench.distributed.learner import rank_address
+
         self.engines, self.role, self.method = list(engines), role, method
         backend = group_backend_for(method)
-        address, port = ray.util.get_node_ip_address(), free_port()
+        address, port = rank_address()
         world = 1 + len(self.engines)
         # the engines block in the rendezvous until rank 0 joins: their calls first, then ours
         refs = [e.join_weight_group.remote(address, port, 1 + k, world, backend)
@@ -338,8 +332,6 @@ class SyncedLearner:
         they went by broadcast / IPC (committed in place: nothing for the driver to keep)."""
         if self.method == "object_store":
             return self.learner.push_weights(engines, role, version)
-        from crl_bench.distributed import require_ray
-
         ray = require_ray()
         ranks = self.learner.ranks
         if not self._joined:
