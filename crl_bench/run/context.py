@@ -104,7 +104,6 @@ class RunContext:
     actor_sampling = _member("models", "actor_sampling")
     extractor_sampling = _member("models", "extractor_sampling")
     actor_host = _member("actor", "host")
-    actor_trainer = _member("actor", "host")
     extractor_trainer = _member("experience", "trainer")
     manager = _member("experience", "manager")
     extractor = _member("experience", "extractor")
