@@ -199,8 +199,9 @@ def test_count_reweight_switch_reaches_the_track(tmp_path, count_reweight):
 # -- the retrieval query -----------------------------------------------------------------------------
 
 def test_retrieval_query_per_family_as_official():
-    """``build_memory_query`` (``traj_env_manager.py:127-160``): WebShop ``Goal: ...``,
-    MiniHack ``Observation: {raw_obs}`` without the goal, others goal + observation."""
+    """``build_memory_query`` (``traj_env_manager.py:127-160``): MiniHack ``Observation:
+    {raw_obs}`` without the goal; WebShop ``goal: ..., observation: ...``
+    (``base_env_manager.py:49-57``); others ``Goal: ...\nObservation: ...``."""
     assert retrieval_query("minihack", "Reach the stairs.", "You see: a wall", "family") \
         == "Observation: You see: a wall"
     assert retrieval_query("webshop", "buy red shoes", "WebShop [SEP] Search", "family") \
