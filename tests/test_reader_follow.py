@@ -16,7 +16,7 @@ def _rows(take: int, avoid: int, top: int, success: int, n: int = 128):
     return [{"example": "placeholder", "claim": "take_random", "sent_claim": share(take, n),
              "success": share(20, n), "valid_move": share(n, n), "top_move": share(30, n),
              "top_moves": [["north", 30]], "sent_example": share(0, n),
-             "moves": {"north": 30, "east": 98}},
+             "moves": {"north": 30, "east": 28, "(other)": 70}},
             {"example": "placeholder", "claim": "avoid_random", "sent_claim": share(avoid, n),
              "success": share(18, n), "valid_move": share(n, n), "top_move": share(30, n),
              "top_moves": [["east", 30]]},
@@ -59,7 +59,7 @@ def test_follow_table_lists_each_row_and_the_bar(tmp_path):
     # the actor is named with its model folder, which carries the version
     assert ("| smollm2-135m-reader [smollm2-135m-reader-v4-s0] | 0 | placeholder | take M (M random) "
             "| 20/128 = 0.16") in text
-    assert "0/128 = 0.00 [0.00, 0.03] | 100/128 = 0.78 [0.70, 0.84] | east: 30/128" in text
+    assert "0/128 = 0.00 [0.00, 0.03] | 100/128 = 0.78 [0.70, 0.84] | north: 30/128" in text
     assert "100/128 = 0.78 [0.70, 0.84]" in text
     assert "smollm2-135m-reader [smollm2-135m-reader-v4-s0], temperature 0, example placeholder: " \
         "**passes**" in text
