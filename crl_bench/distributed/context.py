@@ -105,6 +105,8 @@ class RayModels(Models):
         self._pushed: tuple[int, ...] | None = None
         self.groups: dict[str, Any] = {}
         """Colocated: each role's placement group (its engines and its ranks)."""
+        self.ext_lock: Any = None
+        """Full fine-tuning: the extractor engines' own lock (held from sleep to wake-up)."""
 
     def build(self, *, extractor: bool, shared_params: bool = False) -> None:
         from crl_bench.distributed.generation import RemoteGenerationBackend
@@ -167,7 +169,8 @@ class RayModels(Models):
                 settings=dict(engine_settings(cfg, "extractor"), sleep_mode=plan.colocated),
                 **self._placed("extractor"))
             # its own lock: the actor's rollout never waits on the extractor's engines
-            self.ext_backend = LockedBackend(self.ext_gen, threading.RLock())
+            self.ext_lock = threading.RLock()
+            self.ext_backend = LockedBackend(self.ext_gen, self.ext_lock)
         self.actor_sampling, self.extractor_sampling = role_sampling(cfg)
 
     def _placed(self, role: str) -> dict[str, Any]:
@@ -365,7 +368,7 @@ class RayExperienceSide(ExperienceSide):
             total_steps=cfg.steps, seed=cfg.seed + 1, bundle=plan.extractor_rank_bundle(),
             threads=self.cluster.threads, group=m.groups.get("extractor"))
         learner = synced(self.ext_learner, m.ext_gen, plan, cfg, "extractor",
-                         lock=getattr(m.ext_backend, "_lock", None))
+                         lock=m.ext_lock)
         return ShardedRoleTrainer(m, self.info, learner, "extractor", gen=m.ext_gen)
 
     def process_host(self, *, train: bool) -> Any:
