@@ -43,7 +43,6 @@ BASE = "__base__"   # PEFT's name for "no adapter" in mixed batches
 SHARED = "shared"   # the one adapter of shared_adapter=True
 
 
-
 def chat_prompt_ids(tokenizer: Any, messages: list[dict]) -> list[int]:
     """Token ids of ``messages`` through ``tokenizer``'s chat template, ending with the assistant
     header (newer transformers return a mapping: its ``input_ids``)."""
@@ -51,6 +50,7 @@ def chat_prompt_ids(tokenizer: Any, messages: list[dict]) -> list[int]:
     if hasattr(out, "keys"):
         out = out["input_ids"]
     return [int(t) for t in out]
+
 
 class HFBackend:
     """transformers/PEFT backend. See the module docstring for the role layouts.
