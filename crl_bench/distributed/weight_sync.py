@@ -149,7 +149,6 @@ class BroadcastPusher:
                 for k, e in enumerate(self.engines)]
         self.group = open_group(address, port, 0, world, backend)
         ray.get(refs)
-        self.pushes = 0
 
     def push(self, weights: Iterable[Any], version: int,
              metas: Sequence[tuple[list[int], str]] | None = None) -> None:
@@ -172,7 +171,6 @@ class BroadcastPusher:
         if sent != len(metas):
             raise ValueError(f"{sent} tensors sent, {len(metas)} announced")
         ray.get(refs)
-        self.pushes += 1
 
     def close(self) -> None:
         self.group = None
