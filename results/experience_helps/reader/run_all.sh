@@ -1,21 +1,33 @@
 #!/usr/bin/env bash
-# The reader comparison's runs (PLAN.md), one at a time, shortest first, from a worktree frozen at
-# the commit given; each run's compact records (and bank) are exported into this folder and
-# committed as soon as it ends. Resumable: a finished run is skipped, an interrupted one resumes
-# from its last checkpoint.
+# The reader comparison's runs (PLAN.md), from a worktree frozen at the commit given. Each run's
+# compact records (and bank) are exported into this folder as soon as it ends, with the frozen
+# code (a record's format is its run's); then, with this checkout's code, the bank's full entry
+# list and the page's analysis are rewritten, the reader tests are run, and only if they pass is
+# the lot committed together (records, banks, launcher log, page). Resumable: a finished run is
+# skipped, an interrupted one resumes from its last checkpoint. Several copies may run at once
+# (each claims a run before starting it); AGENTS and SEEDS choose the order.
 #
-#   nohup bash results/experience_helps/reader/run_all.sh COMMIT /work/runs/landmark_reader \
-#       > /work/runs/landmark_reader.log 2>&1 &
+#   cp results/experience_helps/reader/run_all.sh /work/runs/ && \
+#   nohup bash /work/runs/run_all.sh COMMIT /work/runs/landmark_reader /work/main \
+#       >> /work/runs/landmark_reader.log 2>&1 &
 set -u
-COMMIT=${1:?usage: run_all.sh COMMIT OUT}
-OUT=${2:?usage: run_all.sh COMMIT OUT}
-REPO=$(cd "$(dirname "$0")/../../.." && pwd)
+COMMIT=${1:?usage: run_all.sh COMMIT OUT [REPO]}
+OUT=${2:?usage: run_all.sh COMMIT OUT [REPO]}
+REPO=${3:-$(cd "$(dirname "$0")/../../.." && pwd)}
 PY=$REPO/.venv/bin/python
 CODE=$OUT/code
-RECORDS=results/experience_helps/reader/records
-BANKS=results/experience_helps/reader/banks
+HERE=results/experience_helps/reader
+RECORDS=$HERE/records
+BANKS=$HERE/banks
+LAUNCHER_LOG=$HERE/launcher_log.txt
 TASK=MiniHack-Room-Landmark-5x5-v0
-mkdir -p "$OUT/logs"
+AGENTS=${AGENTS:-grpo static_exp comp_rl exp_only}
+SEEDS=${SEEDS:-0 1 2 3 4}
+mkdir -p "$OUT/logs" "$OUT/claims"
+exec 9>"$OUT/.lock"  # one lock for the worktree set-up, the claims and every commit
+say() { echo "$(date -u +%FT%TZ) $*"; (flock 9; echo "$(date -u +%FT%TZ) $*" >> "$REPO/$LAUNCHER_LOG"); }
+
+flock 9
 if [ ! -d "$CODE" ]; then
   git -C "$REPO" worktree add --detach "$CODE" "$COMMIT"
   # the editable install maps crl_bench.envs / crl_bench.baselines to the live checkout: point
@@ -23,6 +35,7 @@ if [ ! -d "$CODE" ]; then
   ln -s ../envs "$CODE/crl_bench/envs"
   ln -s ../baselines "$CODE/crl_bench/baselines"
 fi
+flock -u 9
 [ "$(git -C "$CODE" rev-parse HEAD)" = "$(git -C "$REPO" rev-parse "$COMMIT")" ] || {
   echo "the worktree $CODE is not at $COMMIT"; exit 2; }
 # the run driver's folder in the frozen commit (experiments/ now; benchmarks/ in older commits)
@@ -43,34 +56,47 @@ OVR=(--preset cpu --set model.actor=smollm2-135m-reader --set model.extractor=sm
   --set extractor.distill=with_experience --set extractor.wait_before_rollout=true
   --set extractor.answer_template=action --set extractor.temperature=0.3)
 
-commit_paths() {  # git commit of our own paths only, retried while another commit holds the lock
-  local msg=$1; shift
-  for _ in $(seq 1 60); do
-    git -C "$REPO" add -- "$@" && git -C "$REPO" commit -q -m "$msg" -- "$@" && return 0
-    sleep 10
-  done
-  echo "could not commit $*"
+publish() {  # under the lock: entries and analysis with this checkout's code, tests, one commit
+  local agent=$1 seed=$2 run=$3
+  local paths=("$RECORDS/${agent}__seed${seed}.jsonl" "$LAUNCHER_LOG")
+  if [ -f "$run/bank.sqlite" ]; then
+    (cd "$CODE" && PYTHONPATH="$CODE" "$PY" "$ANALYSIS" banks "$run" --out "$REPO/$BANKS")
+    (cd "$REPO" && "$PY" experiments/minihack_landmark.py bank-entries "$run" --out "$BANKS") \
+      || echo "bank-entries failed (or not built yet)"
+    paths+=("$BANKS")
+  fi
+  (cd "$REPO" && "$PY" experiments/minihack_landmark.py analyse --summary-only \
+    --records "$RECORDS" --out "$HERE") || echo "analysis failed"
+  # the page's files the analysis writes (listed by hand as the analysis grows)
+  [ -f "$OUT/page_files.txt" ] && while read -r f; do [ -e "$REPO/$f" ] && paths+=("$f"); done < "$OUT/page_files.txt"
+  if (cd "$REPO" && timeout 1200 "$PY" -m pytest -q -p no:cacheprovider -x tests/test_reader_*.py \
+        tests/test_results_recompute.py > "$OUT/logs/gate_${agent}__${seed}.log" 2>&1); then
+    git -C "$REPO" add -- "${paths[@]}" && git -C "$REPO" commit -q \
+      -m "Reader comparison: $agent seed $seed's records$([ -f "$run/bank.sqlite" ] && echo ' and bank'), the page rerun (code $COMMIT)" \
+      -- "${paths[@]}" && say "committed $agent seed $seed"
+  else
+    say "NOT committed $agent seed $seed: the reader tests failed (see $OUT/logs/gate_${agent}__${seed}.log)"
+  fi
 }
 
-for AGENT in grpo static_exp comp_rl exp_only; do
-  for SEED in 0 1 2 3 4; do
+for AGENT in $AGENTS; do
+  for SEED in $SEEDS; do
     RUN=$OUT/runs/${TASK}__${AGENT}__${SEED}
-    echo "$(date -u +%FT%TZ) start $AGENT seed $SEED"
+    [ -f "$REPO/$RECORDS/${AGENT}__seed${SEED}.jsonl" ] && continue   # recorded already
+    (flock 9; mkdir "$OUT/claims/${AGENT}__${SEED}" 2>/dev/null) || continue  # another copy has it
+    [ -f "$OUT/stop" ] && { echo "stop file: not starting $AGENT seed $SEED"; rmdir "$OUT/claims/${AGENT}__${SEED}"; exit 0; }
+    say "start $AGENT seed $SEED"
     (cd "$CODE" && OMP_NUM_THREADS=1 PYTHONPATH="$CODE" "$PY" "$DRIVER" \
       --tasks crl/$TASK --steps 20 --seeds "$SEED" --agents "$AGENT" --jobs 1 "${OVR[@]}" \
       --out "$OUT" --no-progress) >> "$OUT/logs/${AGENT}__${SEED}.log" 2>&1
     STATE=$("$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))['state'])" \
       "$RUN/status.json" 2>/dev/null || echo missing)
-    echo "$(date -u +%FT%TZ) end $AGENT seed $SEED: $STATE"
-    [ "$STATE" = done ] || continue
-    # exported and summarised by the frozen code too, so a record's format is its run's
-    (cd "$CODE" && PYTHONPATH="$CODE" "$PY" "$ANALYSIS" export "$RUN" --records "$REPO/$RECORDS")
-    PATHS=("$RECORDS/${AGENT}__seed${SEED}.jsonl")
-    if [ -f "$RUN/bank.sqlite" ]; then
-      (cd "$CODE" && PYTHONPATH="$CODE" "$PY" "$ANALYSIS" banks "$RUN" --out "$REPO/$BANKS")
-      PATHS+=("$BANKS")
+    say "end $AGENT seed $SEED: $STATE"
+    if [ "$STATE" = done ]; then
+      (cd "$CODE" && PYTHONPATH="$CODE" "$PY" "$ANALYSIS" export "$RUN" --records "$REPO/$RECORDS")
+      (flock 9; publish "$AGENT" "$SEED" "$RUN")
     fi
-    commit_paths "Reader comparison: $AGENT seed $SEED's records$([ -f "$RUN/bank.sqlite" ] && echo ' and bank') (code $COMMIT)" "${PATHS[@]}"
+    rmdir "$OUT/claims/${AGENT}__${SEED}"
   done
 done
-echo "$(date -u +%FT%TZ) all runs ended"
+echo "$(date -u +%FT%TZ) no run left to start"
