@@ -677,10 +677,19 @@ def plot(result: dict[str, Any], path: Path) -> Path | None:
     return path
 
 
+def reader_plan(plan: str, records: Path) -> bool:
+    """Whether ``analyse`` follows the reader comparison's plan (``reader_analysis``): asked
+    for, or (``auto``) a records folder ``.../reader/records``."""
+    if plan != "auto":
+        return plan == "reader"
+    parts = records.resolve().parts
+    return parts[-2:] == ("reader", "records")
+
+
 def main(argv: list[str]) -> int:
     import argparse
 
-    ap = argparse.ArgumentParser(prog="minihack_landmark.py export|analyse",
+    ap = argparse.ArgumentParser(prog="minihack_landmark.py export|analyse|banks|bank-entries",
                                  description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="command", required=True)
     ex = sub.add_parser("export", help="write the compact records of finished runs")
@@ -689,6 +698,10 @@ def main(argv: list[str]) -> int:
     bk = sub.add_parser("banks", help="bank size by step, content at the end, bank show")
     bk.add_argument("runs", nargs="+", type=Path, help="run directories")
     bk.add_argument("--out", type=Path, required=True, help="folder, e.g. .../keyed_merge/banks")
+    be = sub.add_parser("bank-entries", help="every bank entry at the end (id, kind, title, "
+                        "content, ...) to <agent>__seed<S>_entries.jsonl")
+    be.add_argument("runs", nargs="+", type=Path, help="run directories")
+    be.add_argument("--out", type=Path, required=True, help="folder, e.g. .../reader/banks")
     an = sub.add_parser("analyse", help="the plan's analysis from the committed records only")
     an.add_argument("--summary-only", action="store_true",
                     help="run nothing, read the records (the only mode; kept for the plan's wording)")
@@ -697,6 +710,12 @@ def main(argv: list[str]) -> int:
     an.add_argument("--agents", nargs="+", default=list(AGENTS))
     an.add_argument("--seeds", nargs="+", type=int, default=list(SEEDS))
     an.add_argument("--steps", type=int, default=STEPS)
+    an.add_argument("--plan", choices=("auto", "earlier", "reader"), default="auto",
+                    help="reader: results/experience_helps/reader/PLAN.md (experiments/"
+                         "reader_analysis.py); earlier: the first and keyed-merge plans; auto "
+                         "(default): reader for a records folder named reader/records")
+    an.add_argument("--banks", type=Path, default=None,
+                    help="--plan reader: the bank files (default: banks/ beside --records)")
     args = ap.parse_args(argv)
     try:
         if args.command == "export":
@@ -707,6 +726,19 @@ def main(argv: list[str]) -> int:
         if args.command == "banks":
             for path in export_banks(args.runs, args.out):
                 print(path)
+            return 0
+        if args.command == "bank-entries":
+            import reader_analysis
+
+            for path in reader_analysis.export_entries(args.runs, args.out):
+                print(path)
+            return 0
+        if reader_plan(args.plan, args.records):
+            import reader_analysis
+
+            result = reader_analysis.analyse(args.records, args.banks, args.seeds, args.steps)
+            print(reader_analysis.summary_markdown(result))
+            print("written: " + ", ".join(map(str, reader_analysis.write(result, args.out))))
             return 0
         result = analyse(args.records, args.agents, args.seeds, args.steps)
     except (ValueError, FileNotFoundError) as exc:
