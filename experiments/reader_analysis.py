@@ -156,6 +156,40 @@ def run_figures(header: dict[str, Any], episodes: list[dict[str, Any]], with_exp
             "collapsed": bool(share >= er.COLLAPSE_TOP_SHARE and m["end"] <= er.COLLAPSE_END)}
 
 
+EVAL_CLAIM_KEYS = ("episodes", "shown", "success", "success_rule", "sent_success",
+                   "sent_success_solved", "failure", "failure_right", "avoided")
+
+
+def eval_claims(episodes: list[dict[str, Any]]) -> dict[str, int]:
+    """What held-out episodes were shown and did (records with the ``claim`` field): episodes;
+    those shown an ``action``-template claim; success claims, those naming the level's rule move
+    (the entry retrieved carries the rule for this landmark), those whose move was the answer
+    (and then solved); failure claims, those naming a move that is not the rule's (right), and
+    those whose move the answer avoided."""
+    from crl_bench.envs.minihack.landmark import landmark_layout
+
+    c: Counter[str] = Counter()
+    for e in episodes:
+        c["episodes"] += 1
+        claim = e.get("claim")
+        if not claim:
+            continue
+        c["shown"] += 1
+        outcome, move = claim[0], " ".join(str(claim[1]).lower().split())
+        first = " ".join(str(e["actions"][0]).lower().split()) if e.get("actions") else None
+        rule = landmark_layout(int(e["seed"]))[2]
+        if outcome == "success":
+            c["success"] += 1
+            c["success_rule"] += move == rule
+            c["sent_success"] += first == move
+            c["sent_success_solved"] += first == move and bool(e["success"])
+        else:
+            c["failure"] += 1
+            c["failure_right"] += move != rule
+            c["avoided"] += first != move
+    return {k: c[k] for k in EVAL_CLAIM_KEYS}
+
+
 # -- statistics --------------------------------------------------------------------------------
 
 def compare(a: dict[int, float], b: dict[int, float], seeds=SEEDS) -> dict[str, Any]:
@@ -348,6 +382,7 @@ def analyse(records: Path = RECORDS, banks: Path | None = None, seeds=SEEDS,
     banks = records.parent / "banks" if banks is None else banks
     runs: dict[str, dict[int, dict[str, Any]]] = {name: {} for name in SERIES}
     per_run, missing, leaks, hints, no_action, provenance = [], [], {}, [], [], []
+    shown_claims: list[dict[str, Any]] = []
     shown: dict[str, Counter[str]] = {name: Counter() for name in SERIES}
     recorded = []
     for agent in AGENTS:
@@ -390,7 +425,10 @@ def analyse(records: Path = RECORDS, banks: Path | None = None, seeds=SEEDS,
                                            f"{header['last_step']})"})
                     continue
                 runs[name][seed] = m
-                ex = er.example_counts([e for e in episodes if bool(e["exp"]) == with_exp])
+                mode = [e for e in episodes if bool(e["exp"]) == with_exp]
+                ex = er.example_counts(mode)
+                if with_exp and any("claim" in e for e in mode):
+                    shown_claims.append({"series": name, "seed": seed, **eval_claims(mode)})
                 shown[name].update({k: ex[k] for k in ("episodes", "shown", "sent_example")})
                 per_run.append({"series": name, "seed": seed,
                                 **{k: v for k, v in m.items() if k != "curve"},
@@ -417,6 +455,7 @@ def analyse(records: Path = RECORDS, banks: Path | None = None, seeds=SEEDS,
             "seeds": list(seeds), "steps": steps, "planned": len(AGENTS) * len(seeds),
             "recorded": recorded, "missing": missing, "held_out_violations": leaks,
             "provenance": provenance, "runs": per_run, "means": means,
+            "eval_claims": shown_claims,
             "collapsed": collapsed, "no_action_turns": no_action, "hints": hints,
             "comparisons": comparisons, "verdict": verdict(comparisons[0]),
             "claims": claims(comparisons),
@@ -555,9 +594,9 @@ def summary_markdown(result: dict[str, Any]) -> str:
                      f"{primary['perm_p_two_sided']:.4f} two-sided ({why}).")
         if result["verdict"] == "miss":
             lines.append("")
-            lines.append("What limits it: the with-experience training episodes' claims and "
-                         "what the actor did with them, and each bank's content per key, in the "
-                         "tables below.")
+            lines.append("What limits it: the claims the with-experience episodes were shown "
+                         "(training and held-out) and what the actor did with them, and each "
+                         "bank's content per key, in the tables below.")
     lines += ["", "## The paper's four 3-mix claims, at this scale", "",
               "Each read on the planned AUC comparisons (with experience for the agents with a "
               "bank) in the claim's direction, by the primary's rule turned to that direction: "
@@ -598,6 +637,20 @@ def summary_markdown(result: dict[str, Any]) -> str:
                          f"{h['success_hint']} ({h['success_hint_rule']}) | {h['followed']} "
                          f"({h['followed_solved']}) | {h['failure_hint']} "
                          f"({h['failure_hint_rule']}) | {h['avoided']} |")
+    if result.get("eval_claims"):
+        lines += ["", "## What the with-experience evaluation episodes were shown, and did", "",
+                  "Summed over each run's evaluations (held-out levels, greedy): episodes shown an "
+                  "`action`-template claim; a success claim is right when it names the level's "
+                  "rule move (an entry for this landmark), a failure claim when it names another "
+                  "move.", "",
+                  "| series | seed | episodes | shown a claim | success claims (right) | answer = "
+                  "the claim's move (then solved) | failure claims (right) | avoided |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for h in result["eval_claims"]:
+            lines.append(f"| {h['series']} | {h['seed']} | {h['episodes']} | {h['shown']} | "
+                         f"{h['success']} ({h['success_rule']}) | {h['sent_success']} "
+                         f"({h['sent_success_solved']}) | {h['failure']} ({h['failure_right']}) "
+                         f"| {h['avoided']} |")
     lines += ["", "## Bank entries: does each title agree with its content?", "",
               "Every entry of each run's bank at its end (`banks/<run>_entries.jsonl`, written "
               "by `python experiments/minihack_landmark.py bank-entries RUN_DIR --out "

@@ -163,6 +163,20 @@ def test_collapsed_seeds_and_gaps_are_reported_from_a_record(tmp_path):
     assert result["verdict"] == "pending"
 
 
+def test_what_the_evaluation_episodes_were_shown_and_did():
+    """Level 1,000,000 has the fountain (rule: southwest), 1,000,001 the altar (rule: north),
+    crl_bench.envs.minihack.landmark."""
+    rows = [{"seed": 1_000_000, "claim": ["success", "southwest"], "actions": ["Southwest"],
+             "success": 1},
+            {"seed": 1_000_001, "claim": ["success", "south"], "actions": ["north"], "success": 1},
+            {"seed": 1_000_001, "claim": ["failure", "north"], "actions": ["east"], "success": 0},
+            {"seed": 1_000_000, "claim": ["failure", "east"], "actions": ["east"], "success": 0},
+            {"seed": 1_000_000, "claim": None, "actions": ["west"], "success": 0}]
+    assert ra.eval_claims(rows) == {"episodes": 5, "shown": 4, "success": 2, "success_rule": 1,
+                                    "sent_success": 1, "sent_success_solved": 1, "failure": 2,
+                                    "failure_right": 1, "avoided": 1}
+
+
 def test_reader_records_pick_the_reader_plan():
     assert er.reader_plan("auto", ROOT / "results/experience_helps/reader/records")
     assert not er.reader_plan("auto", ROOT / "results/experience_helps/keyed_merge/records")
@@ -221,5 +235,5 @@ def test_the_committed_page_is_what_the_committed_records_give():
     if not (ra.FOLDER / "analysis.json").is_file():
         pytest.skip("the reader comparison's analysis is not committed yet")
     result = ra.analyse(ra.RECORDS)
-    assert json.loads(json.dumps(result)) == json.loads((ra.FOLDER / "analysis.json").read_text())
+    assert json.dumps(result, indent=1) + "\n" == (ra.FOLDER / "analysis.json").read_text()
     assert ra.summary_markdown(result) == (ra.FOLDER / "analysis.md").read_text()
