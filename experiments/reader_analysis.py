@@ -677,6 +677,11 @@ def summary_markdown(result: dict[str, Any]) -> str:
                   "covered | merged | success (naming the rule) | failure (naming another "
                   "move) | other text |", "|---|---|---|---|---|---|---|---|---|"]
         for run, b in sorted(result["bank_content"].items()):
+            b = {k: b.get(k, "—") for k in (
+                "entries", "keys", "keys_with_a_success_naming_the_rule",
+                "kinds_with_a_success_naming_the_rule", "merged", "success",
+                "success_naming_the_rule", "failure", "failure_naming_another_move",
+                "other_text")}  # a field an older bank_content.json lacks: a dash
             lines.append(f"| {run} | {b['entries']} | {b['keys']} | "
                          f"{b['keys_with_a_success_naming_the_rule']} | "
                          f"{b['kinds_with_a_success_naming_the_rule']}/8 | {b['merged']} | "

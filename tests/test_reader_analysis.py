@@ -237,3 +237,16 @@ def test_the_committed_page_is_what_the_committed_records_give():
     result = ra.analyse(ra.RECORDS)
     assert json.dumps(result, indent=1) + "\n" == (ra.FOLDER / "analysis.json").read_text()
     assert ra.summary_markdown(result) == (ra.FOLDER / "analysis.md").read_text()
+
+
+def test_a_bank_content_file_without_a_later_field_is_tabled_with_a_dash(tmp_path):
+    """bank_content.json as written by an older export (no landmark-kind count): the row is
+    still tabled, the missing cell a dash."""
+    banks = tmp_path / "banks"
+    banks.mkdir()
+    fields = {"entries": 56, "keys": 56, "keys_with_a_success_naming_the_rule": 9, "merged": 53,
+              "success": 9, "success_naming_the_rule": 9, "failure": 47,
+              "failure_naming_another_move": 47, "other_text": 0}
+    (banks / "bank_content.json").write_text(json.dumps({"comp_rl__seed0": fields}))
+    md = ra.summary_markdown(ra.analyse(tmp_path / "records", banks=banks))
+    assert "| comp_rl__seed0 | 56 | 56 | 9 | —/8 | 53 | 9 (9) | 47 (47) | 0 |" in md
