@@ -82,20 +82,28 @@ def one_run(mode: str, size: str, out: Path, extra: list[str]) -> dict:
             "wait_with_drain_share": (lock + bank + total("timing_s/final_drain")) / steps_s,
             "extractor_updates": max(int(r.get("extractor/updates", 0)) for r in rows),
             "final_drain_s": total("timing_s/final_drain"),
+            "bank_lag_max": max((int(r["extractor/bank_lag_steps"]) for r in rows
+                                 if "extractor/bank_lag_steps" in r), default=None),
             "load_before": load_before, "load_after": load(), "command": cmd}
+
+
+def _lag(v: int | None) -> str:
+    """The bank's largest lag in steps (``extractor/bank_lag_steps``); n/a for older records."""
+    return "n/a" if v is None else str(v)
 
 
 def show(results: list[dict], ratios: dict) -> None:
     print(f"{'extractor.runs':<15}{'wall s':>8}{'steps s':>9}{'lock/worker wait s':>19}"
           f"{'bank wait s':>12}{'asks s':>8}{'final drain s':>14}{'wait share':>11}"
-          f"{'wait + asks':>12}{'wait + drain':>13}{'ext. updates':>13}{'load':>12}")
+          f"{'wait + asks':>12}{'wait + drain':>13}{'ext. updates':>13}{'bank lag max':>13}{'load':>12}")
     for r in results:
         drain = r.get("wait_with_drain_share",
                       (r["extractor_wait_s"] + r["bank_wait_s"] + r["final_drain_s"]) / r["steps_s"])
         print(f"{r['mode']:<15}{r['wall_s']:>8.1f}{r['steps_s']:>9.1f}{r['extractor_wait_s']:>19.1f}"
               f"{r['bank_wait_s']:>12.1f}{r['ask_s']:>8.1f}{r['final_drain_s']:>14.1f}"
               f"{r['wait_share']:>11.1%}{r['wait_with_asks_share']:>12.1%}{drain:>13.1%}"
-              f"{r['extractor_updates']:>13d}{r['load_before'] + '->' + r['load_after']:>12}")
+              f"{r['extractor_updates']:>13d}{_lag(r.get('bank_lag_max')):>13}"
+              f"{r['load_before'] + '->' + r['load_after']:>12}")
     print(f"process / thread: wall {ratios['wall']:.2f}, steps {ratios['steps']:.2f}, "
           f"wait share {ratios['wait_share']:.2f}")
 

@@ -154,6 +154,10 @@ def time_breakdown(run: Path) -> dict[str, Any]:
                                     "losses/extractor_time_forward_s",
                                     "losses/extractor_time_backward_s"),
     }
+    from crl_bench.report.runs import actor_wait_share, bank_lag_max
+
+    out["actor_wait_share"] = actor_wait_share(metrics)
+    out["bank_lag_max"] = bank_lag_max(metrics)
     used_extractor = any("extractor/backlog" in m for m in metrics)
     out["extractor_records"] = (None if not used_extractor else "extractor.jsonl"
                                 if batch_file.exists() else "metrics.jsonl (a lower bound)")
@@ -473,6 +477,15 @@ def write_markdown(out: Path, summary: dict[str, Any], command: str, preset: str
     if lower_bound:
         lines += ["", f"Extractor rows of {', '.join(lower_bound)}: a lower bound (runs without "
                   "`extractor.jsonl`: batches that finished between the same two steps were one record)."]
+    lags = {}
+    for key, r in summary.items():
+        for t in r.get("time_min_per_run") or []:
+            if t.get("bank_lag_max") is not None:
+                lags.setdefault(key.split()[0], []).append(int(t["bank_lag_max"]))
+    if lags:
+        lines += ["", "Bank lag beside the wait (the most steps the bank was behind at a training "
+                  "rollout's start, per run; 0: it held every earlier step's entries): "
+                  + "; ".join(f"{a} {', '.join(map(str, v))}" for a, v in sorted(lags.items())) + "."]
     lo, hi = floor["wilson95"]
     lines += ["", "Target: grpo end - start >= +0.25 with the CI excluding 0, <= 2 h per "
               f"seed on 2 cores. Chance level of {floor['env_id']} with <= {floor['max_actions']} "

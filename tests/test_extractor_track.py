@@ -322,3 +322,41 @@ def test_trajectory_pairs_put_each_turn_after_the_observation_it_answered():
     cut = trajectory_to_text(long, max_chars=1500, final_observation="Outcome: task complete.")
     assert len(cut) <= 1500 and cut.startswith("[step 1]\nroom 0 ")
     assert cut.endswith("[after step 30]\nOutcome: task complete.") and "steps omitted" in cut
+
+
+class HeldAnswers(FixedAnswers):
+    """FixedAnswers whose calls wait until ``release`` is set: an extractor that falls behind."""
+
+    def __init__(self, answers: list[str]) -> None:
+        super().__init__(answers)
+        import threading
+
+        self.release = threading.Event()
+
+    def __call__(self, batch, stop=("</answer>",)):
+        assert self.release.wait(timeout=60), "never released"
+        return super().__call__(batch, stop)
+
+
+def test_bank_lag_counts_the_steps_whose_writes_have_not_landed(tmp_path, embedder):
+    """An asynchronous track that has not written steps 1 and 2 when step 3's rollout starts is 2
+    steps behind; once their writes land, 0 (what the official flush before a rollout ensures)."""
+    answer = '<answer>[{"op": "add", "title": "Stairs", "content": "Walk to the stairs."}]</answer>'
+    gen = HeldAnswers([answer, answer])
+    bank = ExperienceBank(tmp_path / "bank.sqlite", dim=embedder.dim, embedder_name=embedder.name)
+    track = ExtractorTrack(ExperienceManager(bank, embedder, RetrievalConfig()), gen, None,
+                           ExtractorConfig(answer_template="free"), temperature=1.0, merge_every=0,
+                           merge_chunk=5, extractor_step=COMP_RL.extractor_step, asynchronous=True,
+                           log=lambda m: None)
+    try:
+        assert track.bank_lag(1) == 0  # nothing submitted yet
+        track.submit(1, [trajectory("Reach the stairs down.", True)])
+        track.submit(2, [trajectory("Reach the stairs down.", False)])
+        assert track.bank_lag(3) == 2 and track.backlog == 2
+        gen.release.set()
+        assert track.wait_writes(timeout=60)
+        assert track.bank_lag(3) == 0
+        assert len(bank.all_ids()) >= 1  # the writes did land
+    finally:
+        gen.release.set()
+        track.close()

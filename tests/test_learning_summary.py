@@ -123,6 +123,8 @@ def test_time_breakdown_reads_the_loop_phases_and_every_extractor_batch(tmp_path
     assert (t["run"], t["evaluation"], t["playing"], t["actor_update"], t["waiting"]) == (13.0, 3.0, 4.5, 5.5, 2.0)
     assert (t["distilling"], t["merging"], t["extractor_training"]) == (0.6, 0.2, 0.7)
     assert t["extractor_records"] == "metrics.jsonl (a lower bound)"
+    # waited 30 + 90 s of 300 + 420 s of training steps; records older than the lag say nothing
+    assert t["actor_wait_share"] == pytest.approx(120 / 720) and t["bank_lag_max"] is None
     batches = [{"step": 1, "batch_step": 1, "extractor/extract_s": 6.0},
                {"step": 2, "batch_step": 1, "extractor/extract_s": 24.0, "extractor/merge_s": 12.0},
                {"step": 2, "batch_step": 2, "extractor/extract_s": 30.0,
@@ -356,3 +358,20 @@ def test_reading_sft_diagnostic_targets_the_greedy_answer_and_learns_it(tmp_path
     assert [r["examples_seen"] for r in rows] == [0, 2, 4]
     assert rows[0]["train_loss"] is None and all(r["turns"] == 2 for r in rows)
     assert out.with_suffix(".png").stat().st_size > 0
+
+
+def test_the_summary_reports_the_banks_lag_beside_the_wait(tmp_path: Path) -> None:
+    """An extractor beside the actor can cost the loop no wait and still leave the bank behind:
+    a run with 0 s of wait whose bank was 2 steps behind at one rollout says both."""
+    run = _run(tmp_path / "a", [0, 1], [1, 1])
+    metrics = [{"step": 1, "timing_s/step": 100.0, "timing_s/extractor_wait": 0.0,
+                "timing_s/bank_wait": 0.0, "extractor/backlog": 2, "extractor/bank_lag_steps": 0},
+               {"step": 2, "timing_s/step": 100.0, "timing_s/extractor_wait": 0.0,
+                "timing_s/bank_wait": 0.0, "extractor/backlog": 2, "extractor/bank_lag_steps": 2}]
+    (run / "metrics.jsonl").write_text("\n".join(json.dumps(m) for m in metrics) + "\n")
+    t = lm.time_breakdown(run)
+    assert t["actor_wait_share"] == 0.0 and t["bank_lag_max"] == 2
+    floor = {"env_id": "crl/X-v0", "max_actions": 1, "episodes": 10, "success": 0.1, "wilson95": [0.0, 0.4]}
+    lm.write_markdown(tmp_path, lm.summarise({("comp_rl", 0): run}), "python x.py", "cpu", floor)
+    assert "Bank lag beside the wait" in (tmp_path / "summary.md").read_text()
+    assert "comp_rl 2." in (tmp_path / "summary.md").read_text()

@@ -175,3 +175,26 @@ def test_a_field_newer_than_a_run_counts_as_its_default(tmp_path):
     rows = {g.row: list(g.seeds) for g in rs.groups}
     assert rows == {f"comp_rl (memory_warmup={default})": [0, 1],
                     f"comp_rl (memory_warmup={default + 5})": [2]}, rows
+
+
+def test_the_runs_table_shows_the_actors_wait_and_the_banks_lag(tmp_path):
+    """An extractor that falls behind without making the actor wait shows in the lag column: a
+    run that waited a quarter of its step time and one whose bank was 2 steps behind at zero wait."""
+    a = run(tmp_path, "a", seed=0)
+    b = run(tmp_path, "b", seed=1)
+    for d, wait, lag in ((a, 25.0, 0), (b, 0.0, 2)):
+        recs = [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines()]
+        for r in recs:
+            if r.get("step"):
+                r.update({"timing_s/step": 100.0, "timing_s/extractor_wait": wait,
+                          "timing_s/bank_wait": 0.0, "extractor/bank_lag_steps": 0})
+        recs[-1]["extractor/bank_lag_steps"] = lag
+        (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    write_report([a, b], tmp_path / "out", plots=False)
+    doc = json.loads((tmp_path / "out" / "report.json").read_text())
+    by_seed = {r["seed"]: r for r in doc["runs"]}
+    assert by_seed[0]["actor_wait"] == pytest.approx(0.25) and by_seed[0]["bank_lag_max"] == 0
+    assert by_seed[1]["actor_wait"] == 0.0 and by_seed[1]["bank_lag_max"] == 2
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "| actor wait | bank lag (steps) |" in md
+    assert "| 25% | 0 |" in md and "| 0% | 2 |" in md

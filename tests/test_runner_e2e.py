@@ -52,6 +52,10 @@ def test_tiny_run_leaves_a_complete_run_directory(tiny_runs, agent):
     for m in metrics[1:]:
         assert {"charts/success_rate", "timing_s/rollout", "timing_s/step", "timing_s/extractor_wait"} <= set(m)
         assert 0 < m["memory/rss_gb"] <= m["memory/peak_rss_gb"]
+    # the bank's lag at each training rollout: 0 with the tiny preset's inline extractor (every
+    # earlier step's entries are in); agents without an extractor log none
+    lags = [m.get("extractor/bank_lag_steps") for m in metrics[1:]]
+    assert lags == ([None] * STEPS if agent == "grpo" else [0] * STEPS), lags
     episodes = read_jsonl(run / "episodes.jsonl")
     train = [e for e in episodes if e["phase"] == "train"]
     assert [sum(e["step"] == s for e in train) for s in range(1, STEPS + 1)] == [TRAIN_EPISODES_PER_STEP] * STEPS

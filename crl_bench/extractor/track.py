@@ -221,6 +221,7 @@ class ExtractorTrack:
         self._cond = threading.Condition()
         self._submitted = 0
         self._done = 0
+        self._batch_steps: list[int] = []  # the step of each batch handed to the thread, in order
         self.updates = 0
         self.last_merge_step = 0
         self.fence_merges = fence_merges
@@ -249,6 +250,7 @@ class ExtractorTrack:
         if self.asynchronous:
             with self._cond:
                 self._submitted += 1
+                self._batch_steps.append(step)
             self._queue.put((step, trajectories))
         else:
             self._process(step, trajectories)
@@ -320,6 +322,19 @@ class ExtractorTrack:
         """Submitted batches not yet processed."""
         with self._cond:
             return self._submitted - self._done
+
+    def bank_lag(self, step: int) -> int:
+        """How many steps the bank is behind when ``step``'s rollout starts: ``step`` minus the
+        step of the oldest batch whose bank writes have not landed (the thread takes batches in
+        order), 0 when every earlier batch's writes have landed, as after the official flush.
+
+        An extractor that works beside the actor but falls behind defers work rather than
+        removing it: the actor's wait (``timing_s/extractor_wait``, ``timing_s/bank_wait``) can
+        be 0 while the experience it reads is this many steps old."""
+        with self._cond:
+            if self._writes_done >= len(self._batch_steps):
+                return 0
+            return max(0, step - self._batch_steps[self._writes_done])
 
     def raise_if_failed(self) -> None:
         if self._error is not None:

@@ -26,6 +26,28 @@ __all__ = ["Run", "MissingRun", "RunSet", "RunGroup", "load_run", "find_run_dirs
 from crl_bench.records.files import read_jsonl  # noqa: E402
 
 
+WAIT_KEYS = ("timing_s/extractor_wait", "timing_s/bank_wait")
+"""The actor loop's time spent waiting on the extractor: for the model it held, and for pending
+bank writes before a rollout (``extractor.wait_before_rollout``)."""
+
+
+def actor_wait_share(metrics: list[dict[str, Any]]) -> float | None:
+    """The share of the training steps' time the actor loop waited on the extractor
+    (:data:`WAIT_KEYS` over ``timing_s/step``); None when the run recorded no step time."""
+    steps = [m for m in metrics if m.get("step") and "timing_s/step" in m]
+    total = sum(float(m["timing_s/step"]) for m in steps)
+    if not steps or total <= 0:
+        return None
+    return sum(float(m.get(k, 0.0)) for m in steps for k in WAIT_KEYS) / total
+
+
+def bank_lag_max(metrics: list[dict[str, Any]]) -> int | None:
+    """The most steps the bank was behind at a training rollout's start
+    (``extractor/bank_lag_steps``); None for runs without an extractor or older records."""
+    lags = [int(m["extractor/bank_lag_steps"]) for m in metrics if "extractor/bank_lag_steps" in m]
+    return max(lags) if lags else None
+
+
 @dataclass
 class Run:
     """One run directory, read.
@@ -106,6 +128,8 @@ class Run:
             "eval_episodes": max((int(r.get("n", 0)) for r in final.values()), default=None),
             "time_min": sum(timed) / 60 if timed else None,
             "bank_size": int(bank[-1]) if bank else None,
+            "actor_wait": actor_wait_share(self.metrics),
+            "bank_lag_max": bank_lag_max(self.metrics),
         }
 
     def final_eval(self) -> dict[tuple[str, bool], dict[str, Any]]:

@@ -167,14 +167,20 @@ def _runs_markdown(runs: list[Any], facts: list[dict[str, Any]]) -> str:
     if not runs:
         return "None.\n"
     lines = ["| mix | agent | seed | preset | steps | training episodes | eval episodes per mode "
-             "| time (min) | bank entries | path |", "|---|---|---|---|---|---|---|---|---|---|"]
+             "| time (min) | actor wait | bank lag (steps) | bank entries | path |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r, f in zip(runs, facts):
         lines.append(f"| {r.tasks} | {_md_escape(r.row)} | {r.seed} | "
                      f"{r.config.get('preset', '?')} | "
                      f"{_show(f['steps'])} | {f['train_episodes']} | {_show(f['eval_episodes'])} | "
-                     f"{_show(f['time_min'], '{:.0f}')} | {_show(f['bank_size'])} | {r.path} |")
+                     f"{_show(f['time_min'], '{:.0f}')} | {_show(f['actor_wait'], '{:.0%}')} | "
+                     f"{_show(f['bank_lag_max'])} | {_show(f['bank_size'])} | {r.path} |")
     return ("\n".join(lines) + "\n\nTime: the training steps and the timed evaluations as the "
-            "run recorded them (`timing_s/`), on whatever machine ran it.\n")
+            "run recorded them (`timing_s/`), on whatever machine ran it. Actor wait: the share "
+            "of the training steps' time the actor loop waited on the extractor (for the model, "
+            "and for pending bank writes before a rollout). Bank lag: the most steps the bank was "
+            "behind at a training rollout's start (0: it held every earlier step's entries) — an "
+            "extractor that falls behind shows here, not in the wait.\n")
 
 
 def write_report(run_dirs: Iterable[str | Path], out_dir: str | Path, *,

@@ -263,6 +263,8 @@ class Player(Part):
 
         info, exp = self.info, self.experience
         exp.wait_for_bank(merge=phase == "train")  # evaluation never merges (at most once a step)
+        if phase == "train" and exp.extractor is not None:  # how old the bank this rollout reads is
+            info.timings["extractor/bank_lag_steps"] = exp.extractor.bank_lag(step)
         specs = self.episode_specs(phase, step, plan)
         callback, ask_samples = self.ask_callback(
             exp.search_ask, record=(phase == "train" and exp.trainer is not None))
