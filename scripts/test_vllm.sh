@@ -12,7 +12,9 @@
 # run (CRL_BENCH_REQUIRE_VLLM=1), and so does a run where any test was skipped or none ran.
 # Measured on the 2-core CPU machine under load from other jobs: 2-5 min to build the venv (no
 # faster with a warm pip cache: the wheels come from the local index); the 5 tests (SmolLM2-135M,
-# two engines: LoRA, then full fine-tuning) took 7.8 min at a load of ~9. See docs/vllm.md.
+# two engines: LoRA, then full fine-tuning) took 7.8 min at a load of ~9; all 9 (with the
+# prefix-cache test's engine, the split Ray engine and the endpoint tests' server) 8.3 min at a
+# load of ~17. See docs/vllm.md.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -28,7 +30,7 @@ if [ "$PACKAGE" = auto ]; then
 fi
 
 start=$(date +%s)
-if ! "$VENV/bin/python" -c "import vllm, peft, gguf, pytest, crl_bench" >/dev/null 2>&1; then
+if ! "$VENV/bin/python" -c "import vllm, peft, gguf, pytest, ray, crl_bench" >/dev/null 2>&1; then
   echo "[test_vllm] building $VENV with $PACKAGE"
   # GPU machines get the CUDA build from PyPI (a path the CPU CI machine does not run)
   bash scripts/setup_vllm_venv.sh "$VENV" "$PACKAGE"

@@ -176,7 +176,7 @@ def test_plan_prints_the_colocated_topology_it_builds(capsys):
     engine and trainer on 8-15, :247 and :291), 8 actor engines of 1 GPU (one per GPU, bundles
     0-7) and 8 ranks, 2 extractor engines of 4 GPUs (tensor_parallel_size 4, :261; bundles 0 and
     4) and 8 ranks, engines asleep during the update, weights by CUDA IPC; split, 4 + 4 per role,
-    the vllm engines (built for vLLM's ipc transport) fed from the object store. The printed lines are built_topology's of the plan layout_plan gives
+    the vllm engines fed by an NCCL broadcast from rank 0. The printed lines are built_topology's of the plan layout_plan gives
     the Ray run (equal to PLANS['paper16'])."""
     import dataclasses
 
@@ -213,7 +213,7 @@ def test_plan_prints_the_colocated_topology_it_builds(capsys):
                            PLANS["paper16-split"])
     assert (split["actor"]["engines"], split["actor"]["ranks"]) == (4, 4)
     assert (split["extractor"]["engines"], split["extractor"]["ranks"]) == (1, 4)
-    assert not split["actor"]["sleep_wake"] and split["actor"]["weight_sync"] == "object_store"
+    assert not split["actor"]["sleep_wake"] and split["actor"]["weight_sync"] == "nccl_broadcast"
 
 
 def test_extractor_engines_serve_the_trained_weights(tmp_path):

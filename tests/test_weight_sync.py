@@ -20,18 +20,53 @@ pytest.importorskip("transformers")
 def test_the_weight_path_follows_device_engines_and_placement():
     from crl_bench.distributed.weight_sync import sync_method
 
-    # GPUs of their own: one NCCL broadcast from rank 0 (OpenRLHF / verl); colocated: an engine
-    # and a rank on one GPU, where NCCL refuses two members of a group: CUDA IPC (vLLM's ipc)
+    # GPUs of their own: one NCCL broadcast from rank 0 (OpenRLHF / verl), into an hf engine's
+    # actor or a vllm engine's workers; colocated: an engine and a rank on one GPU, where NCCL
+    # refuses two members of a group: CUDA IPC (vLLM's ipc)
     assert sync_method("auto", "cuda", "vllm", colocated=True) == "cuda_ipc"
     assert sync_method("auto", "cuda", "hf", colocated=False) == "nccl_broadcast"
-    # vllm engines are built with vLLM's ipc transport: split from their ranks, no broadcast
-    assert sync_method("auto", "cuda", "vllm", colocated=False) == "object_store"
+    assert sync_method("auto", "cuda", "vllm", colocated=False) == "nccl_broadcast"
     # without CUDA: the object store, or the broadcast over gloo when asked for
     assert sync_method("auto", "cpu", "hf", colocated=True) == "object_store"
     assert sync_method("broadcast", "cpu", "hf", colocated=False) == "gloo_broadcast"
+    assert sync_method("broadcast", "cpu", "vllm", colocated=False) == "gloo_broadcast"
     assert sync_method("object_store", "cuda", "vllm", colocated=False) == "object_store"
     with pytest.raises(ValueError, match="auto, object_store or broadcast"):
         sync_method("ipc", "cuda", "vllm", colocated=True)
+
+
+def test_vllm_engines_are_built_for_the_path_the_plan_prints():
+    """A vllm engine receives from the learner ranks only through the weight-transfer engine it
+    was built with: split on GPUs vLLM's ``nccl`` (was: built for ``ipc``, so the push took the
+    object store), colocated ``ipc``, on CPUs the project's ``gloo``; none for the object store
+    (the engine's HF copy sends) or hf engines. The path is the one ``crl-bench plan`` prints
+    (``built_topology``), ``model.device=auto`` on a plan with GPUs included."""
+    import dataclasses
+
+    from crl_bench.config.schema import PRESETS, apply_overrides
+    from crl_bench.distributed.plan import PLANS, ResourcePlan, built_topology
+    from crl_bench.distributed.weight_sync import engine_transfer, role_sync_method
+
+    def paper(**sets):  # apply_overrides changes the config it is given: a fresh one each
+        return apply_overrides(PRESETS["paper"](), {f"model.{k}": v for k, v in sets.items()})
+
+    gpus, split = PLANS["paper16-split"], "split"
+    cases = [  # (config, plan, path, engine setting)
+        (paper(placement=split), gpus, "nccl_broadcast", {"weight_transfer": "nccl"}),
+        (paper(placement=split, device="auto"), gpus, "nccl_broadcast",
+         {"weight_transfer": "nccl"}),
+        (paper(), PLANS["paper16"], "cuda_ipc", {"weight_transfer": "ipc"}),
+        (paper(placement=split), dataclasses.replace(gpus, weight_sync="object_store"),
+         "object_store", {}),
+        (paper(placement=split, backend="hf"), gpus, "nccl_broadcast", {}),
+        (paper(placement=split, device="cpu"), ResourcePlan(name="cpu", weight_sync="broadcast"),
+         "gloo_broadcast", {"weight_transfer": "gloo"}),
+        (paper(placement=split, device="cpu"), ResourcePlan(name="cpu"), "object_store", {}),
+    ]
+    for cfg, plan, path, setting in cases:
+        assert role_sync_method(plan, cfg) == path, (plan.name, path)
+        assert built_topology(cfg, plan)["actor"]["weight_sync"] == path, (plan.name, path)
+        assert engine_transfer(plan, cfg) == setting, (plan.name, path)
 
 
 def test_learner_broadcasts_its_weights_into_an_engine_over_gloo(tmp_path):

@@ -135,6 +135,7 @@ class RayModels(Models):
         import threading
 
         from crl_bench.distributed.generation import PromptBackend, RemoteGenerationBackend
+        from crl_bench.distributed.weight_sync import engine_transfer
         from crl_bench.run.parts.models import LockedBackend, engine_settings
 
         cfg, plan = self.info.cfg, self.cluster.plan
@@ -147,7 +148,8 @@ class RayModels(Models):
         self.gen = RemoteGenerationBackend.start(
             self.raw_backend, m.backend, self.actor_spec, plan.generation_engines,
             options=plan.engine_options(), threads=self.cluster.threads,
-            settings=dict(engine_settings(cfg, "actor"), sleep_mode=plan.colocated),
+            settings=dict(engine_settings(cfg, "actor"), sleep_mode=plan.colocated,
+                          **engine_transfer(plan, cfg)),
             **self._placed("actor"))
         self._engine_roles = ("actor",)
         self.backend = LockedBackend(self.gen, self.lock)
@@ -166,7 +168,8 @@ class RayModels(Models):
             self.ext_gen = RemoteGenerationBackend.start(
                 self.ext_raw, m.backend, self.ext_spec, plan.extractor_engines,
                 options=plan.extractor_engine_options(), threads=self.cluster.threads,
-                settings=dict(engine_settings(cfg, "extractor"), sleep_mode=plan.colocated),
+                settings=dict(engine_settings(cfg, "extractor"), sleep_mode=plan.colocated,
+                              **engine_transfer(plan, cfg)),
                 **self._placed("extractor"))
             # its own lock: the actor's rollout never waits on the extractor's engines
             self.ext_lock = threading.RLock()

@@ -3,20 +3,20 @@
 :func:`sync_method` picks the path from the plan's ``weight_sync`` setting, the device, the
 engines' kind and the placement:
 
-* ``nccl_broadcast`` (CUDA, ``hf`` engines on GPUs of their own, ``split``): learner rank 0
-  and every engine join a process group created for the push (not the learners' group) and
-  rank 0 broadcasts each gathered bf16 tensor into the engines, GPU to GPU
-  (:class:`BroadcastPusher`, :func:`receive_into`), as OpenRLHF and verl broadcast from the
-  trainer's rank 0 into their engines. ``vllm`` engines split from their ranks would receive it
-  in their workers through vLLM's ``nccl`` weight-transfer engine (``EngineWeightPusher``), but
-  they are built with vLLM's ``ipc`` transport (the backend's in-process sender): they take the
-  object store.
+* ``nccl_broadcast`` (CUDA, engines on GPUs of their own, ``split``): learner rank 0 and every
+  engine join a process group created for the push (not the learners' group) and rank 0
+  broadcasts each gathered bf16 tensor into the engines, GPU to GPU, as OpenRLHF and verl
+  broadcast from the trainer's rank 0 into their engines. ``hf`` engines receive it in their
+  actor (:class:`BroadcastPusher`, :func:`receive_into`); ``vllm`` engines in their workers,
+  built with vLLM's ``nccl`` weight-transfer engine (:func:`engine_transfer`) and driven by
+  vLLM's trainer-side sender (:class:`EngineWeightPusher`).
 * ``cuda_ipc`` (CUDA, ``colocated``): an engine shares its GPU with a learner rank, and NCCL
   refuses two ranks of one group on the same GPU; each rank hands its engine the gathered
   tensor by a CUDA IPC handle (vLLM's ``ipc`` transport), as verl's hybrid engine and
   OpenRLHF's colocated mode do.
 * ``gloo_broadcast``: the broadcast path on CPUs (the same group construction and collectives
-  over gloo); chosen by ``weight_sync="broadcast"`` without CUDA.
+  over gloo; ``vllm`` engines through the project's ``gloo`` weight-transfer engine); chosen by
+  ``weight_sync="broadcast"`` without CUDA.
 * ``object_store`` (the CPU fallback): rank 0 puts the weights in Ray's object store once and
   every engine loads them from there.
 
@@ -32,6 +32,9 @@ from typing import Any, Iterable, Iterator, Sequence
 from crl_bench.distributed import require_ray
 
 METHODS = ("nccl_broadcast", "cuda_ipc", "gloo_broadcast", "object_store")
+VLLM_TRANSFERS = {"nccl_broadcast": "nccl", "gloo_broadcast": "gloo", "cuda_ipc": "ipc"}
+"""The vLLM weight-transfer engine a ``vllm`` engine is built with for each path from the
+learner ranks (the object store needs none: the engine's own HF copy sends)."""
 
 
 def sync_method(setting: str, device: str, engine_kind: str, colocated: bool) -> str:
@@ -48,11 +51,31 @@ def sync_method(setting: str, device: str, engine_kind: str, colocated: bool) ->
             # one rank and one engine per GPU: IPC handles (vLLM's ipc engine); an hf engine has
             # no IPC receiver here, so it takes the object store
             return "cuda_ipc" if engine_kind == "vllm" else "object_store"
-        # engines on GPUs of their own: an NCCL broadcast from rank 0. A vllm engine is built
-        # with vLLM's ipc transport (VLLMBackend's in-process sender); receiving a broadcast needs
-        # it built for vLLM's nccl transport, which it is not: the object store
-        return "nccl_broadcast" if engine_kind == "hf" else "object_store"
+        # engines on GPUs of their own: an NCCL broadcast from rank 0 (a vllm engine built with
+        # vLLM's nccl weight-transfer engine, engine_transfer)
+        return "nccl_broadcast"
     return "gloo_broadcast" if setting == "broadcast" else "object_store"
+
+
+def role_sync_method(plan: Any, cfg: Any) -> str:
+    """:func:`sync_method` for a run of ``cfg`` on ``plan`` (``model.device`` "auto": CUDA when
+    the plan has GPUs, as :func:`~crl_bench.distributed.plan.built_topology` prints it)."""
+    device = str(cfg.model.device)
+    if device == "auto":
+        device = "cuda" if plan.required()["GPU"] else "cpu"
+    return sync_method(plan.weight_sync, device, str(cfg.model.backend),
+                       bool(getattr(plan, "colocated", False)))
+
+
+def engine_transfer(plan: Any, cfg: Any) -> dict[str, str]:
+    """The engine setting that makes a role's ``vllm`` engines receive their weights from the
+    learner ranks: ``{"weight_transfer": ...}`` (vLLM's weight-transfer engine for the path,
+    :data:`VLLM_TRANSFERS`; the engine then starts no sender of its own), or nothing (``hf``
+    engines; the object store, where the engine's HF copy sends)."""
+    method = role_sync_method(plan, cfg)
+    if str(cfg.model.backend) != "vllm" or method not in VLLM_TRANSFERS:
+        return {}
+    return {"weight_transfer": VLLM_TRANSFERS[method]}
 
 
 def group_backend_for(method: str) -> str:
@@ -216,19 +239,17 @@ class EngineWeightPusher:
     """Runs where the trained weights are (learner rank 0; every FSDP rank, whose gathers are
     collectives): joins the engines' workers once, then :meth:`push` sends ``module``'s weights
     into every engine in place, in ``wire_dtype`` (the engines' dtype, e.g. bf16 from fp32
-    masters). Transport: NCCL when ``device`` is a GPU, gloo otherwise."""
+    masters). ``transfer``: the vLLM weight-transfer engine the engines were built with
+    (:data:`VLLM_TRANSFERS`: ``nccl`` between GPUs, ``ipc`` sharing one, ``gloo`` on CPUs); a
+    broadcast's group is at ``address`` (rank 0's node)."""
 
-    def __init__(self, module: Any, client: EnginesWeightSyncClient, *, device: str = "cpu",
-                 rank: int = 0, wire_dtype: Any = None, colocated: bool = False) -> None:
-        from crl_bench.llm.vllm_weight_sync import (ModelWeights, start_sender, trainer_init_info,
-                                                    transport_for)
+    def __init__(self, module: Any, client: EnginesWeightSyncClient, *, transfer: str,
+                 rank: int = 0, wire_dtype: Any = None, address: str = "127.0.0.1") -> None:
+        from crl_bench.llm.vllm_weight_sync import ModelWeights, start_sender, trainer_init_info
 
         self.client = client
-        # colocated (an engine on each learner rank's GPU): CUDA IPC, vLLM's ipc engine; NCCL
-        # refuses two members of one group on the same GPU
-        info = trainer_init_info(transport_for(device, colocated=colocated),
-                                 world_size=1 + len(client.engines) * client.workers_per_engine,
-                                 rank=rank)
+        info = trainer_init_info(transfer, rank=rank, address=address,
+                                 world_size=1 + len(client.engines) * client.workers_per_engine)
         self.sender = start_sender(info, client, ModelWeights(module, wire_dtype))
 
     def push(self, version: int) -> None:
@@ -258,10 +279,12 @@ def _rank_join(rank: Any, engines: list[Any], role: str, method: str, kind: str,
     """In a learner rank actor (``ShardedRankImpl``, through Ray's ``__ray_call__``): build
     this rank's side of the push."""
     if kind == "vllm":
+        from crl_bench.distributed.learner import rank_address
+
         client = EnginesWeightSyncClient(engines, role, workers_per_engine=workers_per_engine)
         rank._crl_pusher = EngineWeightPusher(
-            rank.learner.model, client, device="cuda", rank=rank.rank,
-            wire_dtype=rank.learner.compute_dtype, colocated=colocated)
+            rank.learner.model, client, transfer=VLLM_TRANSFERS[method], rank=rank.rank,
+            wire_dtype=rank.learner.compute_dtype, address=rank_address()[0])
     else:
         rank._crl_pusher = BroadcastPusher(engines, role, method) if rank.rank == 0 else None
 

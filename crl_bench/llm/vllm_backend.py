@@ -90,6 +90,10 @@ class VLLMBackend:
         tensor_parallel_size: GPUs of the engine (``model.<role>_tensor_parallel``).
         enable_prefix_caching: keep KV blocks of shared prefixes between calls (None: on GPUs,
             off on CPUs). Reset after every in-place weight push.
+        weight_transfer: full fine-tuning, the vLLM weight-transfer engine for a sender in
+            another process (a learner rank: ``nccl`` on GPUs of its own, ``ipc`` sharing the
+            engine's GPU, ``gloo`` on CPUs); the backend then starts no sender of its own. None:
+            the HF copy sends (``ipc`` on GPUs, ``gloo`` on CPUs).
         vllm_kwargs: extra ``vllm.LLM`` keyword arguments.
     """
 
@@ -101,7 +105,7 @@ class VLLMBackend:
                  shared_adapter: bool = False, dtype: str = "auto", device: str = "auto",
                  seed: int = 0, vllm_dtype: str = "bfloat16", max_model_len: int = 4096,
                  gpu_memory_utilization: float = 0.5, tensor_parallel_size: int = 1,
-                 enable_prefix_caching: bool | None = None,
+                 enable_prefix_caching: bool | None = None, weight_transfer: str | None = None,
                  vllm_kwargs: dict | None = None) -> None:
         if separate_bases:
             raise ValueError("The vllm backend serves one base model; for two base models use "
@@ -144,10 +148,13 @@ class VLLMBackend:
 
             register()
             self._full_key = keys[0]
-            self.transport = transport_for(device, colocated=True)
+            self.transport = weight_transfer or transport_for(device, colocated=True)
             kwargs["weight_transfer_config"] = {"backend": self.transport}
             self._adapter_names: list[str | None] = []
         else:
+            if weight_transfer is not None:
+                raise ValueError("weight_transfer is for full fine-tuning (lora=None); with "
+                                 "LoRA the adapters are republished, not sent.")
             self._full_key = None
             self.transport = None
             self._adapter_names = sorted({self.trainer._route(r)[1] for r in self.roles})
@@ -186,7 +193,8 @@ class VLLMBackend:
 
             self._sync = LLMWeightSyncClient(self.llm)
             self._sync.engine.set_weight_version("0")
-            self._start_sender()
+            if weight_transfer is None:
+                self._start_sender()
         for name in self._adapter_names:
             self._publish(name)
 

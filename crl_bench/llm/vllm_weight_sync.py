@@ -17,7 +17,9 @@ Transports (``WeightTransferConfig.backend``):
 * ``ipc`` (vLLM's): CUDA IPC handles, for a trainer and an engine sharing one GPU.
 
 Only ``gloo`` runs on this project's machines (tests/test_llm_vllm.py); ``nccl`` and ``ipc`` are
-vLLM's engines, selected by :func:`transport_for` and not run here.
+vLLM's engines, selected by :func:`transport_for` (a sender in the engine's process) or by a Ray
+run's weight path (``crl_bench.distributed.weight_sync.VLLM_TRANSFERS``: learner ranks send),
+and not run here.
 
 Versions: :class:`LLMWeightSyncClient` marks the engine ``updating`` from
 ``start_weight_update`` until ``finish_weight_update`` commits the new version, so an engine that
