@@ -45,7 +45,7 @@ def test_vllm_engines_are_built_for_the_path_the_plan_prints():
 
     from crl_bench.config.schema import PRESETS, apply_overrides
     from crl_bench.distributed.plan import PLANS, ResourcePlan, built_topology
-    from crl_bench.distributed.weight_sync import engine_transfer, role_sync_method
+    from crl_bench.distributed.weight_sync import engine_transfer, role_sync_method, synced
 
     def paper(**sets):  # apply_overrides changes the config it is given: a fresh one each
         return apply_overrides(PRESETS["paper"](), {f"model.{k}": v for k, v in sets.items()})
@@ -67,6 +67,8 @@ def test_vllm_engines_are_built_for_the_path_the_plan_prints():
         assert role_sync_method(plan, cfg) == path, (plan.name, path)
         assert built_topology(cfg, plan)["actor"]["weight_sync"] == path, (plan.name, path)
         assert engine_transfer(plan, cfg) == setting, (plan.name, path)
+        if not plan.colocated:  # and the path the role's learner pushes by
+            assert synced(None, None, plan, cfg, "actor").method == path, (plan.name, path)
 
 
 def test_learner_broadcasts_its_weights_into_an_engine_over_gloo(tmp_path):

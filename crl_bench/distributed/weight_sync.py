@@ -369,7 +369,7 @@ def synced(learner: Any, gen: Any, plan: Any, cfg: Any, role: str, lock: Any = N
     ``cfg`` (device, backend, tensor parallel): what the Ray run's role trainer drives."""
     colocated = bool(getattr(plan, "colocated", False))
     kind = str(cfg.model.backend)
-    method = sync_method(plan.weight_sync, str(cfg.model.device), kind, colocated)
+    method = role_sync_method(plan, cfg)
     tp = int(getattr(cfg.model, f"{role}_tensor_parallel", 1))
     return SyncedLearner(learner, gen, method=method, colocated=colocated, kind=kind,
                          workers_per_engine=tp, lock=lock)
