@@ -24,18 +24,24 @@ TASK=MiniHack-Room-Landmark-5x5-v0
 AGENTS=${AGENTS:-grpo static_exp comp_rl exp_only}
 SEEDS=${SEEDS:-0 1 2 3 4}
 mkdir -p "$OUT/logs" "$OUT/claims"
-exec 9>"$OUT/.lock"  # one lock for the worktree set-up, the claims and every commit
-say() { echo "$(date -u +%FT%TZ) $*"; (flock 9; echo "$(date -u +%FT%TZ) $*" >> "$REPO/$LAUNCHER_LOG"); }
+# One lock for the worktree set-up, the launcher log and every commit. Each locked section opens
+# the lock file itself (a subshell with its own descriptor), so the lock ends with the section and
+# is never inherited by a run; a section already holding it (LOCKED=1) does not take it again.
+LOCK=$OUT/.lock
+say() {
+  echo "$(date -u +%FT%TZ) $*"
+  if [ "${LOCKED:-0}" = 1 ]; then echo "$(date -u +%FT%TZ) $*" >> "$REPO/$LAUNCHER_LOG"
+  else (exec 8>>"$LOCK"; flock 8; echo "$(date -u +%FT%TZ) $*" >> "$REPO/$LAUNCHER_LOG"); fi
+}
 
-flock 9
-if [ ! -d "$CODE" ]; then
-  git -C "$REPO" worktree add --detach "$CODE" "$COMMIT"
-  # the editable install maps crl_bench.envs / crl_bench.baselines to the live checkout: point
-  # the frozen package at its own copies instead
-  ln -s ../envs "$CODE/crl_bench/envs"
-  ln -s ../baselines "$CODE/crl_bench/baselines"
-fi
-flock -u 9
+(exec 8>>"$LOCK"; flock 8
+ if [ ! -d "$CODE" ]; then
+   git -C "$REPO" worktree add --detach "$CODE" "$COMMIT"
+   # the editable install maps crl_bench.envs / crl_bench.baselines to the live checkout: point
+   # the frozen package at its own copies instead
+   ln -s ../envs "$CODE/crl_bench/envs"
+   ln -s ../baselines "$CODE/crl_bench/baselines"
+ fi)
 [ "$(git -C "$CODE" rev-parse HEAD)" = "$(git -C "$REPO" rev-parse "$COMMIT")" ] || {
   echo "the worktree $CODE is not at $COMMIT"; exit 2; }
 # the run driver's folder in the frozen commit (experiments/ now; benchmarks/ in older commits)
@@ -55,6 +61,15 @@ OVR=(--preset cpu --set model.actor=smollm2-135m-reader --set model.extractor=sm
   --set eval.every=5 --set eval.episodes_per_task=128 --set eval.temperature=0
   --set extractor.distill=with_experience --set extractor.wait_before_rollout=true
   --set extractor.answer_template=action --set extractor.temperature=0.3)
+
+claim() {  # under the lock: take the run unless a live copy has it (a dead copy's claim is taken over)
+  local c=$OUT/claims/$1 pid
+  if ! mkdir "$c" 2>/dev/null; then
+    pid=$(cat "$c/pid" 2>/dev/null)
+    [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && return 1
+  fi
+  echo $$ > "$c/pid"
+}
 
 publish() {  # under the lock: entries and analysis with this checkout's code, tests, one commit
   local agent=$1 seed=$2 run=$3
@@ -83,8 +98,8 @@ for AGENT in $AGENTS; do
   for SEED in $SEEDS; do
     RUN=$OUT/runs/${TASK}__${AGENT}__${SEED}
     [ -f "$REPO/$RECORDS/${AGENT}__seed${SEED}.jsonl" ] && continue   # recorded already
-    (flock 9; mkdir "$OUT/claims/${AGENT}__${SEED}" 2>/dev/null) || continue  # another copy has it
-    [ -f "$OUT/stop" ] && { echo "stop file: not starting $AGENT seed $SEED"; rmdir "$OUT/claims/${AGENT}__${SEED}"; exit 0; }
+    (exec 8>>"$LOCK"; flock 8; claim "${AGENT}__${SEED}") || continue  # a live copy has it
+    [ -f "$OUT/stop" ] && { echo "stop file: not starting $AGENT seed $SEED"; rm -rf "$OUT/claims/${AGENT}__${SEED}"; exit 0; }
     say "start $AGENT seed $SEED"
     (cd "$CODE" && OMP_NUM_THREADS=1 PYTHONPATH="$CODE" "$PY" "$DRIVER" \
       --tasks crl/$TASK --steps 20 --seeds "$SEED" --agents "$AGENT" --jobs 1 "${OVR[@]}" \
@@ -94,9 +109,9 @@ for AGENT in $AGENTS; do
     say "end $AGENT seed $SEED: $STATE"
     if [ "$STATE" = done ]; then
       (cd "$CODE" && PYTHONPATH="$CODE" "$PY" "$ANALYSIS" export "$RUN" --records "$REPO/$RECORDS")
-      (flock 9; publish "$AGENT" "$SEED" "$RUN")
+      (exec 8>>"$LOCK"; flock 8; LOCKED=1; publish "$AGENT" "$SEED" "$RUN")
     fi
-    rmdir "$OUT/claims/${AGENT}__${SEED}"
+    rm -rf "$OUT/claims/${AGENT}__${SEED}"
   done
 done
 echo "$(date -u +%FT%TZ) no run left to start"
