@@ -1,7 +1,7 @@
 """One rank of the sharded-learner tests (launched by tests/test_fsdp.py with torchrun).
 
     torchrun --nproc_per_node N tests/_fsdp_worker.py OUT --updates K [--save-at S CKPT]
-        [--resume CKPT] [--checkpointing] [--compute float32|bfloat16]
+        [--resume CKPT] [--checkpointing] [--compute float32|bfloat16] [--offload]
     torchrun --nproc_per_node N tests/_fsdp_worker.py OUT --precision-check
 
 Trains the tiny random model with :class:`~crl_bench.distributed.fsdp.ShardedLearner` on the
@@ -54,6 +54,8 @@ def main() -> None:
     ap.add_argument("--checkpointing", action="store_true")
     ap.add_argument("--compute", default="float32")
     ap.add_argument("--precision-check", action="store_true")
+    ap.add_argument("--offload", action="store_true",
+                    help="states to host memory before each update and back for it")
     args = ap.parse_args()
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
@@ -66,8 +68,10 @@ def main() -> None:
                                  seed=0)
         if args.resume:
             learner.load(args.resume)
-        metrics = []
+        metrics, offloads = [], []
         while learner.updates < args.updates:
+            if args.offload:  # as a colocated run: offloaded during the rollout
+                offloads.append(offload_round_trip(learner))
             metrics.append(learner.update(batch(learner.updates), **KW))
             if args.save_at and learner.updates == int(args.save_at[0]):
                 learner.save(args.save_at[1])  # a snapshot; this run goes on uninterrupted
@@ -76,9 +80,32 @@ def main() -> None:
         if dist.get_rank() == 0:
             torch.save({"weights": weights, "optim": optim, "metrics": metrics,
                         "updates": learner.updates, "world_size": dist.get_world_size(),
-                        "pid": os.getpid()}, args.out)
+                        "pid": os.getpid(), "offloads": offloads,
+                        "state_log": learner.state_log}, args.out)
     finally:
         dist.destroy_process_group()
+
+
+def offload_round_trip(learner) -> dict:
+    """The learner's states to host memory and back: what each storage held before, whether
+    the offload emptied them all, and whether the reload gave every byte back."""
+    import torch
+
+    def local(t):
+        return t.to_local() if hasattr(t, "to_local") else t
+
+    states = learner.states()
+    before = [local(t).detach().clone() for t in states]
+    storages = [local(t).untyped_storage() for t in states]
+    nbytes = sum({s.data_ptr(): s.nbytes() for s in storages}.values())
+    learner.offload_states()
+    emptied = all(local(t).untyped_storage().nbytes() == 0 for t in states)
+    host = learner.host.host_bytes
+    learner.load_states()
+    same = all(torch.equal(local(t), b) and local(t).dtype == b.dtype
+               for t, b in zip(states, before))
+    return {"tensors": len(states), "bytes": nbytes, "host_bytes": host, "emptied": emptied,
+            "restored": same}
 
 
 def precision_check(out: str) -> None:

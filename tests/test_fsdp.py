@@ -95,6 +95,33 @@ def test_a_sharded_checkpoint_resumes_exactly(runs):
             assert torch.equal(torch.as_tensor(got[name][key]), torch.as_tensor(want[name][key])), (name, key)
 
 
+def test_states_offloaded_to_host_memory_come_back_bitwise_and_train_the_same(runs, tmp_path):
+    """Colocated, the learner's training states live in host memory while the engines roll
+    out, as the official pipeline's ``offload_states`` before each rollout
+    (roll/pipeline/agentic/agentic_pipeline.py:193 of pUmpKin-Co/ComplementaryRL; ROLL's
+    strategy moves every state, pinned: roll/distributed/strategy/megatron_strategy.py:537-550).
+    Before each of 3 updates both ranks offload their states (fp32 shards, then AdamW's m, v and
+    step too): every storage is emptied, host memory holds every byte, and the reload gives
+    them back bitwise; the run equals the one that never offloaded, exactly."""
+    whole, _, _ = runs
+    got = torchrun(tmp_path / "offload.pt", "--updates", "3", "--checkpointing", "--offload")
+    n_params = len(got["weights"])
+    assert [o["tensors"] for o in got["offloads"]] == [n_params] + [4 * n_params] * 2
+    for o in got["offloads"]:
+        assert o["emptied"] and o["restored"] and o["host_bytes"] == o["bytes"] > 0, o
+    assert [k for k, _ in got["state_log"]] == ["offload", "reload"] * 3
+    assert len(got["metrics"]) == 3
+    for a, b in zip(got["metrics"], whole["metrics"]):
+        assert a == b
+    for a, b in zip(got["weights"], whole["weights"]):
+        assert torch.equal(a, b)
+    want, have = whole["optim"]["state"], got["optim"]["state"]
+    assert sorted(want) == sorted(have)
+    for name in want:
+        for key in ("step", "exp_avg", "exp_avg_sq"):
+            assert torch.equal(torch.as_tensor(have[name][key]), torch.as_tensor(want[name][key]))
+
+
 def test_bf16_compute_keeps_fp32_shards_that_take_the_whole_small_step(tmp_path):
     """bf16 ``dtype``: FSDP2 computes in bf16 (the gradient differs from the fp32 one, within
     2%) while the shards, the optimiser's weights, stay fp32: a step at lr 1e-6 is the fp32

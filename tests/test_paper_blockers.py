@@ -380,6 +380,15 @@ def test_paper_topology_at_toy_size_on_ray(tmp_path):
                 assert [x["version"] for x in pushes] == list(range(1, len(pushes) + 1))
         for log in events["actor"]:
             assert [k for k, _ in log][:3] == ["generate", "sleep", "wake_up"], log
+        # the ranks' training states in host memory whenever their engines generate, back only
+        # while the engines sleep (the official offload_states before each rollout)
+        from test_weight_sync import check_offload_order
+
+        for role in ("actor", "extractor"):
+            for rank_log in topo["learner_events"][role]:
+                assert ("reload", "update") in [(k, x["why"]) for k, x in rank_log], rank_log
+                for log in events[role]:
+                    check_offload_order(log, rank_log)
         assert printed["actor"]["weight_sync"] == "object_store"  # CPU: the fallback
         # the step-1 checkpoint: each role's FSDP ranks wrote their shards; the driver none
         folders = sorted(p.name for p in (run / "learner_checkpoints").iterdir())

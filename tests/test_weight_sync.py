@@ -1,5 +1,6 @@
-"""Weights from the learner into the generation engines by broadcast, and the engines' sleep /
-wake-up around the update (the colocated topology's order), on CPU.
+"""Weights from the learner into the generation engines by broadcast, the engines' sleep /
+wake-up around the update and the learner's states in host memory during the rollout (the
+colocated topology's order), on CPU.
 
 The broadcast path is the one a run takes on GPUs between GPUs of their own (``nccl_broadcast``):
 learner rank 0 and the engines join a process group created for the push (a ``TCPStore`` and a
@@ -71,12 +72,43 @@ def test_vllm_engines_are_built_for_the_path_the_plan_prints():
             assert synced(None, None, plan, cfg, "actor").method == path, (plan.name, path)
 
 
+def check_offload_order(engine_log: list, rank_log: list) -> None:
+    """A colocated learner rank's ``offload`` / ``reload`` log against its engine's calls, in
+    time order (both stamp ``time.monotonic``, one clock per machine): the states are in host
+    memory whenever the engine generates, come back only while it sleeps whole (the official
+    pipeline offloads the training states before each rollout: roll/pipeline/agentic/
+    agentic_pipeline.py:193 of pUmpKin-Co/ComplementaryRL), and leave before its KV cache
+    wakes; a push lands in awake weights."""
+    events = sorted([(x["t"], k, x) for k, x in engine_log] + [(x["t"], k, x) for k, x in rank_log],
+                    key=lambda e: e[0])
+    assert events and events[0][1] == "offload", events[:2]  # offloaded before any rollout
+    loaded, sleeping = True, set()
+    for _, kind, x in events:
+        if kind == "generate":
+            assert not loaded and not sleeping, "generation beside the learner's states"
+        elif kind == "reload":
+            assert sleeping == {"weights", "kv_cache"}, "states back beside an awake engine"
+            loaded = True
+        elif kind == "offload":
+            assert loaded
+            loaded = False
+        elif kind == "sleep":
+            sleeping = {"weights", "kv_cache"}
+        elif kind == "wake_up":
+            assert not (loaded and "kv_cache" in x["tags"]), "the KV cache woke beside the states"
+            sleeping -= set(x["tags"])
+        elif kind == "weights":
+            assert "weights" not in sleeping
+    assert not loaded and not sleeping
+
+
 def test_learner_broadcasts_its_weights_into_an_engine_over_gloo(tmp_path):
-    """The run's code path (the role trainer over a colocated :class:`SyncedLearner`, 2 FSDP
-    rank actors, one engine actor): rollout -> sleep -> update -> wake -> push, read back from
-    the engine; after each push the engine's weights equal the learner's (gathered from its
-    shards by rank 0's broadcast), differ from its initial ones, and it generates with them
-    under the pushed version."""
+    """The run's code path (the role trainer over a colocated :class:`SyncedLearner` with its
+    states offloaded, 2 FSDP rank actors, one engine actor): rollout -> sleep -> reload ->
+    update -> wake the weights -> push -> offload -> wake the KV cache, read back from the
+    engine and the ranks (:func:`check_offload_order`); after each push the engine's weights
+    equal the learner's (gathered from its shards by rank 0's broadcast), differ from its
+    initial ones, and it generates with them under the pushed version."""
     from types import SimpleNamespace
 
     import ray
@@ -114,22 +146,33 @@ def test_learner_broadcasts_its_weights_into_an_engine_over_gloo(tmp_path):
             assert inits == ["rank 0 loaded", "meta, filled from rank 0"]
             assert all(torch.equal(a, b) for a, b in zip(learner.weights(), start))
             synced = SyncedLearner(learner, gen, method="gloo_broadcast", colocated=True,
-                                   kind="hf")
+                                   kind="hf", offload=True)
             info = SimpleNamespace(run=SimpleNamespace(path=tmp_path))
             trainer = ShardedRoleTrainer(Models(), info, synced, "actor", gen=gen)
             for step in (1, 2):
                 gen.generate(prompt, sampling, "actor")  # the rollout
                 assert trainer.update(batch(step), **KW)["skipped"] == 0.0
                 served = ray.get(engine.weights.remote("actor"))
-                trained = learner.weights()
+                trained = synced.weights()  # from host memory: back on the ranks, asleep
                 assert len(served) == len(trained) == len(start)
                 assert all(torch.equal(s, t) for s, t in zip(served, trained)), step
             assert any(not torch.equal(s, w) for s, w in zip(served, start))
             assert gen.version("actor") == 2
             assert len(gen.generate(prompt, sampling, "actor")) == 1  # asks for version 2
             log = gen.events()[0]
-            assert [k for k, _ in log] == ["generate", "sleep", "wake_up", "weights"] * 2 + [
-                "generate"]
+            # the ranks' states were in host memory during each rollout: back after the sleep,
+            # out again after the push, before the KV cache wakes; reading the weights puts the
+            # engine to sleep for the gather
+            assert [k for k, _ in log] == ["generate", "sleep", "wake_up", "weights", "wake_up",
+                                           "sleep", "wake_up"] * 2 + ["generate"]
+            assert [x["tags"] for k, x in log if k == "wake_up"] == [
+                ["weights"], ["kv_cache"], ["kv_cache", "weights"]] * 2
+            ranks_log = learner.state_events()
+            for rank_log in ranks_log:
+                assert [(k, x["why"]) for k, x in rank_log] == [("offload", "rollout")] + [
+                    ("reload", "update"), ("offload", "rollout"),
+                    ("reload", "weights"), ("offload", "weights")] * 2
+                check_offload_order(log, rank_log)
             assert [x["version"] for k, x in log if k == "weights"] == [1, 2]
             assert {x["by"] for k, x in log if k == "weights"} == {"broadcast"}
             # on CPU the engine has no vLLM sleep mode: each sleep was the recorded reset only

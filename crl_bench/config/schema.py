@@ -194,6 +194,11 @@ class ModelConfig(_Section):
     the role's GPUs each); ``colocated``, every GPU of the role holds an engine's share and a
     rank, the engines sleeping (vLLM sleep level 1) while the ranks update (official: actor_train
     and actor_infer both on GPUs 0-7, the memory model's engine and trainer on 8-15)."""
+    offload_learner_states: bool = True
+    """``colocated`` with full fine-tuning: the learner ranks' fp32 masters and AdamW moments go
+    to host memory (pinned on CUDA) after each push and come back before the next update, so the
+    engines have the GPUs during the rollout (official: ``offload_states`` before each rollout,
+    roll/pipeline/agentic/agentic_pipeline.py:193); false keeps them on the GPUs."""
 
 
 @_section("rollout")

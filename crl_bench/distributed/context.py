@@ -528,17 +528,21 @@ class RayRunContext(RunContext):
 
     def write_events(self) -> None:
         """``RUN_DIR/ray_topology.json`` gets ``engine_events``: each role's engines' call logs
-        (generate, sleep, wake_up, weights: the run's order, read back before they stop)."""
+        (generate, sleep, wake_up, weights: the run's order, read back before they stop), and
+        ``learner_events``: each sharded role's ranks' offload / reload logs."""
         import json
 
         path = self.info.run.path / "ray_topology.json"
+        learners = {"actor": self.actor.learner, "extractor": self.experience.ext_learner}
         try:
             events = self.models.events()
-        except Exception:  # engines already gone: nothing to add
+            states = {role: lr.state_events() for role, lr in learners.items()
+                      if hasattr(lr, "state_events")}
+        except Exception:  # engines or ranks already gone: nothing to add
             return
         if path.is_file():
             doc = json.loads(path.read_text())
-            doc["engine_events"] = events
+            doc["engine_events"], doc["learner_events"] = events, states
             path.write_text(json.dumps(doc, indent=1, default=str))
 
 

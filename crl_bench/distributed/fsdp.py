@@ -37,11 +37,83 @@ learner: its adapters are small, and the frozen base needs no optimiser state.
 
 from __future__ import annotations
 
+import contextlib
 import random
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 EXTRA_STATE = "learner_state.pt"
+
+
+class HostOffload:
+    """A learner's training states in host memory while its GPU serves the rollout (colocated
+    placement), as the official pipeline's ``offload_states`` / ``load_states`` (its ROLL's
+    Megatron strategy, pUmpKin-Co/ComplementaryRL at ab2574f:
+    roll/distributed/strategy/megatron_strategy.py:524-550, pinned by default; ROLL's FSDP2
+    strategy moves the sharded model the same way, alibaba/ROLL
+    roll/distributed/strategy/fsdp2_strategy.py:933-967).
+
+    :meth:`offload` copies every storage behind the given tensors into host memory (pinned where
+    the storage is on CUDA) and resizes the storage to 0 bytes, freeing it; :meth:`reload`
+    gives each storage its bytes back and copies them in. The tensors, their views (FSDP2's
+    sharded parameters are views of one flat shard) and the optimiser's references to them stay
+    the same objects, so nothing else changes; on CPU the same code runs (the storages are
+    emptied and refilled: what the tests check)."""
+
+    def __init__(self) -> None:
+        self.saved: list[tuple[Any, Any]] = []  # (storage, its bytes in host memory)
+
+    @property
+    def offloaded(self) -> bool:
+        return bool(self.saved)
+
+    @property
+    def host_bytes(self) -> int:
+        return sum(int(h.numel()) for _, h in self.saved)
+
+    def offload(self, tensors: Any) -> None:
+        import torch
+
+        if self.saved:
+            raise RuntimeError("the learner's states are already in host memory")
+        seen: set[tuple[str, int]] = set()
+        cuda = False
+        for t in tensors:
+            t = t.to_local() if hasattr(t, "to_local") else t  # a DTensor's local shard
+            storage = t.untyped_storage()
+            key = (str(storage.device), storage.data_ptr())
+            if storage.nbytes() == 0 or key in seen:  # several views of one storage
+                continue
+            seen.add(key)
+            cuda = cuda or storage.device.type == "cuda"
+            host = torch.empty(storage.nbytes(), dtype=torch.uint8,
+                               pin_memory=storage.device.type == "cuda")
+            host.copy_(_as_bytes(storage), non_blocking=True)
+            self.saved.append((storage, host))
+        if cuda:
+            torch.cuda.synchronize()
+        for storage, _ in self.saved:
+            storage.resize_(0)
+        if cuda:
+            torch.cuda.empty_cache()  # back to the driver, for the engine waking up
+
+    def reload(self) -> None:
+        import torch
+
+        cuda = False
+        for storage, host in self.saved:
+            storage.resize_(host.numel())
+            _as_bytes(storage).copy_(host, non_blocking=True)
+            cuda = cuda or storage.device.type == "cuda"
+        if cuda:
+            torch.cuda.synchronize()
+        self.saved = []
+
+
+def _as_bytes(storage: Any) -> Any:
+    import torch
+
+    return torch.empty(0, dtype=torch.uint8, device=storage.device).set_(storage)
 
 
 def decoder_layers(model: Any) -> list[Any]:
@@ -161,6 +233,52 @@ class ShardedLearner:
         self.init = _materialise_from_rank0(model, self.backend, spec)
         self.trainer = RoleTrainer(self.backend, role, optim, total_steps=total_steps, seed=seed)
         self._rng = random.Random(seed)  # RoleTrainer's max_samples_per_update draws
+        self.host = HostOffload()
+        self.state_log: list[tuple[str, dict[str, Any]]] = []
+        """``offload`` / ``reload`` with the time (``time.monotonic``, one clock for every
+        process of a machine) and the bytes moved: read back to check the run's order."""
+
+    # -- the training states in host memory during the rollout (colocated) ---------------------
+    def states(self) -> list[Any]:
+        """The tensors of this rank's training states: the sharded fp32 parameters (the
+        masters), their gradients where kept, and AdamW's state."""
+        import torch
+
+        tr = self.trainer
+        out = list(tr.params) + [p.grad for p in tr.params if p.grad is not None]
+        for state in tr.optimizer.state.values():
+            out += [v for v in state.values() if isinstance(v, torch.Tensor)]
+        return out
+
+    def offload_states(self, why: str = "rollout") -> None:
+        """The training states to host memory (pinned on CUDA), their GPU memory freed."""
+        import time
+
+        self.host.offload(self.states())
+        self.state_log.append(("offload", {"t": time.monotonic(), "bytes": self.host.host_bytes,
+                                           "why": why}))
+
+    def load_states(self, why: str = "update") -> None:
+        """The training states back where they were (nothing to do when they are)."""
+        import time
+
+        if self.host.offloaded:
+            moved = self.host.host_bytes
+            self.host.reload()
+            self.state_log.append(("reload", {"t": time.monotonic(), "bytes": moved,
+                                              "why": why}))
+
+    @contextlib.contextmanager
+    def states_loaded(self, why: str) -> Iterator[None]:
+        """The states on the device for one call (a checkpoint, a gather of the weights), then
+        back in host memory if they were there."""
+        was = self.host.offloaded
+        self.load_states(why)
+        try:
+            yield
+        finally:
+            if was:
+                self.offload_states(why)
 
     @property
     def updates(self) -> int:
@@ -174,6 +292,7 @@ class ShardedLearner:
         from crl_bench.training.update import micro_batch_step
 
         tr = self.trainer
+        self.load_states()
         per_rank, totals, metrics = plan_update(samples, self.cfg, self._rng, by_prompt=False,
                                                 n_ranks=self.world_size)
         if not per_rank:
@@ -203,11 +322,12 @@ class ShardedLearner:
 
         keep = keep_on is None or dist.get_rank() == keep_on
         out = []
-        for p in self.trainer.params:
-            full = p.full_tensor() if hasattr(p, "full_tensor") else p
-            if keep:
-                out.append(full.detach().to(device="cpu", dtype=dtype or full.dtype).clone())
-            del full
+        with self.states_loaded("weights"):
+            for p in self.trainer.params:
+                full = p.full_tensor() if hasattr(p, "full_tensor") else p
+                if keep:
+                    out.append(full.detach().to(device="cpu", dtype=dtype or full.dtype).clone())
+                del full
         return out if keep else None
 
     def full_optimizer_state(self) -> dict[str, Any]:
@@ -215,9 +335,10 @@ class ShardedLearner:
         from torch.distributed.checkpoint.state_dict import (StateDictOptions,
                                                              get_optimizer_state_dict)
 
-        return get_optimizer_state_dict(self.model, self.trainer.optimizer,
-                                        options=StateDictOptions(full_state_dict=True,
-                                                                 cpu_offload=True))
+        with self.states_loaded("weights"):
+            return get_optimizer_state_dict(self.model, self.trainer.optimizer,
+                                            options=StateDictOptions(full_state_dict=True,
+                                                                     cpu_offload=True))
 
     # -- sharded checkpoints -----------------------------------------------------------------------
     def _states(self) -> dict[str, Any]:
@@ -235,7 +356,8 @@ class ShardedLearner:
         import torch.distributed.checkpoint as dcp
 
         path = Path(path)
-        dcp.save(self._states(), checkpoint_id=str(path))
+        with self.states_loaded("checkpoint"):
+            dcp.save(self._states(), checkpoint_id=str(path))
         if self.rank == 0:
             torch.save({"updates": self.trainer.updates, "rng": self._rng.getstate(),
                         "world_size": self.world_size}, path / EXTRA_STATE)
@@ -251,10 +373,11 @@ class ShardedLearner:
         if not (path / EXTRA_STATE).is_file():
             raise FileNotFoundError(f"{path} is not a sharded learner checkpoint (no "
                                     f"{EXTRA_STATE}); save one with ShardedLearner.save")
-        states = self._states()
-        dcp.load(states, checkpoint_id=str(path))
-        set_state_dict(self.model, self.trainer.optimizer, model_state_dict=states["model"],
-                       optim_state_dict=states["optim"])
+        with self.states_loaded("checkpoint"):
+            states = self._states()
+            dcp.load(states, checkpoint_id=str(path))
+            set_state_dict(self.model, self.trainer.optimizer, model_state_dict=states["model"],
+                           optim_state_dict=states["optim"])
         extra = torch.load(path / EXTRA_STATE, weights_only=False)
         self.trainer.updates = int(extra["updates"])
         self._rng.setstate(extra["rng"])

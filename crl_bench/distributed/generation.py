@@ -23,6 +23,7 @@ exactly as in the single-process run.
 from __future__ import annotations
 
 import os
+import time
 from typing import Any, Sequence
 
 from crl_bench.distributed import remote_class, require_ray
@@ -122,7 +123,8 @@ class GenerationEngineImpl:
         self.calls = 0
         self.tokens = 0
         self.versions: dict[str, int] = {}
-        self.asleep = False
+        self.sleeping: set[str] = set()
+        """What sleeps: vLLM's tags, ``weights`` and ``kv_cache`` (empty: awake)."""
         self.log: list[tuple[str, Any]] = []
         """What this engine was asked to do, in order (``generate``, ``sleep``, ``wake_up``,
         ``weights`` with the version and the path they came by): the run's call order read
@@ -137,6 +139,10 @@ class GenerationEngineImpl:
         config = getattr(getattr(llm, "llm_engine", None), "vllm_config", None)
         return bool(getattr(getattr(config, "model_config", None), "enable_sleep_mode", False))
 
+    @property
+    def asleep(self) -> bool:
+        return bool(self.sleeping)
+
     def sleep(self, level: int = 1) -> bool:
         """Free this engine's GPU memory for the learner's update: the prefix cache is reset (its
         blocks would be stale after the push that follows), then vLLM's ``LLM.sleep(level)``
@@ -149,21 +155,24 @@ class GenerationEngineImpl:
         if self.sleep_mode():
             self.backend.llm.sleep(level=level)
             slept = True
-        self.asleep = True
-        self.log.append(("sleep", {"level": level, "vllm": slept}))
+        self.sleeping = {"weights", "kv_cache"}
+        self.log.append(("sleep", {"level": level, "vllm": slept, "t": time.monotonic()}))
         return slept
 
-    def wake_up(self) -> bool:
-        """Back from :meth:`sleep`: vLLM's ``LLM.wake_up()`` (weights back on the GPU, the KV
-        cache reallocated) when it slept; recorded either way."""
-        if not self.asleep:
+    def wake_up(self, tags: Sequence[str] | None = None) -> bool:
+        """Back from :meth:`sleep`: vLLM's ``LLM.wake_up(tags)`` (``weights`` back on the GPU,
+        ``kv_cache`` reallocated; None: both) when it slept; recorded either way. The weights
+        alone first let a push land before the KV cache takes its memory (verl's order when the
+        learner's states go to host memory after the push)."""
+        if not self.sleeping:
             raise RuntimeError("wake_up() on an engine that is awake")
+        tags = sorted(self.sleeping if tags is None else set(tags) & self.sleeping)
         woke = False
         if self.sleep_mode():
-            self.backend.llm.wake_up()
+            self.backend.llm.wake_up(tags=tags)
             woke = True
-        self.asleep = False
-        self.log.append(("wake_up", {"vllm": woke}))
+        self.sleeping -= set(tags)
+        self.log.append(("wake_up", {"vllm": woke, "tags": tags, "t": time.monotonic()}))
         return woke
 
     def _reset_prefix_cache(self) -> None:
@@ -196,7 +205,7 @@ class GenerationEngineImpl:
 
         if self._group is None:
             raise RuntimeError("receive_weights before join_weight_group")
-        if self.asleep:
+        if "weights" in self.sleeping:
             raise RuntimeError("weights pushed into a sleeping engine: wake_up() first")
         if hasattr(self.backend, "weight_versions"):
             raise RuntimeError("a vllm engine receives pushed weights in its workers "
@@ -205,7 +214,8 @@ class GenerationEngineImpl:
         self.backend.after_update(role)  # hf: drops the KV kept across calls
         self._reset_prefix_cache()
         self.versions[role] = int(version)
-        self.log.append(("weights", {"role": role, "version": int(version), "by": "broadcast"}))
+        self.log.append(("weights", {"role": role, "version": int(version), "by": "broadcast",
+                                     "t": time.monotonic()}))
 
     def pid(self) -> int:
         return os.getpid()
@@ -233,7 +243,8 @@ class GenerationEngineImpl:
             raise RuntimeError("generate() on a sleeping engine (its learner is updating): "
                                "wake_up() first")
         if not self.log or self.log[-1][0] != "generate":
-            self.log.append(("generate", {}))  # consecutive calls: one rollout
+            # consecutive calls: one rollout
+            self.log.append(("generate", {"t": time.monotonic()}))
         kwargs: dict[str, Any] = {}
         if hasattr(self.backend, "weight_versions"):
             # a vllm engine checks what vLLM committed (and stamps every completion)
@@ -252,7 +263,7 @@ class GenerationEngineImpl:
     def load_weights(self, role: str, weights: Sequence[Any], version: int | None = None) -> None:
         from crl_bench.training.precision import load_role_weights
 
-        if self.asleep:
+        if "weights" in self.sleeping:
             raise RuntimeError("weights pushed into a sleeping engine: wake_up() first")
         load_role_weights(self.backend, role, weights)
         if hasattr(self.backend, "weight_versions"):  # vllm: the HF copy's weights into vLLM
@@ -262,7 +273,8 @@ class GenerationEngineImpl:
         self._reset_prefix_cache()
         if version is not None:
             self.versions[role] = version
-        self.log.append(("weights", {"role": role, "version": version, "by": "object_store"}))
+        self.log.append(("weights", {"role": role, "version": version, "by": "object_store",
+                                     "t": time.monotonic()}))
 
     # the vLLM weight-sync control plane of this engine (vllm backend, full fine-tuning): what
     # EnginesWeightSyncClient calls while a sender broadcasts into the engine's workers
@@ -288,7 +300,8 @@ class GenerationEngineImpl:
         self._sync().finish_weight_update(str(version))  # resets vLLM's prefix cache
         self.versions[role] = int(version)
         self.log.append(("weights", {"role": role, "version": int(version),
-                                     "by": f"vllm:{self.backend.transport}"}))
+                                     "by": f"vllm:{self.backend.transport}",
+                                     "t": time.monotonic()}))
 
     def weights(self, role: str) -> list[Any]:
         from crl_bench.training.precision import role_weights
@@ -404,9 +417,10 @@ class RemoteGenerationBackend:
         """Every engine to sleep (colocated: before the learner ranks on their GPUs update)."""
         self._ray.get([e.sleep.remote() for e in self.engines])
 
-    def wake_up(self) -> None:
-        """Every engine awake again (after the update, before the weights are pushed)."""
-        self._ray.get([e.wake_up.remote() for e in self.engines])
+    def wake_up(self, tags: Sequence[str] | None = None) -> None:
+        """Every engine awake again (after the update, before the weights are pushed; ``tags``:
+        only those, :meth:`GenerationEngineImpl.wake_up`)."""
+        self._ray.get([e.wake_up.remote(tags) for e in self.engines])
 
     def events(self) -> list[list[tuple[str, Any]]]:
         """Each engine's call log (:meth:`GenerationEngineImpl.events`)."""

@@ -17,7 +17,8 @@ half for the extractor; each half into generation engines and learner ranks) and
 With ``model.placement=colocated`` (the ``paper`` preset, as the official yaml places a role's
 training and inference on the same GPUs) every GPU of a role holds an engine's share and a
 learner rank, checked in two phases: the rollout (the engine awake beside the rank's resident
-states) and the update (the rank's peak beside what a sleeping engine keeps, :data:`SLEEP_KEEPS`).
+states; none with ``model.offload_learner_states``, the default, which keeps them in host memory
+then) and the update (the rank's peak beside what a sleeping engine keeps, :data:`SLEEP_KEEPS`).
 
 Activation bytes follow what autograd saves in the transformers implementation of a Qwen2 / Qwen3
 decoder layer with SDPA (flash kernel, no dropout); the count is checked against the bytes saved
@@ -321,6 +322,7 @@ class RoleSpec:
     logprob_chunk: int = 0  # the section's logprob_chunk_tokens
     lora_r: int = 0  # 0: full fine-tuning (states sharded); > 0: LoRA adapters of this rank
     sleep: bool = False  # colocated: the engines sleep while the learner ranks update
+    offload: bool = False  # colocated, full fine-tuning: the states in host memory in the rollout
 
 
 PLACEMENTS = ("split", "colocated")
@@ -691,18 +693,24 @@ def _colocated_check(names: list[str], specs: dict[str, RoleSpec],
                      update_fixes: dict[str, list[str]]) -> None:
     """The two phases of GPUs shared by engines that sleep and learner ranks (``names``: the
     roles on them): rollout = the engines' ``gpu_memory_utilization`` + the ranks' resident
-    states; update = the ranks' peaks + what the sleeping engines keep."""
-    rollout = sum(specs[n].utilization * gpu_bytes + learner_resident(learners[n]) for n in names)
+    states (none when offloaded, :func:`rollout_resident`); update = the ranks' peaks + what the
+    sleeping engines keep."""
+    rollout = sum(specs[n].utilization * gpu_bytes + rollout_resident(specs[n], learners[n])
+                  for n in names)
     kept = sum(engines[n][SLEEP_KEEPS] for n in names)
-    # the roles update one at a time; the others' states stay resident
-    update = kept + max(learners[n]["total"] + sum(learner_resident(learners[o])
+    # the roles update one at a time; the others' states stay where they are in the rollout
+    update = kept + max(learners[n]["total"] + sum(rollout_resident(specs[o], learners[o])
                                                    for o in names if o != n) for n in names)
-    resident = sum(learner_resident(learners[n]) for n in names)
+    resident = sum(rollout_resident(specs[n], learners[n]) for n in names)
+    host = sum(learner_resident(learners[n]) for n in names if specs[n].offload)
     where = ("both roles share each GPU" if len(names) > 1 else
              f"each {names[0]} GPU holds an engine's share and a learner rank")
+    states = (f"learner states {resident / GB:.1f}" if not host else
+              f"learner states in host memory: {host / GB:.1f} GB per rank of fp32 masters "
+              "and AdamW moments, offloaded after each push, reloaded for the update")
     for n in names:
         notes[n] = (f"{where}: rollout {rollout / GB:.1f} GB of {gpu_memory_gb:g} (engine "
-                    f"{specs[n].utilization:g} of the GPU + learner states {resident / GB:.1f}), "
+                    f"{specs[n].utilization:g} of the GPU + {states}), "
                     f"update {update / GB:.1f} GB (learner + {kept / GB:.1f} kept by the "
                     "sleeping engine); the engines sleep during the update (vLLM sleep level 1, "
                     "weights to host memory, KV cache dropped)")
@@ -742,6 +750,15 @@ def placement_of(cfg: Any) -> str:
     return str(getattr(cfg.model, "placement", "split"))
 
 
+def rollout_resident(spec: RoleSpec, lines: dict[str, float]) -> float:
+    """What a learner rank keeps on a colocated GPU while the engine rolls out: nothing when
+    its states are offloaded to host memory (``spec.offload``, ``model.offload_learner_states``:
+    the official pipeline's ``offload_states`` before each rollout, roll/pipeline/agentic/
+    agentic_pipeline.py:193, moves them all, roll/distributed/strategy/megatron_strategy.py:537),
+    else :func:`learner_resident`."""
+    return 0.0 if spec.offload else learner_resident(lines)
+
+
 def learner_resident(lines: dict[str, float]) -> float:
     """What a learner rank keeps on its GPU between updates (while a colocated engine rolls
     out): its weights, fp32 masters and AdamW moments; the gradients are freed after each step
@@ -777,8 +794,10 @@ def build_plan(cfg: Any, gpus: int, gpu_memory_gb: float, *, checkpointing: bool
     sleep = bool(split["sleep"])
     roles: list[RolePlan] = []
     times: dict[str, dict[str, float]] = {}
+    offload = (sleep and not cfg.model.lora_r
+               and bool(getattr(cfg.model, "offload_learner_states", True)))
     specs = {s.role: dataclasses.replace(s, precision=PRECISIONS[precision],
-                                         lora_r=cfg.model.lora_r)
+                                         lora_r=cfg.model.lora_r, offload=offload)
              for s in role_specs(cfg, split)}
     engines: dict[str, dict[str, float]] = {}
     learners: dict[str, dict[str, float]] = {}

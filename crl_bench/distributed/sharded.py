@@ -72,6 +72,16 @@ class ShardedRankImpl:
     def updates(self) -> int:
         return self.learner.updates
 
+    def offload_states(self) -> None:
+        self.learner.offload_states()
+
+    def load_states(self) -> None:
+        self.learner.load_states()
+
+    def state_events(self) -> list[tuple[str, dict[str, Any]]]:
+        """This rank's ``offload`` / ``reload`` log (``ShardedLearner.state_log``)."""
+        return list(self.learner.state_log)
+
     def push_weights(self, engines: list[Any], role: str, version: int) -> list[Any] | None:
         """Gather the weights (every rank), then rank 0 puts them in the object store once and
         every engine loads them as ``version``. Rank 0 returns ``[ref]`` (a list, so that the
@@ -150,16 +160,33 @@ class ShardedRayLearner:
         return self._ray.get([getattr(r, method).remote(*args, **kwargs) for r in self.ranks])
 
     def update(self, samples: Sequence[Any], *, loss: str, loss_kwargs: dict[str, Any],
-               agg: str = "token-mean", temperature: float = 1.0) -> dict[str, float]:
+               agg: str = "token-mean", temperature: float = 1.0,
+               after: Any = None) -> dict[str, float]:
         """One optimiser step on ``samples`` (one object ref, read by every rank); the metrics
-        of ``RoleTrainer.update`` (summed over the ranks, the same on each)."""
+        of ``RoleTrainer.update`` (summed over the ranks, the same on each). ``after`` (the
+        push) is called when the step was taken."""
         ref = self._ray.put(list(samples))
-        return self._all("update", ref, loss=loss, loss_kwargs=loss_kwargs, agg=agg,
-                         temperature=temperature)[0]
+        metrics = self._all("update", ref, loss=loss, loss_kwargs=loss_kwargs, agg=agg,
+                            temperature=temperature)[0]
+        if after is not None and not metrics.get("skipped"):
+            after()
+        return metrics
 
     @property
     def updates(self) -> int:
         return int(self._ray.get(self.ranks[0].updates.remote()))
+
+    def offload_states(self) -> None:
+        """Every rank's training states to host memory (colocated: during the rollout)."""
+        self._all("offload_states")
+
+    def load_states(self) -> None:
+        """Every rank's training states back on its device (before the update)."""
+        self._all("load_states")
+
+    def state_events(self) -> list[list[tuple[str, dict[str, Any]]]]:
+        """Each rank's ``offload`` / ``reload`` log."""
+        return self._all("state_events")
 
     def push_weights(self, engines: list[Any], role: str, version: int) -> Any:
         """The current weights into every engine as ``version`` (see the module docstring);
@@ -247,13 +274,16 @@ class ShardedRoleTrainer:
         self.learner.close()
 
     def update(self, samples: Any, **kwargs: Any) -> dict[str, float]:
-        metrics = self.learner.update(samples, **kwargs)
-        if not metrics.get("skipped"):
-            self.updates += 1
-            self.push()
-            if getattr(self.models.raw_backend, "shared_adapter", False):
-                self.pull()  # the extractor generates and trains with the shared model
+        metrics = self.learner.update(samples, after=self._stepped, **kwargs)
+        if not metrics.get("skipped") and getattr(self.models.raw_backend, "shared_adapter",
+                                                  False):
+            self.pull()  # the extractor generates and trains with the shared model
         return metrics
+
+    def _stepped(self) -> None:
+        """After a step, before the engines generate again: the new weights into them."""
+        self.updates += 1
+        self.push()
 
     def push(self) -> None:
         """The ranks' weights into every engine under the next version (not via the driver)."""

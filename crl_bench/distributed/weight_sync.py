@@ -27,6 +27,7 @@ lives beside the learners' default process group without touching it.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any, Iterable, Iterator, Sequence
 
 from crl_bench.distributed import require_ray
@@ -293,16 +294,17 @@ def _rank_push(rank: Any, kind: str, version: int) -> None:
     """In a learner rank actor: one push of the current weights as ``version`` (every rank
     joins the gathers; rank 0 sends)."""
     learner, pusher = rank.learner, rank._crl_pusher
-    if kind == "vllm":
-        pusher.push(version)
-        return
-    dtype = learner.compute_dtype
-    tensors = _gathered(learner, dtype)
-    if pusher is None:
-        for _ in tensors:  # the gathers are collectives
-            pass
-        return
-    pusher.push(tensors, version, metas=_metas(learner, dtype))
+    with learner.states_loaded("weights"):  # offloaded (a resumed run's first push): back
+        if kind == "vllm":
+            pusher.push(version)
+            return
+        dtype = learner.compute_dtype
+        tensors = _gathered(learner, dtype)
+        if pusher is None:
+            for _ in tensors:  # the gathers are collectives
+                pass
+            return
+        pusher.push(tensors, version, metas=_metas(learner, dtype))
 
 
 class SyncedLearner:
@@ -311,6 +313,16 @@ class SyncedLearner:
     after it (the run's order per step: rollout -> sleep -> update -> wake -> push); the push
     takes :func:`sync_method`'s path (the object store: the learner's own ``push_weights``).
     Everything else is the learner's.
+
+    Colocated with ``offload`` (``model.offload_learner_states``), the ranks' training states
+    (fp32 masters, AdamW moments) live in host memory while the engines hold the GPUs, as the
+    official pipeline's ``offload_states`` before each rollout
+    (roll/pipeline/agentic/agentic_pipeline.py:193 of the official code): offloaded when built
+    (ROLL's workers end their setup so, roll/pipeline/base_worker.py:111), then per step
+    rollout -> sleep -> reload -> update -> wake the engines' weights -> push -> offload ->
+    wake their KV cache (the push gathers the states; the KV cache takes its memory only once
+    they left, verl's order). A checkpoint or a gather of the weights brings them back for its
+    duration with the engines asleep.
 
     Args:
         learner: the role's ``ShardedRayLearner``.
@@ -321,47 +333,93 @@ class SyncedLearner:
         workers_per_engine: each engine's tensor-parallel size (vLLM workers in the group).
         lock: held from sleep to wake-up (the role's generation lock: no generation reaches a
             sleeping engine).
+        offload: colocated, the training states in host memory during the rollout.
     """
 
     def __init__(self, learner: Any, gen: Any, *, method: str, colocated: bool, kind: str,
-                 workers_per_engine: int = 1, lock: Any = None) -> None:
+                 workers_per_engine: int = 1, lock: Any = None, offload: bool = False) -> None:
         if method not in METHODS:
             raise ValueError(f"weight path {method!r}: one of {', '.join(METHODS)}")
         self.learner, self.gen = learner, gen
         self.method, self.colocated, self.kind = method, colocated, kind
         self.workers_per_engine = int(workers_per_engine)
-        self.lock = lock
+        self.lock = lock if lock is not None else contextlib.nullcontext()
+        self.offload = bool(offload) and colocated
         self._joined = False
+        self._updating = False
+        if self.offload:
+            learner.offload_states()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.learner, name)
 
-    def update(self, samples: Any, **kwargs: Any) -> dict[str, float]:
+    def update(self, samples: Any, *, after: Any = None, **kwargs: Any) -> dict[str, float]:
+        """One update; ``after`` (the push) runs when it stepped, before the engines generate."""
         if not self.colocated:
-            return self.learner.update(samples, **kwargs)
-        import contextlib
+            return self.learner.update(samples, after=after, **kwargs)
+        with self.lock:
+            self.gen.sleep()
+            kv_asleep = True
+            try:
+                if self.offload:
+                    self.learner.load_states()  # the engines freed the GPU
+                self._updating = True
+                metrics = self.learner.update(samples, **kwargs)
+                self.gen.wake_up(["weights"] if self.offload else None)
+                kv_asleep = self.offload
+                if after is not None and not metrics.get("skipped"):
+                    after()
+                if self.offload:
+                    self.learner.offload_states()
+            finally:
+                self._updating = False
+                if kv_asleep:
+                    self.gen.wake_up()
+        return metrics
 
-        with self.lock if self.lock is not None else contextlib.nullcontext():
+    @contextlib.contextmanager
+    def _asleep(self, tags: Any = None) -> Iterator[None]:
+        """Offloaded and outside an update: the engines asleep (but ``tags``) for a call that
+        brings the states back."""
+        if not self.offload or self._updating:
+            yield
+            return
+        with self.lock:
             self.gen.sleep()
             try:
-                return self.learner.update(samples, **kwargs)
+                if tags:
+                    self.gen.wake_up(tags)
+                yield
             finally:
                 self.gen.wake_up()
+
+    def save(self, path: str) -> None:
+        with self._asleep():
+            self.learner.save(path)
+
+    def load(self, path: str) -> None:
+        with self._asleep():
+            self.learner.load(path)
+
+    def weights(self, dtype: Any = None) -> list[Any]:
+        with self._asleep():
+            return self.learner.weights(dtype)
 
     def push_weights(self, engines: list[Any], role: str, version: int) -> Any:
         """The weights into ``engines`` as ``version``: the object store's ref, or None when
         they went by broadcast / IPC (committed in place: nothing for the driver to keep)."""
-        if self.method == "object_store":
-            return self.learner.push_weights(engines, role, version)
-        ray = require_ray()
-        ranks = self.learner.ranks
-        if not self._joined:
-            ray.get([r.__ray_call__.remote(_rank_join, list(engines), role, self.method,
-                                           self.kind, self.colocated, self.workers_per_engine)
-                     for r in ranks])
-            self._joined = True
-        ray.get([r.__ray_call__.remote(_rank_push, self.kind, int(version)) for r in ranks])
-        return None
+        with self._asleep(["weights"]):
+            if self.method == "object_store":
+                return self.learner.push_weights(engines, role, version)
+            ray = require_ray()
+            ranks = self.learner.ranks
+            if not self._joined:
+                ray.get([r.__ray_call__.remote(_rank_join, list(engines), role, self.method,
+                                               self.kind, self.colocated,
+                                               self.workers_per_engine) for r in ranks])
+                self._joined = True
+            ray.get([r.__ray_call__.remote(_rank_push, self.kind, int(version)) for r in ranks])
+            return None
 
 
 def synced(learner: Any, gen: Any, plan: Any, cfg: Any, role: str, lock: Any = None) -> Any:
@@ -372,4 +430,5 @@ def synced(learner: Any, gen: Any, plan: Any, cfg: Any, role: str, lock: Any = N
     method = role_sync_method(plan, cfg)
     tp = int(getattr(cfg.model, f"{role}_tensor_parallel", 1))
     return SyncedLearner(learner, gen, method=method, colocated=colocated, kind=kind,
-                         workers_per_engine=tp, lock=lock)
+                         workers_per_engine=tp, lock=lock,
+                         offload=bool(getattr(cfg.model, "offload_learner_states", True)))
