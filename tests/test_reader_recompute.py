@@ -278,3 +278,28 @@ def test_a_side_short_of_five_seeds_must_be_shown_pending(tmp_path):
     result = json.loads((tmp_path / "analysis.json").read_text())
     assert result["comparisons"][0]["pending"] == "pending (4 + 5 of 5 + 5 seeds)"
     assert "pending (4 + 5 of 5 + 5 seeds)" in (tmp_path / "analysis.md").read_text()
+
+
+def test_every_run_of_a_seed_starts_from_the_same_actor() -> None:
+    """The plan runs one actor for all agents: before any training (step 0) and without
+    experience, every agent's run of a run seed must send the same greedy answer on every
+    held-out level. (The reader was built twice, on two machines, from its one recipe; this is
+    the check that both builds are one model as far as the comparison can see.)"""
+    step0: dict[int, dict[str, dict[int, tuple]]] = {}
+    for path in committed():
+        lines = path.read_text().splitlines()
+        header = json.loads(lines[0])["run"]
+        answers = {}
+        for line in lines[1:]:
+            e = json.loads(line)
+            if int(e["step"]) == 0 and not e["exp"]:
+                answers[int(e["seed"])] = tuple(e["actions"])
+        step0.setdefault(int(header["run_seed"]), {})[header["agent"]] = answers
+    for seed, by_agent in step0.items():
+        agents = sorted(by_agent)
+        first = by_agent[agents[0]]
+        assert len(first) == 128, (seed, agents[0], len(first))
+        for agent in agents[1:]:
+            differ = [lvl for lvl in first if by_agent[agent].get(lvl) != first[lvl]]
+            assert not differ, (f"run seed {seed}: {agent} and {agents[0]} answer differently at "
+                                f"step 0 without experience on levels {differ[:5]}")
