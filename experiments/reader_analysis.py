@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import sys
 from collections import Counter
 from pathlib import Path
@@ -371,6 +372,21 @@ def export_entries(runs: list[Path], out: Path) -> list[Path]:
 
 # -- the analysis ------------------------------------------------------------------------------
 
+LAUNCH_RE = re.compile(r"^(\S+Z) start (\w+) seed (\d+)$")
+
+
+def launches(log: Path) -> dict[str, list[str]]:
+    """``run -> [start times]`` from the run driver's launcher log (``run_all.sh`` appends a
+    ``<time> start <agent> seed <n>`` line each time it starts or resumes a run); {} without it."""
+    out: dict[str, list[str]] = {}
+    if log.is_file():
+        for line in log.read_text().splitlines():
+            m = LAUNCH_RE.match(line.strip())
+            if m:
+                out.setdefault(f"{m[2]}__seed{m[3]}", []).append(m[1])
+    return out
+
+
 def analyse(records: Path = RECORDS, banks: Path | None = None, seeds=SEEDS,
             steps: int = STEPS) -> dict[str, Any]:
     """The plan's analysis from the files in ``records`` (module docstring); ``banks``
@@ -455,6 +471,8 @@ def analyse(records: Path = RECORDS, banks: Path | None = None, seeds=SEEDS,
             "seeds": list(seeds), "steps": steps, "planned": len(AGENTS) * len(seeds),
             "recorded": recorded, "missing": missing, "held_out_violations": leaks,
             "provenance": provenance, "runs": per_run, "means": means,
+            "launches": {run: times for run, times in
+                         launches(records.parent / "launcher_log.txt").items() if run in recorded},
             "eval_claims": shown_claims,
             "collapsed": collapsed, "no_action_turns": no_action, "hints": hints,
             "comparisons": comparisons, "verdict": verdict(comparisons[0]),
@@ -511,6 +529,16 @@ def summary_markdown(result: dict[str, Any]) -> str:
                      f"{p['ended'] or '—'} | "
                      f"{p['model'] or '—'} | {p['example_pick'] or '—'} | "
                      f"{'—' if wall is None else f'{wall:.1f}'} |")
+    started = result.get("launches", {})
+    again = {run: times for run, times in started.items() if len(times) > 1}
+    if started:
+        lines += ["", f"Starts in the run driver's log ([`launcher_log.txt`](launcher_log.txt); "
+                  f"it covers {len(started)} of the recorded runs, the others' times are their "
+                  f"headers'): " + ("every run started once." if not again else
+                  "started more than once (stopped, then resumed from its last checkpoint or, "
+                  "before the first, from the start): " + "; ".join(
+                      f"{run.replace('__seed', ' seed ')} at {', '.join(t)}"
+                      for run, t in sorted(again.items())) + ".")]
     lines += ["", "## Held out", "", "no records" if not result["recorded"] else
               "no run trained on a level it was evaluated on (every record checked)"
               if not result["held_out_violations"] else

@@ -250,3 +250,16 @@ def test_a_bank_content_file_without_a_later_field_is_tabled_with_a_dash(tmp_pat
     (banks / "bank_content.json").write_text(json.dumps({"comp_rl__seed0": fields}))
     md = ra.summary_markdown(ra.analyse(tmp_path / "records", banks=banks))
     assert "| comp_rl__seed0 | 56 | 56 | 9 | —/8 | 53 | 9 (9) | 47 (47) | 0 |" in md
+
+
+def test_runs_started_more_than_once_are_listed_from_the_launcher_log(tmp_path):
+    """The driver's log, not a hand-written note, says which runs were stopped and resumed."""
+    log = tmp_path / "launcher_log.txt"
+    log.write_text("2026-12-07T16:51:05Z start static_exp seed 0\n"
+                   "2026-12-07T16:52:55Z start static_exp seed 0\n"
+                   "2026-12-07T16:53:10Z start static_exp seed 1\n"
+                   "2026-12-07T17:40:00Z end static_exp seed 1: done\n"
+                   "2026-12-07T17:41:00Z committed static_exp seed 1\n")
+    assert ra.launches(log) == {"static_exp__seed0": ["2026-12-07T16:51:05Z", "2026-12-07T16:52:55Z"],
+                                "static_exp__seed1": ["2026-12-07T16:53:10Z"]}
+    assert ra.launches(tmp_path / "absent.txt") == {}
