@@ -20,56 +20,27 @@ import threading
 from typing import Any, Sequence
 
 from crl_bench.distributed import remote_class, require_ray
+from crl_bench.training.host import ProcessHostServer
 
 
-class HostActorImpl:
-    """A role's :class:`~crl_bench.training.host.LocalHost` in a Ray actor (plain class;
-    :func:`~crl_bench.distributed.remote_class` makes the actor). Arguments as
+class HostActorImpl(ProcessHostServer):
+    """A role's :class:`~crl_bench.training.host.ProcessHostServer` in a Ray actor (plain
+    class; :func:`~crl_bench.distributed.remote_class` makes the actor): the process form's
+    server, its RNG in its state included. Arguments as
     :class:`~crl_bench.extractor.worker.ProcessHost`'s, with ``role``."""
 
-    def __init__(self, backend_kind: str, spec: dict[str, Any], role: str, sampling: Any,
-                 optim: Any = None, *, total_steps: int = 1, trainer_seed: int = 0,
-                 rng_seed: int = 0, threads: int = 1) -> None:
-        import random
-
-        import torch
-
-        from crl_bench.training.host import LocalHost
-
-        torch.set_num_threads(max(1, int(threads)))
-        random.seed(rng_seed)
-        torch.manual_seed(rng_seed)
-        self.host = LocalHost.from_spec(backend_kind, spec, role, sampling, optim,
-                                        total_steps=total_steps, seed=trainer_seed)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
         self._turns = threading.Lock()  # generation and updates, one at a time
 
     def generate(self, message_lists: list[list[dict]], stop: tuple[str, ...],
                  seed: int | None) -> list[Any]:
         with self._turns:
-            return self.host.generate(message_lists, stop, seed)
+            return super().generate(message_lists, stop, seed)
 
     def update(self, samples: list[Any], kwargs: dict[str, Any]) -> dict[str, float]:
         with self._turns:
-            return self.host.update(samples, **kwargs)
-
-    def updates(self) -> int:
-        return self.host.updates
-
-    def weights(self) -> list[Any]:
-        return self.host.weights()
-
-    def load_weights(self, weights: list[Any]) -> None:
-        self.host.load_weights(weights)
-
-    def state_dict(self) -> dict[str, Any]:
-        with self.host.lock:  # between updates
-            return self.host.state_dict()
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.host.load_state_dict(state)
-
-    def snapshot(self) -> dict[str, Any]:
-        return self.host.snapshot()
+            return super().update(samples, **kwargs)
 
     def describe(self) -> dict[str, Any]:
         """Where this host runs: its process, node and GPUs (read back by the run's

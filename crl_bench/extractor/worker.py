@@ -46,6 +46,8 @@ import traceback
 from pathlib import Path
 from typing import Any, Sequence
 
+from crl_bench.training.host import ProcessHostServer
+
 POLL_S = 1.0
 """How often a waiting call checks that the child still lives."""
 START_TIMEOUT_S = 900.0
@@ -242,65 +244,16 @@ class ProcessHost:
 
 
 # -------------------------------------------------------------------------------- child side
-class _Server:
-    """What the child holds: a :class:`~crl_bench.training.host.LocalHost` of the extractor
-    role (its backend, trainer and sampling settings), and the child's RNG in its state."""
+class _Server(ProcessHostServer):
+    """What the child holds: the extractor role's
+    :class:`~crl_bench.training.host.ProcessHostServer` (its backend, trainer and sampling
+    settings; the child's RNG in its state)."""
 
     def __init__(self, backend_kind: str, spec: dict[str, Any], sampling: Any, optim: Any,
                  total_steps: int, trainer_seed: int, rng_seed: int, threads: int) -> None:
-        import random
-
-        import torch
-
-        from crl_bench.training.host import LocalHost
-
-        torch.set_num_threads(max(1, int(threads)))
-        random.seed(rng_seed)
-        torch.manual_seed(rng_seed)
-        self.host = LocalHost.from_spec(backend_kind, spec, "extractor", sampling, optim,
-                                        total_steps=total_steps, seed=trainer_seed)
-
-    def generate(self, message_lists: list[list[dict]], stop: tuple[str, ...],
-                 seed: int | None) -> list[Any]:
-        return self.host.generate(message_lists, stop, seed)
-
-    def update(self, samples: list[Any], **kwargs: Any) -> dict[str, float]:
-        return self.host.update(samples, **kwargs)
-
-    def updates(self) -> int:
-        return self.host.updates
-
-    def weights(self) -> list[Any]:
-        return self.host.weights()
-
-    def load_weights(self, weights: list[Any]) -> None:
-        self.host.load_weights(weights)
-
-    def state_dict(self) -> dict[str, Any]:
-        import random
-
-        import torch
-
-        with self.host.lock:  # between updates
-            state = self.host.state_dict()
-        state["worker_rng"] = {"torch": torch.get_rng_state(), "python": random.getstate()}
-        return state
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        import random
-
-        import torch
-
-        state = dict(state)
-        rng = state.pop("worker_rng", None)
-        self.host.load_state_dict(state)
-        if rng is not None:
-            torch.set_rng_state(rng["torch"])
-            random.setstate(rng["python"])
-
-    def snapshot(self) -> dict[str, Any]:
-        with self.host.lock:
-            return {"weights": self.weights(), "state": self.state_dict()}
+        super().__init__(backend_kind, spec, "extractor", sampling, optim,
+                         total_steps=total_steps, trainer_seed=trainer_seed, rng_seed=rng_seed,
+                         threads=threads)
 
 
 def _die_with_parent(parent_pid: int) -> None:

@@ -185,3 +185,91 @@ class LocalHost:
 
     def close(self) -> None:
         """The backend belongs to whoever built it (the models part): nothing to release."""
+
+
+RNG_KEY = "worker_rng"
+"""Where a host in a process of its own keeps that process's RNG in its state."""
+
+
+def process_rng_state() -> dict[str, Any]:
+    """This process's RNG: torch's (CPU, and every CUDA device's once CUDA is initialised) and
+    python's ``random``: what a generation without a sampling seed draws from."""
+    import random
+
+    import torch
+
+    state = {"torch": torch.get_rng_state(), "python": random.getstate()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_process_rng_state(state: dict[str, Any]) -> None:
+    """Restore :func:`process_rng_state`."""
+    import random
+
+    import torch
+
+    torch.set_rng_state(state["torch"])
+    random.setstate(state["python"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+class ProcessHostServer:
+    """A role's :class:`LocalHost` in a process of its own, the serving side of both forms:
+    the extractor worker's child (:class:`~crl_bench.extractor.worker.ProcessHost`) and the Ray
+    actor (:class:`~crl_bench.distributed.extractor.RayHost`). The process's RNG is seeded with
+    ``rng_seed`` and travels in the host's state (:data:`RNG_KEY`), so that a resumed host
+    samples what the uninterrupted one would.
+
+    Args: the backend's kind and :func:`backend_spec`, the role, its sampling settings, its
+    optimiser config (None: frozen), ``total_steps`` and ``trainer_seed`` as for
+    ``RoleTrainer``, the process's ``rng_seed`` and torch ``threads``."""
+
+    def __init__(self, backend_kind: str, spec: dict[str, Any], role: str, sampling: Any,
+                 optim: Any = None, *, total_steps: int = 1, trainer_seed: int = 0,
+                 rng_seed: int = 0, threads: int = 1) -> None:
+        import random
+
+        import torch
+
+        torch.set_num_threads(max(1, int(threads)))
+        random.seed(rng_seed)
+        torch.manual_seed(rng_seed)
+        self.host = LocalHost.from_spec(backend_kind, spec, role, sampling, optim,
+                                        total_steps=total_steps, seed=trainer_seed)
+
+    def generate(self, message_lists: list[list[dict]], stop: tuple[str, ...],
+                 seed: int | None) -> list[Any]:
+        return self.host.generate(message_lists, stop, seed)
+
+    def update(self, samples: list[Any], **kwargs: Any) -> dict[str, float]:
+        return self.host.update(samples, **kwargs)
+
+    def updates(self) -> int:
+        return self.host.updates
+
+    def weights(self) -> list[Any]:
+        return self.host.weights()
+
+    def load_weights(self, weights: list[Any]) -> None:
+        self.host.load_weights(weights)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The trainer's state between updates, and the process's RNG."""
+        with self.host.lock:
+            state = self.host.state_dict()
+            state[RNG_KEY] = process_rng_state()
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        state = dict(state)
+        rng = state.pop(RNG_KEY, None)
+        self.host.load_state_dict(state)
+        if rng is not None:
+            set_process_rng_state(rng)
+
+    def snapshot(self) -> dict[str, Any]:
+        with self.host.lock:
+            return {"weights": self.weights(), "state": self.state_dict()}
