@@ -205,15 +205,53 @@ def test_plan_prints_the_colocated_topology_it_builds(capsys):
     assert topo["extractor"]["engine_bundles"] == [0, 4]
     for role in ("actor", "extractor"):
         assert topo[role]["sleep_wake"] and topo[role]["weight_sync"] == "cuda_ipc"
-    # a colocated engine over 4 GPUs is not placed by the Ray run yet: printed, and refused there
-    assert topo["actor"]["refused"] is None
-    assert "model.placement=split" in topo["extractor"]["refused"]
-    assert "    NOT BUILT: " + topo["extractor"]["refused"] in out
+    # each extractor engine's 4 tensor-parallel workers on its 4 bundles (vLLM's Ray executor);
+    # the actor's one-GPU engines run their worker in their own process
+    assert topo["extractor"]["worker_bundles"] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert topo["actor"]["worker_bundles"] is None and topo["actor"]["ray_executor_env"] is None
+    assert "NOT BUILT" not in out
     split = built_topology(apply_overrides(cfg, {"model.placement": "split"}),
                            PLANS["paper16-split"])
     assert (split["actor"]["engines"], split["actor"]["ranks"]) == (4, 4)
     assert (split["extractor"]["engines"], split["extractor"]["ranks"]) == (1, 4)
     assert not split["actor"]["sleep_wake"] and split["actor"]["weight_sync"] == "nccl_broadcast"
+
+
+def test_colocated_tp_engine_fills_its_bundles():
+    """Was refused before anything started (``NOT BUILT``): a colocated engine over several
+    GPUs, the official extractor's ``tensor_parallel_size`` 4 (yaml :261) on its 8 GPUs beside 8
+    FSDP ranks. Built as OpenRLHF builds it: the engine actor takes a share of its first
+    bundle's GPU and builds vLLM with ``distributed_executor_backend="ray"``; vLLM's Ray
+    executor starts tensor-parallel worker i in bundle ``VLLM_RAY_BUNDLE_INDICES[i]`` of the
+    actor's placement group with ``VLLM_RAY_PER_WORKER_GPUS`` of its GPU
+    (``openrlhf/trainer/ray/vllm_engine.py:85-87``; vLLM ``ray_executor.py``,
+    ``_init_workers_ray``). Every GPU of the role then holds one worker and one rank (rank r is
+    in bundle r: a worker's weights come by CUDA IPC from the rank on its GPU), and the shares
+    fit each bundle's GPU."""
+    from crl_bench.config.schema import PRESETS
+    from crl_bench.distributed.plan import PLANS, TP_SHARE, layout_plan
+
+    plan = layout_plan(PRESETS["paper"](), 16)
+    assert plan.ray_executor_env("extractor") == PLANS["paper16"].ray_executor_env("extractor") == [
+        {"VLLM_RAY_BUNDLE_INDICES": "0,1,2,3", "VLLM_RAY_PER_WORKER_GPUS": "0.25"},
+        {"VLLM_RAY_BUNDLE_INDICES": "4,5,6,7", "VLLM_RAY_PER_WORKER_GPUS": "0.25"}]
+    assert plan.ray_executor_env("actor") == [None] * 8  # one GPU: vLLM's in-process worker
+    assert plan.extractor_engine_options()["num_gpus"] == TP_SHARE == 0.25
+    assert plan.engine_options()["num_gpus"] == 0.5
+    for role, engine, rank in (("actor", plan.engine_options(), plan.rank_bundle()),
+                               ("extractor", plan.extractor_engine_options(),
+                                plan.extractor_rank_bundle())):
+        bundles = plan.role_bundles(role)
+        used = [rank["GPU"]] * len(bundles)  # rank r in bundle r
+        for workers, env in zip(plan.worker_bundles(role), plan.ray_executor_env(role)):
+            used[workers[0]] += engine["num_gpus"]  # the engine actor on its first bundle
+            if env is not None:
+                for b in map(int, env["VLLM_RAY_BUNDLE_INDICES"].split(",")):
+                    used[b] += float(env["VLLM_RAY_PER_WORKER_GPUS"])
+        assert sorted(sum(plan.worker_bundles(role), [])) == list(range(len(bundles))), role
+        for b, u in zip(bundles, used):
+            assert u <= b["GPU"] + 1e-9, (role, used)
+        assert used[plan.engine_bundles(role)[0]] == bundles[0]["GPU"] == 1.0, (role, used)
 
 
 def test_extractor_engines_serve_the_trained_weights(tmp_path):
@@ -356,11 +394,21 @@ def test_paper_topology_at_toy_size_on_ray(tmp_path):
             assert want_topo["sleep_wake"] is True
             groups = {e["placement_group"] for e in engines} | {r["placement_group"] for r in ranks}
             assert len(groups) == 1 and None not in groups, groups
+            # an engine over several bundles set vLLM's Ray executor up as printed, and sees
+            # the role's group as vLLM will (ray.util.get_current_placement_group())
+            executors = want_topo["ray_executor_env"] or [None] * len(engines)
+            assert [e["ray_executor"] and e["ray_executor"]["env"] for e in engines] == executors
+            assert all(e["ray_executor"]["placement_group"] in groups
+                       for e in engines if e["ray_executor"]), engines
             # one process per engine and per rank, none of them the driver
             pids = [e["pid"] for e in engines] + [r["pid"] for r in ranks]
             assert len(set(pids)) == len(pids) and os.getpid() not in pids
         assert topo["actor_engines"][0]["placement_group"] != topo["extractor_engines"][0][
             "placement_group"]
+        # the extractor's engine "over 2 GPUs": its workers' bundles 0 and 1 (no GPUs here)
+        assert printed["extractor"]["worker_bundles"] == [[0, 1]]
+        assert topo["extractor_engines"][0]["ray_executor"]["env"] == {
+            "VLLM_RAY_BUNDLE_INDICES": "0,1", "VLLM_RAY_PER_WORKER_GPUS": "0"}
         # the call order each engine served: the engines sleep through every update (nothing
         # generates between a sleep and its wake-up) and a push comes after the wake-up, by the
         # printed path: rollout -> sleep -> update -> wake -> push (no push when the update

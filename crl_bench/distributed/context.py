@@ -177,19 +177,17 @@ class RayModels(Models):
         self.actor_sampling, self.extractor_sampling = role_sampling(cfg)
 
     def _placed(self, role: str) -> dict[str, Any]:
-        """Colocated: the role's placement group (made here; its ranks join it) and the bundle
-        each engine starts in."""
-        from crl_bench.config.schema import ConfigError
-        from crl_bench.distributed.plan import colocated_tp_problem, role_group
+        """Colocated: the role's placement group (made here; its ranks join it), the bundle
+        each engine starts in and, for an engine over several bundles, where vLLM's Ray
+        executor puts its tensor-parallel workers."""
+        from crl_bench.distributed.plan import role_group
 
         plan = self.cluster.plan
         if not plan.colocated:
             return {}
-        problem = colocated_tp_problem(plan, role)
-        if problem:
-            raise ConfigError(f"ray plan {plan.name!r}: {problem}")
         self.groups[role] = role_group(plan, role)
-        return {"placement_group": self.groups[role], "bundles": plan.engine_bundles(role)}
+        return {"placement_group": self.groups[role], "bundles": plan.engine_bundles(role),
+                "ray_executor": plan.ray_executor_env(role)}
 
     def events(self) -> dict[str, Any]:
         """Each role's engines' call logs (:meth:`RemoteGenerationBackend.events`)."""

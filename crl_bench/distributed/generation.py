@@ -108,7 +108,10 @@ class GenerationEngineImpl:
     """One generation engine (plain class; :func:`generation_engine_class` makes the actor)."""
 
     def __init__(self, kind: str, spec: dict[str, Any], threads: int = 1,
-                 settings: dict[str, Any] | None = None) -> None:
+                 settings: dict[str, Any] | None = None,
+                 ray_executor: dict[str, str] | None = None) -> None:
+        # ray_executor (colocated, an engine over several bundles): before CUDA initialises
+        self.ray_executor = self._use_ray_executor(ray_executor) if ray_executor else None
         import torch
 
         torch.set_num_threads(threads)
@@ -116,9 +119,18 @@ class GenerationEngineImpl:
         # a vllm engine is built with them, an hf engine (CPU) keeps them as its description
         self.kind, self.spec, self.settings = kind, dict(spec), dict(settings or {})
         build = dict(self.settings)
+        vllm_kwargs = dict(build.get("vllm_kwargs") or {})
         if build.pop("sleep_mode", False) and kind == "vllm" and torch.cuda.is_available():
             # colocated: vLLM's sleep / wake-up need its sleep-mode allocator from the start
-            build["vllm_kwargs"] = dict(build.get("vllm_kwargs") or {}, enable_sleep_mode=True)
+            vllm_kwargs["enable_sleep_mode"] = True
+        if self.ray_executor is not None:
+            if kind == "vllm":
+                vllm_kwargs["distributed_executor_backend"] = "ray"
+            gpus = self.ray_executor["own_gpus"]
+            if gpus and torch.cuda.is_available():  # the HF copy on this actor's own GPU
+                torch.cuda.set_device(int(gpus[0]))
+        if vllm_kwargs:
+            build["vllm_kwargs"] = vllm_kwargs
         self.backend = make_backend(kind, dict(spec, **build) if kind == "vllm" else spec)
         self.calls = 0
         self.tokens = 0
@@ -130,6 +142,23 @@ class GenerationEngineImpl:
         ``weights`` with the version and the path they came by): the run's call order read
         back from the engine."""
         self._group: Any = None  # the weight-push process group (broadcast path)
+
+    @staticmethod
+    def _use_ray_executor(env: dict[str, str]) -> dict[str, Any]:
+        """Prepare this process for vLLM's Ray executor, as OpenRLHF's engine actor does
+        (``openrlhf/trainer/ray/vllm_engine.py:71-88``): the tensor-parallel workers go to the
+        bundles of ``env`` (``VLLM_RAY_BUNDLE_INDICES``, ``VLLM_RAY_PER_WORKER_GPUS``) in this
+        actor's placement group, which vLLM finds with ``ray.util.get_current_placement_group()``
+        (``EngineArgs.create_engine_config``); Ray's ``CUDA_VISIBLE_DEVICES`` of this actor is
+        dropped (vLLM gives each worker its own). Returns what was set, read back."""
+        import ray
+
+        own = [str(g) for g in ray.get_gpu_ids()]
+        os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+        os.environ.update(env)
+        group = ray.util.get_current_placement_group()
+        return {"env": {k: os.environ[k] for k in env}, "own_gpus": own,
+                "placement_group": group.id.hex() if group is not None else None}
 
     # -- sleep / wake-up (colocated: the learner rank updates on this engine's GPU) -------------
     def sleep_mode(self) -> bool:
@@ -232,7 +261,8 @@ class GenerationEngineImpl:
                 "gpus": [str(g) for g in ray.get_gpu_ids()],
                 "resources": dict(ctx.get_assigned_resources()),
                 "placement_group": ctx.get_placement_group_id(),
-                "sleep_mode": self.sleep_mode(), "node": ctx.get_node_id()}
+                "sleep_mode": self.sleep_mode(), "node": ctx.get_node_id(),
+                "ray_executor": self.ray_executor}
 
     def generate(self, prompts: list[list[int]], sampling: Any, adapter: str | None = None,
                  max_new_tokens: list[int] | int | None = None,
@@ -337,27 +367,34 @@ class RemoteGenerationBackend:
     def start(cls, local: Any, kind: str, spec: dict[str, Any], n_engines: int = 1, *,
               options: dict[str, Any] | None = None, threads: int = 1,
               settings: dict[str, Any] | None = None, placement_group: Any = None,
-              bundles: list[int] | None = None) -> "RemoteGenerationBackend":
+              bundles: list[int] | None = None,
+              ray_executor: list[dict[str, str] | None] | None = None,
+              ) -> "RemoteGenerationBackend":
         """``n_engines`` engine actors of ``kind`` built from ``spec`` with the role's engine
         ``settings`` (``max_model_len``, ``gpu_memory_utilization``, ``tensor_parallel_size``),
         each with Ray ``options`` (its GPUs: the tensor-parallel size). ``placement_group`` and
         ``bundles`` (colocated: the role's group, :meth:`ResourcePlan.engine_bundles`): engine k
-        starts in bundle ``bundles[k]``, beside the learner rank of that GPU."""
+        starts in bundle ``bundles[k]``, beside the learner rank of that GPU; ``ray_executor``
+        (:meth:`ResourcePlan.ray_executor_env`): engine k's tensor-parallel workers go to the
+        next bundles through vLLM's Ray executor."""
         actor = generation_engine_class()
         opts = [dict(options or {"num_cpus": 1}) for _ in range(n_engines)]
+        executors = list(ray_executor or [None] * n_engines)
         if placement_group is not None:
             from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-            if bundles is None or len(bundles) != n_engines:
+            if bundles is None or len(bundles) != n_engines or len(executors) != n_engines:
                 raise ValueError(f"{n_engines} engines in a placement group need one bundle "
                                  f"index each, got {bundles}")
-            for o, b in zip(opts, bundles):
+            for o, b, ex in zip(opts, bundles, executors):
+                # capture: vLLM's workers belong to the group too (OpenRLHF vllm_engine.py:260-264)
                 o["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
-                    placement_group, placement_group_bundle_index=b)
+                    placement_group, placement_group_bundle_index=b,
+                    placement_group_capture_child_tasks=ex is not None)
         # max_restarts: Ray brings a dead engine back (with its initial weights: the last pushed
         # ones are loaded again before it is used)
         engines = [actor.options(**o, max_restarts=2, max_task_retries=0)
-                   .remote(kind, spec, threads, settings) for o in opts]
+                   .remote(kind, spec, threads, settings, ex) for o, ex in zip(opts, executors)]
         require_ray().get([e.pid.remote() for e in engines])
         return cls(local, engines)
 

@@ -33,6 +33,14 @@ ENGINE_SHARE = 0.5
 """Colocated: the share of a GPU Ray gives the engine on it (the learner rank gets the rest).
 Ray does not enforce GPU memory; vLLM takes its ``gpu_memory_utilization`` while awake and
 sleeps while the rank updates (the memory plan's two phases)."""
+TP_SHARE = ENGINE_SHARE / 2
+"""Colocated, an engine over several GPUs (tensor parallel): the share of each of its GPUs one
+of its tensor-parallel workers takes (``VLLM_RAY_PER_WORKER_GPUS``) and the share of its first
+GPU its own process takes (the Ray actor, vLLM's driver), so that the engine's share of its first
+GPU holds both. OpenRLHF's colocated workers take 0.2 of a GPU each
+(``openrlhf/trainer/ray/vllm_engine.py:280``, set at ``:86``) and its engine actor over several
+GPUs none (``:244``, ``:304-305``); this engine's process also keeps an HF copy of its model
+(:class:`~crl_bench.llm.vllm_backend.VLLMBackend`), so it holds a share of its first GPU."""
 
 
 class ResourcePlanError(RuntimeError):
@@ -152,18 +160,44 @@ class ResourcePlan:
     def engine_bundles(self, role: str) -> list[int]:
         """Colocated: the bundle of ``role``'s placement group each engine starts in (engine k
         of tensor-parallel size t on bundle k x t; its other t - 1 GPUs are the next bundles)."""
+        return [b[0] for b in self.worker_bundles(role)]
+
+    def worker_bundles(self, role: str) -> list[list[int]]:
+        """Colocated: the bundles of each engine's tensor-parallel workers, one per GPU (engine
+        k of tensor-parallel size t: bundles k x t ... k x t + t - 1; a one-GPU engine runs its
+        worker in its own process, in its first bundle)."""
         engines = self.generation_engines if role == "actor" else self.extractor_engines
         per = (self.gpus_per_engine if role == "actor" else self.gpus_per_extractor_engine)
         ranks = self.learner_ranks if role == "actor" else self.extractor_ranks
         # on CPUs (no GPUs) the engines take the layout's tensor-parallel spacing from the ranks
         step = int(per) if per >= 1 else max(1, ranks // max(engines, 1))
-        return [k * step for k in range(engines)]
+        return [list(range(k * step, (k + 1) * step)) for k in range(engines)]
+
+    def ray_executor_env(self, role: str) -> list[dict[str, str] | None]:
+        """Colocated: per engine of ``role``, the environment its actor sets before it builds
+        vLLM with ``distributed_executor_backend="ray"`` when the engine spans several bundles
+        (None: one bundle, vLLM's in-process worker). vLLM's Ray executor starts worker i in
+        bundle ``VLLM_RAY_BUNDLE_INDICES[i]`` of the actor's placement group, each taking
+        ``VLLM_RAY_PER_WORKER_GPUS`` of its GPU (vLLM ``vllm/v1/executor/ray_executor.py``,
+        ``RayDistributedExecutor._init_workers_ray``; set as OpenRLHF sets them,
+        ``openrlhf/trainer/ray/vllm_engine.py:85-87``). Rank r is in bundle r, so each worker
+        shares its GPU with one rank: with ``cuda_ipc`` every rank puts its handles under its
+        GPU's UUID and each worker opens its own GPU's (vLLM's ``IPCWeightTransferEngine.
+        receive_weights``; OpenRLHF ``openrlhf/trainer/ray/vllm_worker_wrap.py:61``)."""
+        share = TP_SHARE if self.role_gpus(role) else 0.0
+        return [{"VLLM_RAY_BUNDLE_INDICES": ",".join(map(str, b)),
+                 "VLLM_RAY_PER_WORKER_GPUS": f"{share:g}"} if len(b) > 1 else None
+                for b in self.worker_bundles(role)]
+
+    def _engine_request(self, gpus: float) -> dict[str, float]:
+        """Ray options of one engine actor spanning ``gpus`` GPUs (colocated: its share of the
+        first GPU of its bundles, :data:`ENGINE_SHARE`, or :data:`TP_SHARE` beside a worker)."""
+        if self.colocated:
+            gpus = TP_SHARE if gpus > 1 else ENGINE_SHARE * gpus
+        return {"num_cpus": self.cpus_per_engine, "num_gpus": gpus}
 
     def engine_options(self) -> dict[str, float]:
-        gpus = self.gpus_per_engine
-        if self.colocated:  # its share of the first GPU of its group; vLLM's workers the rest
-            gpus = ENGINE_SHARE * min(gpus, 1.0)
-        return {"num_cpus": self.cpus_per_engine, "num_gpus": gpus}
+        return self._engine_request(self.gpus_per_engine)
 
     @property
     def sharded_extractor(self) -> bool:
@@ -181,10 +215,7 @@ class ResourcePlan:
         return (self.extractor_gpus - self.extractor_engine_gpus) / max(self.extractor_ranks, 1)
 
     def extractor_engine_options(self) -> dict[str, float]:
-        gpus = self.gpus_per_extractor_engine
-        if self.colocated:
-            gpus = ENGINE_SHARE * min(gpus, 1.0)
-        return {"num_cpus": self.cpus_per_engine, "num_gpus": gpus}
+        return self._engine_request(self.gpus_per_extractor_engine)
 
     def extractor_rank_bundle(self) -> dict[str, float]:
         """One placement-group bundle per extractor learner rank (colocated: the rank's share
@@ -378,25 +409,15 @@ def check_plan_against_ray(plan: ResourcePlan) -> None:
 
 
 # -- what a Ray run builds, as `crl-bench plan` prints it --------------------------------------
-def colocated_tp_problem(plan: ResourcePlan, role: str) -> str | None:
-    """Why a Ray run cannot build ``role``'s colocated engines on GPUs (None: it can): an engine
-    over several GPUs is one Ray actor holding a share of its first GPU, and its
-    tensor-parallel workers would need the next bundles' GPUs (vLLM's Ray executor placed in the
-    role's group), which is not built."""
-    tp = plan.gpus_per_engine if role == "actor" else plan.gpus_per_extractor_engine
-    if plan.colocated and tp > 1:
-        return (f"the colocated {role} engines span {tp:g} GPUs each (tensor parallel), which a "
-                f"Ray run does not place yet: use --set model.placement=split (plan "
-                f"paper16-split) or --set model.{role}_tensor_parallel=1")
-    return None
-
-
 def built_topology(cfg: Any, plan: ResourcePlan) -> dict[str, Any]:
     """What a Ray run of ``cfg`` on ``plan`` builds, per role: placement, GPUs, engines (each
     with its tensor-parallel GPUs and, colocated, the bundle of the role's placement group it
     starts in), learner ranks, whether the engines sleep during the update, and the weight
-    path (:func:`~crl_bench.distributed.weight_sync.sync_method`). The toy paper-topology test
-    compares it with what the running actors report."""
+    path (:func:`~crl_bench.distributed.weight_sync.sync_method`). A colocated engine over
+    several bundles is built with vLLM's Ray executor: ``worker_bundles`` are its
+    tensor-parallel workers' bundles and ``ray_executor_env`` what its actor sets for vLLM
+    (:meth:`ResourcePlan.ray_executor_env`). The toy paper-topology test compares it with what
+    the running actors report."""
     from crl_bench.distributed.weight_sync import sync_method
 
     out: dict[str, Any] = {"placement": plan.placement, "plan": plan.name,
@@ -412,13 +433,16 @@ def built_topology(cfg: Any, plan: ResourcePlan) -> dict[str, Any]:
                 continue
             engines, ranks = plan.extractor_engines, plan.extractor_ranks
             tp = plan.gpus_per_extractor_engine
+        workers = plan.worker_bundles(role) if plan.colocated else []
+        spans = any(len(b) > 1 for b in workers)
         out[role] = {
             "gpus": plan.role_gpus(role), "engines": engines, "gpus_per_engine": tp,
             "ranks": ranks, "sleep_wake": plan.colocated,
             "engine_bundles": plan.engine_bundles(role) if plan.colocated else None,
+            "worker_bundles": workers if spans else None,
+            "ray_executor_env": plan.ray_executor_env(role) if spans else None,
             "weight_sync": sync_method(plan.weight_sync, device, str(cfg.model.backend),
-                                       plan.colocated),
-            "refused": colocated_tp_problem(plan, role)}
+                                       plan.colocated)}
     return out
 
 
@@ -434,12 +458,17 @@ def format_topology(topo: dict[str, Any]) -> list[str]:
             continue
         bundles = (f", engines starting on bundles {r['engine_bundles']}"
                    if r["engine_bundles"] is not None else "")
+        weights = f"weights by {r['weight_sync']}"
+        if r["worker_bundles"] is not None:
+            share = r["ray_executor_env"][0]["VLLM_RAY_PER_WORKER_GPUS"]
+            bundles += (f", their tensor-parallel workers (vLLM's Ray executor, {share} GPU "
+                        f"each) on bundles {r['worker_bundles']}")
+            if r["weight_sync"] == "cuda_ipc":
+                weights += " (each worker's from the rank on its GPU)"
         out.append(f"  {role}: {r['gpus']:g} GPUs; {r['engines']} engine(s) x "
                    f"{r['gpus_per_engine']:g} GPU{bundles}; {r['ranks']} FSDP rank(s); "
                    f"{'engines sleep during the update, wake before the push' if r['sleep_wake'] else 'engines stay awake'}; "
-                   f"weights by {r['weight_sync']}")
-        if r.get("refused"):
-            out.append(f"    NOT BUILT: {r['refused']}")
+                   f"{weights}")
     return out
 
 
