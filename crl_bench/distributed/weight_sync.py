@@ -13,7 +13,11 @@ engines' kind and the placement:
 * ``cuda_ipc`` (CUDA, ``colocated``): an engine shares its GPU with a learner rank, and NCCL
   refuses two ranks of one group on the same GPU; each rank hands its engine the gathered
   tensor by a CUDA IPC handle (vLLM's ``ipc`` transport), as verl's hybrid engine and
-  OpenRLHF's colocated mode do.
+  OpenRLHF's colocated mode do. Every rank puts its handles under its GPU's UUID, rank 0 sends
+  them all to every engine, and each vLLM worker opens its own GPU's: an engine over several
+  GPUs (its tensor-parallel workers in the next bundles, :meth:`~crl_bench.distributed.plan.
+  ResourcePlan.ray_executor_env`) gets each worker's source from the rank on that GPU (vLLM's
+  ``IPCWeightTransferEngine.receive_weights``; OpenRLHF ``vllm_worker_wrap.py:61``).
 * ``gloo_broadcast``: the broadcast path on CPUs (the same group construction and collectives
   over gloo; ``vllm`` engines through the project's ``gloo`` weight-transfer engine); chosen by
   ``weight_sync="broadcast"`` without CUDA.
