@@ -421,7 +421,7 @@ def test_vllm_split_engine_receives_the_learners_weights_by_broadcast(tmp_path):
             assert sum(diff) / len(diff) <= 0.05 and max(diff) <= 0.5
             log = gen.events()[0]
             assert [(k, x.get("version"), x.get("by")) for k, x in log if k == "weights"] == [
-                ("weights", 1, "vllm:gloo")]
+                ("weights", 1, "gloo_broadcast")]
             resets = ray.get(engine.__ray_call__.remote(
                 lambda e: e.backend.weight_sync.prefix_cache_resets))
             assert resets == 1

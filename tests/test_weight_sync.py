@@ -174,7 +174,7 @@ def test_learner_broadcasts_its_weights_into_an_engine_over_gloo(tmp_path):
                     ("reload", "weights"), ("offload", "weights")] * 2
                 check_offload_order(log, rank_log)
             assert [x["version"] for k, x in log if k == "weights"] == [1, 2]
-            assert {x["by"] for k, x in log if k == "weights"} == {"broadcast"}
+            assert {x["by"] for k, x in log if k == "weights"} == {"gloo_broadcast"}  # the name the plan prints
             # on CPU the engine has no vLLM sleep mode: each sleep was the recorded reset only
             assert {(x["level"], x["vllm"]) for k, x in log if k == "sleep"} == {(1, False)}
             with pytest.raises(RuntimeError, match="sleep\\(\\) on a sleeping engine"):

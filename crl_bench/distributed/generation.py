@@ -225,6 +225,7 @@ class GenerationEngineImpl:
         from crl_bench.distributed.weight_sync import open_group
 
         self._group = open_group(address, port, rank, world_size, backend)
+        self._group_method = f"{backend}_broadcast"  # the plan's name of this path
 
     def receive_weights(self, role: str, metas: list[tuple[list[int], str]],
                         version: int) -> None:
@@ -243,8 +244,8 @@ class GenerationEngineImpl:
         self.backend.after_update(role)  # hf: drops the KV kept across calls
         self._reset_prefix_cache()
         self.versions[role] = int(version)
-        self.log.append(("weights", {"role": role, "version": int(version), "by": "broadcast",
-                                     "t": time.monotonic()}))
+        self.log.append(("weights", {"role": role, "version": int(version),
+                                     "by": self._group_method, "t": time.monotonic()}))
 
     def pid(self) -> int:
         return os.getpid()
@@ -327,10 +328,12 @@ class GenerationEngineImpl:
         self._sync().update_weights(update_info)
 
     def finish_weight_update(self, role: str, version: int) -> None:
+        from crl_bench.distributed.weight_sync import VLLM_TRANSFERS
+
         self._sync().finish_weight_update(str(version))  # resets vLLM's prefix cache
         self.versions[role] = int(version)
-        self.log.append(("weights", {"role": role, "version": int(version),
-                                     "by": f"vllm:{self.backend.transport}",
+        by = {t: m for m, t in VLLM_TRANSFERS.items()}[self.backend.transport]  # the plan's name
+        self.log.append(("weights", {"role": role, "version": int(version), "by": by,
                                      "t": time.monotonic()}))
 
     def weights(self, role: str) -> list[Any]:
