@@ -543,6 +543,20 @@ def _p(v: float | None) -> str:
     return "n/a" if v is None else f"{v:.4f}"
 
 
+def hints_table(hints: list[dict[str, Any]]) -> list[str]:
+    """The table of what the with-experience training episodes were shown and did, one row per
+    run (``train_hints``' figures)."""
+    lines = ["| agent | seed | with experience | shown an entry | success claims (right) | "
+             "followed (then solved) | failure claims (right) | avoided |",
+             "|---|---|---|---|---|---|---|---|"]
+    for h in hints:
+        lines.append(f"| {h['agent']} | {h['seed']} | {h['with_exp']} | {h['shown']} | "
+                     f"{h['success_hint']} ({h['success_hint_rule']}) | {h['followed']} "
+                     f"({h['followed_solved']}) | {h['failure_hint']} "
+                     f"({h['failure_hint_rule']}) | {h['avoided']} |")
+    return lines
+
+
 def summary_markdown(result: dict[str, Any]) -> str:
     lines = [f"# Analysis from the committed records ({len(result['agents'])} agents x seeds "
              f"{result['seeds']}, {result['steps']} steps)", ""]
@@ -586,14 +600,7 @@ def summary_markdown(result: dict[str, Any]) -> str:
                   "entry shown says *take* a move (a success claim) or *do not take* one (a "
                   "failure claim); the claim is right when it names the rule's move of the level, "
                   "or for a failure claim anything else (text that names no move included).", "",
-                  "| agent | seed | with experience | shown an entry | success claims (right) | "
-                  "followed (then solved) | failure claims (right) | avoided |",
-                  "|---|---|---|---|---|---|---|---|"]
-        for h in result["hints"]:
-            lines.append(f"| {h['agent']} | {h['seed']} | {h['with_exp']} | {h['shown']} | "
-                         f"{h['success_hint']} ({h['success_hint_rule']}) | {h['followed']} "
-                         f"({h['followed_solved']}) | {h['failure_hint']} "
-                         f"({h['failure_hint_rule']}) | {h['avoided']} |")
+                  ] + hints_table(result["hints"])
     if result.get("examples"):
         lines += ["", "## The format line's example move against a success claim", "",
                   "Each training prompt ends with the answer format and one example answer, a "
