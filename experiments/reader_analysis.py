@@ -537,8 +537,8 @@ def summary_markdown(result: dict[str, Any]) -> str:
         lines += ["", f"Starts in the run driver's log ([`launcher_log.txt`](launcher_log.txt); "
                   f"it covers {len(started)} of the recorded runs, the others' times are their "
                   f"headers'): " + ("every run started once." if not again else
-                  "started more than once (stopped, then resumed from its last checkpoint or, "
-                  "before the first, from the start): " + "; ".join(
+                  "started more than once (interrupted, then resumed from its last checkpoint "
+                  "or, before the first, from the start): " + "; ".join(
                       f"{run.replace('__seed', ' seed ')} at {', '.join(t)}"
                       for run, t in sorted(again.items())) + ".")]
     lines += ["", "## Held out", "", "no records" if not result["recorded"] else

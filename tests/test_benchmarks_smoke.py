@@ -72,6 +72,10 @@ SMOKE: dict[str, list[str]] = {
     "experiments/experience_records.py": ["analyse", "--summary-only", "--records",
                                           "{tmp}/no_records", "--out",
                                           "{tmp}/experience_analysis"],
+    # the reader comparison's analysis on an empty records folder: every run missing, every
+    # comparison pending (its figures: tests/test_reader_analysis.py, test_reader_recompute.py)
+    "experiments/reader_analysis.py": ["--records", "{tmp}/no_reader_records", "--out",
+                                       "{tmp}/reader_analysis"],
     "benchmarks/quick_preset_cost.py": ["--tokens-only"],
     "experiments/minihack_landmark.py": ["--smoke", "--baselines", "--levels", "8"],
 }
