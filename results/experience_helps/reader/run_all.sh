@@ -82,13 +82,13 @@ publish() {  # under the lock: entries and analysis with this checkout's code, t
   fi
   (cd "$REPO" && "$PY" experiments/minihack_landmark.py analyse --summary-only \
     --records "$RECORDS" --out "$HERE") || echo "analysis failed"
-  # the page's files the analysis writes (listed by hand as the analysis grows)
-  [ -f "$OUT/page_files.txt" ] && while read -r f; do [ -e "$REPO/$f" ] && paths+=("$f"); done < "$OUT/page_files.txt"
+  paths+=("$HERE/analysis.json" "$HERE/analysis.md" "$HERE/curves.png")  # what the analysis writes
   if (cd "$REPO" && timeout 1200 "$PY" -m pytest -q -p no:cacheprovider -x tests/test_reader_*.py \
         tests/test_results_recompute.py > "$OUT/logs/gate_${agent}__${seed}.log" 2>&1); then
+    say "committing $agent seed $seed"  # before the commit, so the log's line is in it
     git -C "$REPO" add -- "${paths[@]}" && git -C "$REPO" commit -q \
       -m "Reader comparison: $agent seed $seed's records$([ -f "$run/bank.sqlite" ] && echo ' and bank'), the page rerun (code $COMMIT)" \
-      -- "${paths[@]}" && say "committed $agent seed $seed"
+      -- "${paths[@]}" || say "the commit of $agent seed $seed failed"
   else
     say "NOT committed $agent seed $seed: the reader tests failed (see $OUT/logs/gate_${agent}__${seed}.log)"
   fi
