@@ -442,6 +442,14 @@ def verdict(primary: dict[str, Any]) -> str:
     return "miss"
 
 
+def no_evaluation(agent: str, seed: int, series: str, header: dict[str, Any], steps: int
+                  ) -> dict[str, Any]:
+    """The missing-series entry of a run without an evaluation at both step 0 and ``steps``."""
+    return {"agent": agent, "seed": seed, "series": series,
+            "why": f"no evaluation at both step 0 and step {steps} (state {header['state']}, "
+                   f"last step {header['last_step']})"}
+
+
 def analyse(records: Path = RECORDS, agents=AGENTS, seeds=SEEDS, steps: int = STEPS
             ) -> dict[str, Any]:
     """The plan's analysis from the files in ``records`` (module docstring)."""
@@ -482,10 +490,7 @@ def analyse(records: Path = RECORDS, agents=AGENTS, seeds=SEEDS, steps: int = ST
                     continue
                 m = run_metrics(header, episodes, with_exp, steps)
                 if m is None:
-                    missing.append({"agent": agent, "seed": seed, "series": name,
-                                    "why": f"no evaluation at both step 0 and step {steps} "
-                                           f"(state {header['state']}, last step "
-                                           f"{header['last_step']})"})
+                    missing.append(no_evaluation(agent, seed, name, header, steps))
                     continue
                 runs[name][seed] = m
                 shown = [e for e in episodes if bool(e["exp"]) == with_exp and "example" in e]

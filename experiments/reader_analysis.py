@@ -435,10 +435,7 @@ def analyse(records: Path = RECORDS, banks: Path | None = None, seeds=SEEDS,
                     continue
                 m = run_figures(header, episodes, with_exp, steps)
                 if m is None:
-                    missing.append({"agent": agent, "seed": seed, "series": name,
-                                    "why": f"no evaluation at both step 0 and step {steps} "
-                                           f"(state {header['state']}, last step "
-                                           f"{header['last_step']})"})
+                    missing.append(er.no_evaluation(agent, seed, name, header, steps))
                     continue
                 runs[name][seed] = m
                 mode = [e for e in episodes if bool(e["exp"]) == with_exp]
