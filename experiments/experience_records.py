@@ -701,7 +701,7 @@ def reader_plan(plan: str, records: Path) -> bool:
 def main(argv: list[str]) -> int:
     import argparse
 
-    ap = argparse.ArgumentParser(prog="minihack_landmark.py export|analyse|banks|bank-entries",
+    ap = argparse.ArgumentParser(prog="minihack_landmark.py export|analyse|banks|bank-entries|no-action",
                                  description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="command", required=True)
     ex = sub.add_parser("export", help="write the compact records of finished runs")
@@ -714,6 +714,10 @@ def main(argv: list[str]) -> int:
                         "content, ...) to <agent>__seed<S>_entries.jsonl")
     be.add_argument("runs", nargs="+", type=Path, help="run directories")
     be.add_argument("--out", type=Path, required=True, help="folder, e.g. .../reader/banks")
+    na = sub.add_parser("no-action", help="the training episodes that sent no action, with "
+                        "why (from trajectories/) to <agent>__seed<S>_no_action.jsonl")
+    na.add_argument("runs", nargs="+", type=Path, help="run directories")
+    na.add_argument("--out", type=Path, required=True, help="folder, e.g. .../reader/no_action")
     an = sub.add_parser("analyse", help="the plan's analysis from the committed records only")
     an.add_argument("--summary-only", action="store_true",
                     help="run nothing, read the records (the only mode; kept for the plan's wording)")
@@ -743,6 +747,12 @@ def main(argv: list[str]) -> int:
             import reader_analysis
 
             for path in reader_analysis.export_entries(args.runs, args.out):
+                print(path)
+            return 0
+        if args.command == "no-action":
+            import reader_analysis
+
+            for path in reader_analysis.export_no_action(args.runs, args.out):
                 print(path)
             return 0
         if reader_plan(args.plan, args.records):

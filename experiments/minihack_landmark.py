@@ -38,7 +38,8 @@ hidden under one of eight rocks around the agent; the kind of the room's landmar
 Wall and CPU time of each part are printed and written to ``--out`` (JSON).
 
 ``export RUN_DIR ...`` / ``analyse --summary-only`` / ``banks`` / ``bank-entries RUN_DIR ...``
-(every bank entry at a run's end): the comparison runs' compact evaluation
+(every bank entry at a run's end) / ``no-action RUN_DIR ...`` (the training episodes that sent
+no action, and why): the comparison runs' compact evaluation
 records and the analysis of ``results/experience_helps/PLAN.md`` from them
 (``experiments/experience_records.py``).
 """
@@ -478,7 +479,7 @@ def retrieval(cfg: Any, held_out: list[int], per_kind: int, view: str) -> dict[s
 def main(argv: list[str] | None = None) -> int:
     args_in = sys.argv[1:] if argv is None else list(argv)
     # the comparison runs' records, banks and analysis
-    if args_in[:1] in (["export"], ["analyse"], ["banks"], ["bank-entries"]):
+    if args_in[:1] in (["export"], ["analyse"], ["banks"], ["bank-entries"], ["no-action"]):
         import experience_records
 
         return experience_records.main(args_in)

@@ -370,6 +370,76 @@ def export_entries(runs: list[Path], out: Path) -> list[Path]:
     return written
 
 
+NO_ACTION_KEYS = ("step", "level", "with_experience", "kind", "reason", "finish_reason",
+                  "tokens", "text")
+
+
+def no_action_reason(turn: dict[str, Any]) -> str:
+    """Why a training episode's only turn sent no action, from its trajectory turn: the parser's
+    message for an invalid reply (``Invalid format (the answer block is not closed)`` -> "the
+    answer block is not closed"), with ", at the token cap" where generation stopped on length;
+    "asked (Search-and-Ask), no action" for an ask; else the turn's kind."""
+    kind = turn.get("kind")
+    if kind == "invalid":
+        m = re.search(r"\(([^)]*)\)", turn.get("observation") or "")
+        why = m[1] if m else "invalid format"
+        return why + (", at the token cap" if turn.get("finish_reason") == "length" else "")
+    if kind == "ask":
+        return "asked (Search-and-Ask), no action"
+    return str(kind)
+
+
+def export_no_action(runs: list[Path], out: Path) -> list[Path]:
+    """``<agent>__seed<S>_no_action.jsonl`` in ``out`` for each run: one line per training
+    episode that sent no action (from ``trajectories/train_step_*.jsonl.gz``): its step, level,
+    whether it was shown experience, its last turn's kind, the reason (``no_action_reason``),
+    the finish reason, the completion's token count and its first 80 characters. A run without
+    trajectories is skipped."""
+    import gzip
+
+    import experience_records as er
+
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for run in runs:
+        files = sorted((run / "trajectories").glob("train_step_*.jsonl.gz"))
+        if not files:
+            continue
+        rows = []
+        for f in files:
+            step = int(f.name[len("train_step_"):-len(".jsonl.gz")])
+            with gzip.open(f, "rt") as fh:
+                for line in fh:
+                    t = json.loads(line)
+                    if t.get("n_actions") or not t.get("turns"):
+                        continue
+                    last = t["turns"][-1]
+                    rows.append(dict(zip(NO_ACTION_KEYS, (
+                        step, t.get("seed"), bool(t.get("with_experience")), last.get("kind"),
+                        no_action_reason(last), last.get("finish_reason"),
+                        len(last.get("completion_ids") or ()),
+                        (last.get("completion_text") or "")[:80]))))
+        path = out / f"{er.run_name(run)}_no_action.jsonl"
+        path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+        written.append(path)
+    return written
+
+
+def no_action_reasons(folder: Path) -> dict[str, dict[str, Any]]:
+    """``run -> {"episodes": n, "reasons": {reason: count}, "with_experience": n shown experience,
+    "tokens": [min, max]}`` from the
+    committed ``<run>_no_action.jsonl`` files in ``folder``; {} without the folder."""
+    out = {}
+    for path in sorted(folder.glob("*_no_action.jsonl")) if folder.is_dir() else []:
+        rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+        tokens = [r["tokens"] for r in rows]
+        out[path.name[:-len("_no_action.jsonl")]] = {
+            "episodes": len(rows), "reasons": dict(Counter(r["reason"] for r in rows)),
+            "with_experience": sum(bool(r["with_experience"]) for r in rows),
+            "tokens": [min(tokens), max(tokens)] if tokens else None}
+    return out
+
+
 # -- the analysis ------------------------------------------------------------------------------
 
 LAUNCH_RE = re.compile(r"^(\S+Z) start (\w+) seed (\d+)$")
@@ -396,6 +466,7 @@ def analyse(records: Path = RECORDS, banks: Path | None = None, seeds=SEEDS,
 
     seeds = tuple(seeds)
     banks = records.parent / "banks" if banks is None else banks
+    why = no_action_reasons(records.parent / "no_action")
     runs: dict[str, dict[int, dict[str, Any]]] = {name: {} for name in SERIES}
     per_run, missing, leaks, hints, no_action, provenance = [], [], {}, [], [], []
     shown_claims: list[dict[str, Any]] = []
@@ -422,7 +493,8 @@ def analyse(records: Path = RECORDS, banks: Path | None = None, seeds=SEEDS,
                                "wall_min": (header.get("time_min") or {}).get("run")})
             gaps = no_action_turns(header)
             no_action.append({"agent": agent, "seed": seed, "total": sum(gaps.values()),
-                              "steps": len(gaps), "per_step": {str(s): n for s, n in gaps.items()}})
+                              "steps": len(gaps), "per_step": {str(s): n for s, n in gaps.items()},
+                              "why": why.get(f"{agent}__seed{seed}")})
             if header.get("train_hints"):
                 total: Counter[str] = Counter()
                 for counts in header["train_hints"].values():
@@ -483,6 +555,23 @@ def analyse(records: Path = RECORDS, banks: Path | None = None, seeds=SEEDS,
 
 
 # -- the page ----------------------------------------------------------------------------------
+
+def _why(g: dict[str, Any]) -> str:
+    """The no-action table's reasons cell: each reason's count and the replies' token counts,
+    and a warning where the exported episodes do not number the records' total."""
+    w = g.get("why")
+    if w is None:
+        return "—"
+    if not w["episodes"]:
+        return "none" if not g["total"] else f"none exported (the records count {g['total']})"
+    lo, hi = w["tokens"]
+    text = "; ".join(f"{n}: {r}" for r, n in sorted(w["reasons"].items(), key=lambda x: -x[1]))
+    text += f" ({lo} token{'s' * (lo != 1)})" if lo == hi else f" ({lo}–{hi} tokens)"
+    text += f"; {w['with_experience']} of {w['episodes']} shown experience"
+    if w["episodes"] != g["total"]:
+        text += f" — {w['episodes']} exported, the records count {g['total']}"
+    return text
+
 
 def _share(k: int, n: int) -> str:
     return f"{k}/{n}" + (f" = {k / n:.2f}" if n else "")
@@ -576,13 +665,16 @@ def summary_markdown(result: dict[str, Any]) -> str:
         f"{c['end']:.3f})" for c in result["collapsed"])) + " (kept in every statistic)."]
     lines += ["", "## Training episodes with no action turn", "",
               "Per run and training step: the step's episodes minus its action turns (one action "
-              "per episode).", "",
-              "| run | steps | total | per step (step: episodes), where not 0 |",
-              "|---|---|---|---|"]
+              "per episode). Why: each such episode's reply, from the run's trajectories "
+              "(`no_action/<run>_no_action.jsonl`, written by `python experiments/"
+              "minihack_landmark.py no-action RUN_DIR --out results/experience_helps/reader/"
+              "no_action`; the runs whose trajectories were not kept show a dash).", "",
+              "| run | steps | total | per step (step: episodes), where not 0 | why |",
+              "|---|---|---|---|---|"]
     for g in result["no_action_turns"]:
         nz = [f"{s}: {n}" for s, n in g["per_step"].items() if n]
         lines.append(f"| {g['agent']} seed {g['seed']} | {g['steps']} | {g['total']} | "
-                     + (", ".join(nz) or "none") + " |")
+                     + (", ".join(nz) or "none") + f" | {_why(g)} |")
     n_sec = sum(c["role"] == "secondary" for c in result["comparisons"])
     lines += ["", "## Comparisons", "",
               f"The primary and the plan's {n_sec} secondary comparisons (reported, not used for "

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -161,6 +162,58 @@ def test_collapsed_seeds_and_gaps_are_reported_from_a_record(tmp_path):
     assert "exp_only with exp seed 0 (north 97%, end 0.000)" in md
     assert result["means"]["exp_only with exp"]["auc"]["mean"] == 0.0
     assert result["verdict"] == "pending"
+
+
+def test_why_an_episode_sent_no_action_is_read_from_its_turn():
+    """The turn of static_exp seed 0's step-4 episode on level 17 (its trajectory, exported to
+    no_action/static_exp__seed0_no_action.jsonl): the reply ran to the 16-token cap repeating
+    moves and never closed its answer block."""
+    turn = {"kind": "invalid", "finish_reason": "length", "completion_ids": [28234] * 16,
+            "completion_text": "south<southwest</southwest</southwest</southwestwest</south",
+            "observation": "Invalid format (the answer block is not closed); the environment "
+                           "did not change."}
+    assert ra.no_action_reason(turn) == "the answer block is not closed, at the token cap"
+    assert ra.no_action_reason({**turn, "finish_reason": "stop",
+                                "observation": "Invalid format (no answer block found); x"}) \
+        == "no answer block found"
+    assert ra.no_action_reason({"kind": "ask"}) == "asked (Search-and-Ask), no action"
+
+
+def test_no_action_episodes_are_exported_from_a_real_run_and_tabled(tmp_path):
+    """A real tiny grpo run whose replies are cut at one token (so none closes its answer block):
+    one exported row per training episode without an action in episodes.jsonl, each with the
+    reason read from its turn; the page's table gives the reasons and warns where the exported
+    rows do not number the records' total."""
+    pytest.importorskip("torch")
+    pytest.importorskip("nle")
+    from crl_bench.runner.api import run_experiment
+
+    run = tmp_path / "run"
+    run_experiment("grpo", "minihack", "tiny", 0, run, steps=1, progress=False,
+                   overrides={"threads": 1, "rollout.max_new_tokens": 1})
+    out = tmp_path / "reader" / "no_action"
+    assert er.main(["no-action", str(run), "--out", str(out)]) == 0
+    (path,) = out.iterdir()
+    assert path.name == "grpo__seed0_no_action.jsonl"
+    rows = [json.loads(x) for x in path.read_text().splitlines()]
+    episodes = [json.loads(x) for x in (run / "episodes.jsonl").read_text().splitlines()]
+    silent = Counter(e["step"] for e in episodes if e["phase"] == "train" and not e["n_actions"])
+    assert rows and Counter(r["step"] for r in rows) == silent
+    assert {(r["finish_reason"], r["tokens"]) for r in rows} == {("length", 1)}
+    assert all(r["reason"].endswith(", at the token cap") for r in rows)
+    why = ra.no_action_reasons(out)["grpo__seed0"]
+    assert why["episodes"] == len(rows) and sum(why["reasons"].values()) == len(rows)
+    records = tmp_path / "reader" / "records"
+    synthetic_run(records, "grpo", 0, {(s, 0): 16 for s in (0, 5, 10, 15, 20)})
+    result = ra.analyse(records, seeds=(0,))
+    gaps = next(g for g in result["no_action_turns"] if g["agent"] == "grpo")
+    assert gaps["why"] == why
+    cell = ra._why(gaps)
+    assert all(f"{n}: {reason}" in cell for reason, n in why["reasons"].items())
+    assert "(1 token)" in cell and f"0 of {len(rows)} shown experience" in cell
+    assert (f"{len(rows)} exported, the records count {gaps['total']}" in cell) == \
+        (len(rows) != gaps["total"])  # the tiny run's rows against the copied grpo record
+    assert ra._why({**gaps, "why": None}) == "—"
 
 
 def test_what_the_evaluation_episodes_were_shown_and_did():

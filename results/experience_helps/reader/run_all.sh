@@ -2,8 +2,9 @@
 # The reader comparison's runs (PLAN.md), from a worktree frozen at the commit given. Each run's
 # compact records (and bank) are exported into this folder as soon as it ends, with the frozen
 # code (a record's format is its run's); then, with this checkout's code, the bank's full entry
-# list and the page's analysis are rewritten, the reader tests are run, and only if they pass is
-# the lot committed together (records, banks, launcher log, page). Resumable: a finished run is
+# list, the training episodes that sent no action (and why) and the page's analysis are
+# rewritten, the reader tests are run, and only if they pass is the lot committed together
+# (records, banks, no-action files, launcher log, page). Resumable: a finished run is
 # skipped, an interrupted one resumes from its last checkpoint. Several copies may run at once
 # (each claims a run before starting it); AGENTS and SEEDS choose the order.
 #
@@ -80,6 +81,8 @@ publish() {  # under the lock: entries and analysis with this checkout's code, t
       || echo "bank-entries failed (or not built yet)"
     paths+=("$BANKS")
   fi
+  (cd "$REPO" && "$PY" experiments/minihack_landmark.py no-action "$run" --out "$HERE/no_action") \
+    && paths+=("$HERE/no_action") || echo "no-action failed"
   (cd "$REPO" && "$PY" experiments/minihack_landmark.py analyse --summary-only \
     --records "$RECORDS" --out "$HERE") || echo "analysis failed"
   paths+=("$HERE/analysis.json" "$HERE/analysis.md" "$HERE/curves.png")  # what the analysis writes
