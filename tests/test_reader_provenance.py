@@ -66,3 +66,7 @@ def test_the_reader_plan_was_committed_before_every_recorded_run():
             f"{path.name}'s code {prov['commit'][:10]} does not contain the plan {plan_commit[:10]}"
         commits.add(prov["commit"])
     assert len(commits) == 1, f"the runs ran from several commits: {sorted(commits)}"
+    page = (ROOT / "results/experience_helps/reader/README.md").read_text()
+    (code,) = commits
+    assert f"committed in {plan_commit[:7]}" in page and f"in {code[:7]}" in page, \
+        "the page's Order paragraph does not name the plan's first commit and the runs' code"
