@@ -754,6 +754,9 @@ def index() -> list[str]:
                       if r["example"] == "random"]
     keyed = load(RESULTS / "experience_helps/keyed_merge/analysis.json")
     c = keyed["comparisons"][0]
+    reader = {r["claim"]: r for r in
+              load(RESULTS / "experience_helps/reader/follow_reader_v4_greedy.json")["follow"]["rows"]}
+    take, avoid, none = reader["take_random"], reader["avoid_random"], reader["none"]
     assert keyed["verdict"] == "miss" and keyed["recorded"] == 15  # "a miss"
     return [
         f"AUC `comp_rl` − `grpo` {signed(c['diff'])} [{signed(c['low'])}, {signed(c['high'])}], "
@@ -770,6 +773,9 @@ def index() -> list[str]:
         f"~{round(cost['rows'] * cost['prompt_tokens'] / cost['cpu_s_new1'], -1):.0f} per CPU-second",
         "the first command took {wall} ({cpu} CPU-s, {all_gb} GB) on a fresh clone".format(**fresh_clone()),
         f"only MiniHack sees a success (1/{mh['eval_episodes']}, both agents)",
+        f"takes a named random move {take['sent_claim']['k']}/{take['sent_claim']['n']}, sends a "
+        f"move it is told to avoid {avoid['sent_claim']['k']}/{avoid['sent_claim']['n']}, and "
+        f"without an entry plays one move, success {none['success']['k']}/{none['success']['n']}",
         f"the answer format's example move in {100 * min(example_shares):.0f}–"
         f"{max(example_shares):.0%} of its valid answers",
     ]
