@@ -337,8 +337,25 @@ def bank_agreement(banks: Path) -> dict[str, Any]:
                 bad.append(r.get("id"))
         runs[path.name[:-len("_entries.jsonl")]] = {
             "entries": len(rows), "disagreeing_ids": bad,
-            **{kind: {k: c[k] for k in AGREEMENT} for kind, c in counts.items()}}
+            **{kind: {k: c[k] for k in AGREEMENT} for kind, c in counts.items()},
+            "samples": bank_samples(rows)}
     return runs
+
+
+def bank_samples(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One entry per outcome title (``what worked``, then ``what went wrong``) as the actor is
+    shown it: the lowest-id merged entry with that title, else the lowest-id entry, with its
+    :func:`entry_agreement` verdict. A fixed pick (no draw), so the page's samples are the same
+    on every rerun of the same files."""
+    picks = []
+    for _suffix, outcome in TITLE_OUTCOMES:
+        titled = sorted((r for r in rows if title_outcome(str(r.get("title", ""))) == outcome),
+                        key=lambda r: (r.get("kind") != "merge", r.get("id", 0)))
+        if titled:
+            r = titled[0]
+            picks.append({"id": r.get("id"), "kind": r.get("kind"), "title": r.get("title"),
+                          "content": r.get("content"), "verdict": entry_agreement(r)})
+    return picks
 
 
 def export_entries(runs: list[Path], out: Path) -> list[Path]:
@@ -783,6 +800,15 @@ def summary_markdown(result: dict[str, Any]) -> str:
             if len(a["disagreeing_ids"]) > 12:
                 ids += f" (+{len(a['disagreeing_ids']) - 12})"
             lines.append(f"| {run} | {a['entries']} | {cells[0]} | {cells[1]} | {ids} |")
+        samples = [(run, x) for run, a in agree.items() for x in a.get("samples", [])]
+        if samples:
+            lines += ["", "Samples, as the actor is shown them (`title: content`): per run the "
+                      "lowest-id merged entry under each outcome title.", "",
+                      "| run | id | kind | title: content | title agrees with content |",
+                      "|---|---|---|---|---|"]
+            for run, x in samples:
+                text = f"{x['title']}: {x['content']}".replace("|", "\\|")
+                lines.append(f"| {run} | {x['id']} | {x['kind']} | {text} | {x['verdict']} |")
     if result["bank_content"]:
         lines += ["", "## Bank content at the end (`banks/bank_content.json`)", "",
                   "| run | entries | keys | keys with a success naming the rule | landmark kinds "

@@ -273,9 +273,14 @@ def test_every_bank_entry_is_exported_and_its_title_checked(tmp_path):
     assert check["entries"] == 4 and check["disagreeing_ids"] == [ids[2]]
     assert check["merge"] == {"agrees": 1, "disagrees": 1, "no claim": 0, "no outcome title": 0}
     assert check["add"] == {"agrees": 1, "disagrees": 0, "no claim": 1, "no outcome title": 0}
+    # the samples: per outcome title the lowest-id merged entry, else the lowest-id entry
+    assert [(x["id"], x["kind"], x["verdict"]) for x in check["samples"]] == [
+        (ids[0], "add", "agrees"), (ids[2], "merge", "disagrees")]
     result = ra.analyse(tmp_path / "records", banks=banks)
-    assert f"| comp_rl__seed3 | 4 | 1 / 1 / 0 / 0 | 1 / 0 / 1 / 0 | {ids[2]} |" in \
-        ra.summary_markdown(result)
+    page = ra.summary_markdown(result)
+    assert f"| comp_rl__seed3 | 4 | 1 / 1 / 0 / 0 | 1 / 0 / 1 / 0 | {ids[2]} |" in page
+    assert (f"| comp_rl__seed3 | {ids[2]} | merge | {goal}: what went wrong: To succeed, take "
+            "the action south. | disagrees |") in page
     empty = ra.analyse(tmp_path / "records", banks=tmp_path / "none")
     assert "No entry file committed yet" in ra.summary_markdown(empty)
 
