@@ -718,6 +718,68 @@ def experience_helps() -> list[str]:
     return out
 
 
+def reader_result() -> list[str]:
+    """The reader comparison's answer and its table, recomputed from analysis.json (itself the
+    analysis of the committed records: tests/test_reader_analysis.py, and recomputed without
+    that code by tests/test_reader_recompute.py): the primary and the internalisation
+    comparison, the per-series figures, and what the with-experience evaluations were shown."""
+    a = load(RESULTS / "experience_helps/reader/analysis.json")
+    by = {(c["metric"], c["a"], c["b"]): c for c in a["comparisons"]}
+    c, w = by["auc", "comp_rl with exp", "grpo"], by["auc", "comp_rl without exp", "grpo"]
+    assert a["verdict"] == "hit"  # "a **hit**"
+    auc = {r["series"]: [] for r in a["runs"]}
+    for r in a["runs"]:
+        auc[r["series"]].append(r["auc"])
+    # p = 1/252: "every comp_rl seed above every grpo seed"
+    assert min(auc["comp_rl with exp"]) > max(auc["grpo"]) and c["perm_p_greater"] == 1 / 252
+    claimed = {k["claim"]: k["outcome"] for k in a["claims"]}
+    assert claimed["Comp. RL without experience above the baseline"] == "miss"
+    m = a["means"]
+
+    def cell(name: str, metric: str) -> str:
+        x = m[name][metric]
+        return f"{x['mean']:.3f} [{x['low']:.3f}, {x['high']:.3f}]"
+
+    shown = [h for h in a["eval_claims"] if h["series"] == "comp_rl with exp"]
+    solved = sum(round(v * 128) for curve in a["curves"]["comp_rl with exp"].values()
+                 for step, v in curve.items() if step != "0")
+    rows = []
+    for name, label in (("grpo", "`grpo`"), ("comp_rl with exp", "`comp_rl` with experience"),
+                        ("comp_rl without exp", "`comp_rl` without experience")):
+        assert m[name]["n"] == 5 and m[name]["start"]["high"] == 0.125
+        rows.append(f"| {label} | {m[name]['start']['mean']:.3f} | {cell(name, 'end')} | "
+                    f"{cell(name, 'auc')} |")
+    return rows + [
+        f"AUC difference {signed(c['diff'])} [{signed(c['low'])}, "
+        f"{signed(c['high'])}], one-sided permutation p {c['perm_p_greater']:.4f}",
+        f"({signed(w['diff'])} [{signed(w['low'])}, {signed(w['high'])}], p "
+        f"{w['perm_p_greater']:.4f})",
+        f"of `comp_rl`'s {solved:,} held-out successes after step 0, "
+        f"{sum(h['sent_success_solved'] for h in shown):,} were",
+        f"{sum(h['success_rule'] for h in shown):,} of the {sum(h['success'] for h in shown):,} "
+        "success claims shown",
+        f"{sum(h['sent_success_solved'] for h in shown):,} of the {solved:,} with-experience "
+        "successes after step 0",
+        f"({m['grpo']['start']['mean']:.3f} → {m['grpo']['end']['mean']:.3f})",
+    ]
+
+
+def reader_headline(plain: bool) -> list[str]:
+    """The reader comparison's primary (and, for the index, its internalisation comparison), as
+    README.md (``plain``) and results/README.md quote them."""
+    a = load(RESULTS / "experience_helps/reader/analysis.json")
+    by = {(c["metric"], c["a"], c["b"]): c for c in a["comparisons"]}
+    c, w = by["auc", "comp_rl with exp", "grpo"], by["auc", "comp_rl without exp", "grpo"]
+    assert a["verdict"] == "hit" and (w["perm_p_greater"] > 0.05 or w["low"] <= 0)  # "...not"
+    primary = f"AUC {signed(c['diff'])} [{signed(c['low'])}, {signed(c['high'])}]"
+    if plain:
+        return [f"({primary}, p {c['perm_p_greater']:.4f} over {c['n_a']} + {c['n_b']} seeds), "
+                "without it not"]
+    return [f"{primary}, one-sided permutation p {c['perm_p_greater']:.4f} (the plan's "
+            "primary, a hit)",
+            f"({signed(w['diff'])} [{signed(w['low'])}, {signed(w['high'])}])"]
+
+
 def index() -> list[str]:
     five = lm.summarise_records(FIVE)
     d = five["delta_over_seeds"]
@@ -758,7 +820,7 @@ def index() -> list[str]:
               load(RESULTS / "experience_helps/reader/follow_reader_v4_greedy.json")["follow"]["rows"]}
     take, avoid, none = reader["take_random"], reader["avoid_random"], reader["none"]
     assert keyed["verdict"] == "miss" and keyed["recorded"] == 15  # "a miss"
-    return [
+    return reader_headline(plain=False) + [
         f"AUC `comp_rl` − `grpo` {signed(c['diff'])} [{signed(c['low'])}, {signed(c['high'])}], "
         f"permutation p {c['perm_p_greater']:.2f} ({c['n_a']} + {c['n_b']} seeds)",
         f"{solved} of 5 seeds solve it in 30 steps, end − start {signed(d['mean'])} [{signed(d['low'])}, "
@@ -790,10 +852,12 @@ PAGES: dict[str, Callable[[], list[str]]] = {
     "results/speed_memory.md": speed_memory,
     "results/experience_helps/README.md": experience_helps,
     "results/README.md": index,
+    "results/experience_helps/reader/README.md": reader_result,
     "README.md": lambda: [
         "setup {setup} s (warm pip cache), the run **{wall} wall, {cpu} CPU-seconds, {all_gb} GB "
         "peak memory**".format(**fresh_clone()),
-        "a {} at CPU scale".format(load(RESULTS / "experience_helps/keyed_merge/analysis.json")["verdict"])],
+        "a {} at CPU scale".format(load(RESULTS / "experience_helps/keyed_merge/analysis.json")["verdict"]),
+        *reader_headline(plain=True)],
 }
 
 
