@@ -303,3 +303,32 @@ def test_every_run_of_a_seed_starts_from_the_same_actor() -> None:
             differ = [lvl for lvl in first if by_agent[agent].get(lvl) != first[lvl]]
             assert not differ, (f"run seed {seed}: {agent} and {agents[0]} answer differently at "
                                 f"step 0 without experience on levels {differ[:5]}")
+
+
+def test_the_answers_account_of_comp_rls_successes_recomputes_from_the_jsonl():
+    """The page's answer says where `comp_rl`'s with-experience held-out successes came from:
+    counted here from the records alone (json; the level's rule move from the environment's own
+    layout function, not from the analysis code): successes after step 0, those whose shown
+    success claim named the move the actor sent, and the success claims naming the rule's move."""
+    from crl_bench.envs.minihack.landmark import landmark_layout
+
+    paths = sorted(RECORDS.glob("comp_rl__seed*.jsonl"))
+    if len(paths) < 5:
+        pytest.skip("comp_rl's five runs are not all committed yet")
+    solved = followed = claims = right = 0
+    for path in paths:
+        for line in path.read_text().splitlines()[1:]:
+            e = json.loads(line)
+            if not e["exp"]:
+                continue
+            claim = e.get("claim")
+            sent = e["actions"][0].strip().lower() if e["actions"] else None
+            if claim and claim[0] == "success":
+                claims += 1
+                right += claim[1].strip().lower() == landmark_layout(int(e["seed"]))[2]
+            if e["step"] > 0 and e["success"]:
+                solved += 1
+                followed += bool(claim) and claim[0] == "success" and claim[1].strip().lower() == sent
+    page = " ".join((FOLDER / "README.md").read_text().split())
+    assert f"of `comp_rl`'s {solved:,} held-out successes after step 0, {followed:,} were" in page
+    assert f"{right:,} of the {claims:,} success claims shown" in page
