@@ -191,6 +191,34 @@ def eval_claims(episodes: list[dict[str, Any]]) -> dict[str, int]:
     return {k: c[k] for k in EVAL_CLAIM_KEYS}
 
 
+LAYOUT_KEYS = ("episodes", "solved", "success_claims", "success_claims_right")
+
+
+def layout_split(header: dict[str, Any], episodes: list[dict[str, Any]]
+                 ) -> dict[str, dict[str, int]]:
+    """Held-out episodes after step 0 (already given the mode's episodes), split by whether
+    their layout — the landmark kind and its square, ``landmark_layout``'s first two — is one a
+    training level of the run had (``header["train_levels"]``, every level the run trained on)
+    or one it never had: episodes, those solved, and those shown a success claim (naming the
+    level's rule move: right)."""
+    from crl_bench.envs.minihack.landmark import landmark_layout
+
+    seen = {landmark_layout(int(s))[:2] for s in header.get("train_levels") or ()}
+    out = {side: Counter() for side in ("trained", "never")}
+    for e in episodes:
+        if int(e["step"]) == 0:
+            continue
+        kind, square, rule = landmark_layout(int(e["seed"]))
+        c = out["trained" if (kind, square) in seen else "never"]
+        c["episodes"] += 1
+        c["solved"] += bool(e["success"])
+        claim = e.get("claim")
+        if claim and claim[0] == "success":
+            c["success_claims"] += 1
+            c["success_claims_right"] += " ".join(str(claim[1]).lower().split()) == rule
+    return {side: {k: c[k] for k in LAYOUT_KEYS} for side, c in out.items()}
+
+
 # -- statistics --------------------------------------------------------------------------------
 
 def compare(a: dict[int, float], b: dict[int, float], seeds=SEEDS) -> dict[str, Any]:
@@ -487,6 +515,7 @@ def analyse(records: Path = RECORDS, banks: Path | None = None, seeds=SEEDS,
     runs: dict[str, dict[int, dict[str, Any]]] = {name: {} for name in SERIES}
     per_run, missing, leaks, hints, no_action, provenance = [], [], {}, [], [], []
     shown_claims: list[dict[str, Any]] = []
+    layouts: list[dict[str, Any]] = []
     shown: dict[str, Counter[str]] = {name: Counter() for name in SERIES}
     recorded = []
     for agent in AGENTS:
@@ -531,6 +560,8 @@ def analyse(records: Path = RECORDS, banks: Path | None = None, seeds=SEEDS,
                 ex = er.example_counts(mode)
                 if with_exp and any("claim" in e for e in mode):
                     shown_claims.append({"series": name, "seed": seed, **eval_claims(mode)})
+                if header.get("train_levels"):
+                    layouts.append({"series": name, "seed": seed, **layout_split(header, mode)})
                 shown[name].update({k: ex[k] for k in ("episodes", "shown", "sent_example")})
                 per_run.append({"series": name, "seed": seed,
                                 **{k: v for k, v in m.items() if k != "curve"},
@@ -550,6 +581,14 @@ def analyse(records: Path = RECORDS, banks: Path | None = None, seeds=SEEDS,
         comparisons.append({"role": role, "metric": metric, "a": a, "b": b, **compare(
             {s: m[metric] for s, m in runs[a].items()},
             {s: m[metric] for s, m in runs[b].items()}, seeds)})
+    layout_gap = {}
+    for name in SERIES:
+        rows = [r for r in layouts if r["series"] == name]
+        if len(rows) == len(seeds) and all(r[s]["episodes"] for r in rows
+                                           for s in ("trained", "never")):
+            gaps = [r["never"]["solved"] / r["never"]["episodes"]
+                    - r["trained"]["solved"] / r["trained"]["episodes"] for r in rows]
+            layout_gap[name] = dict(zip(("mean", "low", "high"), bootstrap_mean(gaps)))
     collapsed = [{"series": r["series"], "seed": r["seed"], "top_move": r["top_move"],
                   "top_move_share": r["top_move_share"], "end": r["end"]}
                  for r in per_run if r["collapsed"]]
@@ -560,6 +599,7 @@ def analyse(records: Path = RECORDS, banks: Path | None = None, seeds=SEEDS,
             "launches": {run: times for run, times in
                          launches(records.parent / "launcher_log.txt").items() if run in recorded},
             "eval_claims": shown_claims,
+            "layouts": layouts, "layout_gap": layout_gap,
             "collapsed": collapsed, "no_action_turns": no_action, "hints": hints,
             "comparisons": comparisons, "verdict": verdict(comparisons[0]),
             "claims": claims(comparisons),
@@ -780,6 +820,31 @@ def summary_markdown(result: dict[str, Any]) -> str:
                          f"{h['success']} ({h['success_rule']}) | {h['sent_success']} "
                          f"({h['sent_success_solved']}) | {h['failure']} ({h['failure_right']}) "
                          f"| {h['avoided']} |")
+    if result.get("layouts"):
+        lines += ["", "## Layouts no training level had", "",
+                  "The 128 evaluation levels have each of the 128 layouts (landmark kind x its "
+                  "square) once; a run's training levels had some of them. Held-out success after "
+                  "step 0, summed over the run's evaluations, on the levels whose layout a "
+                  "training level had and on the others, with the success claims shown there "
+                  "(right: naming the level's rule move). Per series with all five seeds: the "
+                  "mean over seeds of the success rate on new layouts minus that on trained ones "
+                  "[95% seed bootstrap].", "",
+                  "| series | seed | trained layouts: solved / episodes | success claims "
+                  "(right) | new layouts: solved / episodes | success claims (right) |",
+                  "|---|---|---|---|---|---|"]
+        for r in result["layouts"]:
+            t, n = r["trained"], r["never"]
+            shown = SERIES[r["series"]][1]  # claims: only a series shown experience has them
+            claims_t, claims_n = ((f"{x['success_claims']} ({x['success_claims_right']})"
+                                   if shown else "—") for x in (t, n))
+            lines.append(f"| {r['series']} | {r['seed']} | {_share(t['solved'], t['episodes'])} "
+                         f"| {claims_t} | {_share(n['solved'], n['episodes'])} | {claims_n} |")
+        if result.get("layout_gap"):
+            lines += ["", "| series | new − trained layouts, success [95% bootstrap] |",
+                      "|---|---|"]
+            for name, g in result["layout_gap"].items():
+                lines.append(f"| {name} | {_fmt(g['mean'])} [{_fmt(g['low'])}, "
+                             f"{_fmt(g['high'])}] |")
     lines += ["", "## Bank entries: does each title agree with its content?", "",
               "Every entry of each run's bank at its end (`banks/<run>_entries.jsonl`, written "
               "by `python experiments/minihack_landmark.py bank-entries RUN_DIR --out "

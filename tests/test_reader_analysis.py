@@ -321,3 +321,25 @@ def test_runs_started_more_than_once_are_listed_from_the_launcher_log(tmp_path):
     assert ra.launches(log) == {"static_exp__seed0": ["2026-12-07T16:51:05Z", "2026-12-07T16:52:55Z"],
                                 "static_exp__seed1": ["2026-12-07T16:53:10Z"]}
     assert ra.launches(tmp_path / "absent.txt") == {}
+
+
+def test_held_out_levels_are_split_by_whether_a_training_level_had_their_layout():
+    """Layout = landmark kind and square (``landmark_layout``: level seed mod 128). Training on
+    level seeds 0 and 1; evaluation levels 128 (layout of 0: trained), 2 and 130 (never):
+    step 0 left out, successes and success claims (right = the level's rule move) counted."""
+    from crl_bench.envs.minihack.landmark import landmark_layout
+
+    rule = {s: landmark_layout(s)[2] for s in (128, 2)}
+    wrong = next(m for m in ("north", "south") if m != rule[2])
+    episodes = [
+        {"step": 0, "seed": 128, "success": 1, "claim": ["success", rule[128]]},  # step 0: out
+        {"step": 5, "seed": 128, "success": 1, "claim": ["success", rule[128].upper()]},
+        {"step": 5, "seed": 2, "success": 0, "claim": ["success", wrong]},
+        {"step": 10, "seed": 130, "success": 1, "claim": ["failure", wrong]},
+        {"step": 10, "seed": 2, "success": 1, "claim": None},
+    ]
+    split = ra.layout_split({"train_levels": [0, 1]}, episodes)
+    assert split["trained"] == {"episodes": 1, "solved": 1, "success_claims": 1,
+                                "success_claims_right": 1}
+    assert split["never"] == {"episodes": 3, "solved": 2, "success_claims": 1,
+                              "success_claims_right": 0}

@@ -332,3 +332,28 @@ def test_the_answers_account_of_comp_rls_successes_recomputes_from_the_jsonl():
     page = " ".join((FOLDER / "README.md").read_text().split())
     assert f"of `comp_rl`'s {solved:,} held-out successes after step 0, {followed:,} were" in page
     assert f"{right:,} of the {claims:,} success claims shown" in page
+
+
+def test_the_split_by_trained_and_new_layouts_recomputes_from_the_jsonl():
+    """analysis.json's held-out success on layouts a training level had and on the others,
+    counted here from the records alone (the layout, kind and square, from the environment's own
+    layout function; the training levels from each record's header)."""
+    from crl_bench.envs.minihack.landmark import landmark_layout
+
+    if not (FOLDER / "analysis.json").is_file():
+        pytest.skip("the reader comparison's analysis is not committed yet")
+    rows = json.loads((FOLDER / "analysis.json").read_text()).get("layouts")
+    assert rows, "analysis.json has no layout split: rerun the analysis"
+    for row in rows:
+        agent, _, mode = row["series"].partition(" ")
+        lines = (RECORDS / f"{agent}__seed{row['seed']}.jsonl").read_text().splitlines()
+        seen = {landmark_layout(s)[:2] for s in json.loads(lines[0])["run"]["train_levels"]}
+        count = {True: [0, 0], False: [0, 0]}
+        for line in lines[1:]:
+            e = json.loads(line)
+            if e["step"] > 0 and bool(e["exp"]) == (mode == "with exp"):
+                c = count[landmark_layout(e["seed"])[:2] in seen]
+                c[0] += 1
+                c[1] += e["success"]
+        for side, key in ((True, "trained"), (False, "never")):
+            assert (row[key]["episodes"], row[key]["solved"]) == tuple(count[side]), row
