@@ -743,6 +743,15 @@ def reader_result() -> list[str]:
     shown = [h for h in a["eval_claims"] if h["series"] == "comp_rl with exp"]
     solved = sum(round(v * 128) for curve in a["curves"]["comp_rl with exp"].values()
                  for step, v in curve.items() if step != "0")
+    gap = a["layout_gap"]["comp_rl with exp"]
+    layouts = [r for r in a["layouts"] if r["series"] == "comp_rl with exp"]
+    evals = len(a["curves"]["comp_rl with exp"]["0"]) - 1  # evaluations after step 0
+    trained = {r["trained"]["episodes"] // evals for r in a["layouts"]}
+    never = {r["never"]["episodes"] // evals for r in a["layouts"]}
+    assert len(trained) == len(never) == 1 and trained.copy().pop() + never.copy().pop() == 128
+    kinds = [b["kinds_with_a_success_naming_the_rule"] for run, b in a["bank_content"].items()
+             if run.startswith("comp_rl__")]
+    assert len(kinds) == 5
     rows = []
     for name, label in (("grpo", "`grpo`"), ("comp_rl with exp", "`comp_rl` with experience"),
                         ("comp_rl without exp", "`comp_rl` without experience")):
@@ -761,6 +770,13 @@ def reader_result() -> list[str]:
         f"{sum(h['sent_success_solved'] for h in shown):,} of the {solved:,} with-experience "
         "successes after step 0",
         f"({m['grpo']['start']['mean']:.3f} → {m['grpo']['end']['mean']:.3f})",
+        "(new − trained layouts {} [{}, {}] over the seeds), and {:,} of the {:,} success "
+        "claims".format(*(signed(gap[k]) for k in ("mean", "low", "high")),
+                        sum(r["never"]["success_claims_right"] for r in layouts),
+                        sum(r["never"]["success_claims"] for r in layouts)),
+        f"and a run's {trained.pop()} training levels",
+        f"on the other {never.pop()}, `comp_rl`",
+        "hold one for {} to {} of the 8 kinds".format(min(kinds), max(kinds)),
     ]
 
 
