@@ -734,6 +734,9 @@ def reader_result() -> list[str]:
     assert min(auc["comp_rl with exp"]) > max(auc["grpo"]) and c["perm_p_greater"] == 1 / 252
     claimed = {k["claim"]: k["outcome"] for k in a["claims"]}
     assert claimed["Comp. RL without experience above the baseline"] == "miss"
+    assert claimed["Static online experience below the baseline"] == "reverse"  # "**reversed**"
+    sc, sg = by["auc", "static_exp with exp", "comp_rl with exp"], by["auc", "static_exp with exp", "grpo"]
+    assert sc["perm_p_greater"] > 0.05 and sc["perm_p_less"] > 0.05  # "the two are level"
     m = a["means"]
 
     def cell(name: str, metric: str) -> str:
@@ -754,7 +757,9 @@ def reader_result() -> list[str]:
     assert len(kinds) == 5
     rows = []
     for name, label in (("grpo", "`grpo`"), ("comp_rl with exp", "`comp_rl` with experience"),
-                        ("comp_rl without exp", "`comp_rl` without experience")):
+                        ("comp_rl without exp", "`comp_rl` without experience"),
+                        ("static_exp with exp", "`static_exp` with experience"),
+                        ("static_exp without exp", "`static_exp` without experience")):
         assert m[name]["n"] == 5 and m[name]["start"]["high"] == 0.125
         rows.append(f"| {label} | {m[name]['start']['mean']:.3f} | {cell(name, 'end')} | "
                     f"{cell(name, 'auc')} |")
@@ -770,6 +775,10 @@ def reader_result() -> list[str]:
         f"{sum(h['sent_success_solved'] for h in shown):,} of the {solved:,} with-experience "
         "successes after step 0",
         f"({m['grpo']['start']['mean']:.3f} → {m['grpo']['end']['mean']:.3f})",
+        f"(`static_exp` − `comp_rl` {signed(sc['diff'])} [{signed(sc['low'])}, {signed(sc['high'])}], "
+        f"one-sided p {sc['perm_p_greater']:.4f})",
+        f"(`static_exp` − `grpo` {signed(sg['diff'])} [{signed(sg['low'])}, {signed(sg['high'])}], "
+        f"two-sided p {sg['perm_p_two_sided']:.4f})",
         "(new − trained layouts {} [{}, {}] over the seeds), and {:,} of the {:,} success "
         "claims".format(*(signed(gap[k]) for k in ("mean", "low", "high")),
                         sum(r["never"]["success_claims_right"] for r in layouts),
@@ -791,9 +800,13 @@ def reader_headline(plain: bool) -> list[str]:
     if plain:
         return [f"({primary}, p {c['perm_p_greater']:.4f} over {c['n_a']} + {c['n_b']} seeds), "
                 "without it not"]
+    sg = by["auc", "static_exp with exp", "grpo"]
+    assert [k["outcome"] for k in a["claims"]][2] == "reverse"  # "the paper's third claim reversed"
     return [f"{primary}, one-sided permutation p {c['perm_p_greater']:.4f} (the plan's "
             "primary, a hit)",
-            f"({signed(w['diff'])} [{signed(w['low'])}, {signed(w['high'])}])"]
+            f"({signed(w['diff'])} [{signed(w['low'])}, {signed(w['high'])}])",
+            f"(`static_exp` − `grpo` {signed(sg['diff'])} [{signed(sg['low'])}, "
+            f"{signed(sg['high'])}])"]
 
 
 def index() -> list[str]:
