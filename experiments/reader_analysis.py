@@ -161,6 +161,11 @@ EVAL_CLAIM_KEYS = ("episodes", "shown", "success", "success_rule", "sent_success
                    "sent_success_solved", "failure", "failure_right", "avoided")
 
 
+def _move(text: Any) -> str:
+    """A move as the records compare them: lower case, whitespace collapsed."""
+    return " ".join(str(text).lower().split())
+
+
 def eval_claims(episodes: list[dict[str, Any]]) -> dict[str, int]:
     """What held-out episodes were shown and did (records with the ``claim`` field): episodes;
     those shown an ``action``-template claim; success claims, those naming the level's rule move
@@ -176,8 +181,8 @@ def eval_claims(episodes: list[dict[str, Any]]) -> dict[str, int]:
         if not claim:
             continue
         c["shown"] += 1
-        outcome, move = claim[0], " ".join(str(claim[1]).lower().split())
-        first = " ".join(str(e["actions"][0]).lower().split()) if e.get("actions") else None
+        outcome, move = claim[0], _move(claim[1])
+        first = _move(e["actions"][0]) if e.get("actions") else None
         rule = landmark_layout(int(e["seed"]))[2]
         if outcome == "success":
             c["success"] += 1
@@ -215,7 +220,7 @@ def layout_split(header: dict[str, Any], episodes: list[dict[str, Any]]
         claim = e.get("claim")
         if claim and claim[0] == "success":
             c["success_claims"] += 1
-            c["success_claims_right"] += " ".join(str(claim[1]).lower().split()) == rule
+            c["success_claims_right"] += _move(claim[1]) == rule
     return {side: {k: c[k] for k in LAYOUT_KEYS} for side, c in out.items()}
 
 
